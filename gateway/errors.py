@@ -1,0 +1,29 @@
+"""The error tree, re-exported from :mod:`replication` (where it lives so that the
+pure packages can raise it without importing ``gateway``). See its docstring for
+the tree."""
+
+from replication._errors import (
+    ConfigError,
+    DurableQueueError,
+    GatewayError,
+    MessageRejected,
+    NamespaceUnavailable,
+    OperationTimeout,
+    OwnershipLost,
+    QueueCorrupt,
+    QueueFull,
+    TransportError,
+)
+
+__all__ = [
+    "ConfigError",
+    "DurableQueueError",
+    "GatewayError",
+    "MessageRejected",
+    "NamespaceUnavailable",
+    "OperationTimeout",
+    "OwnershipLost",
+    "QueueCorrupt",
+    "QueueFull",
+    "TransportError",
+]

@@ -1,0 +1,188 @@
+"""The Transport seam: one small async interface for "a namespace".
+
+Every implementation (``local``, ``faults``; later the Azure SDK transports) maps
+its own errors onto :mod:`gateway.errors` at the boundary. An outage is raised as
+:class:`~gateway.errors.NamespaceUnavailable`, never reported as "no messages".
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from replication import Message
+
+__all__ = [
+    "EventPosition",
+    "PartitionEvent",
+    "ReceiveMode",
+    "ReceivedMessage",
+    "Transport",
+]
+
+
+class ReceiveMode(enum.Enum):
+    """How a queue receive settles messages (as Service Bus does)."""
+
+    PEEK_LOCK = "peek_lock"
+    RECEIVE_AND_DELETE = "receive_and_delete"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceivedMessage:
+    """A message received from one namespace's queue, with its broker metadata.
+
+    ``lock_token`` identifies this delivery for ``complete`` / ``abandon`` /
+    ``dead_letter``; it is ``None`` for receive-and-delete.
+    """
+
+    message: Message
+    namespace: str
+    entity: str
+    lock_token: str | None
+    sequence_number: int
+    delivery_count: int
+    enqueued_time: float
+    locked_until: float | None
+
+    @property
+    def message_id(self) -> str:
+        return self.message.message_id
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventPosition:
+    """Where to start reading a partition. Exactly one field is set.
+
+    ``inclusive`` applies to ``offset`` and ``sequence_number``.
+    """
+
+    offset: int | None = None
+    sequence_number: int | None = None
+    enqueued_time: float | None = None
+    latest: bool = False
+    inclusive: bool = False
+
+    def __post_init__(self) -> None:
+        chosen = [
+            self.offset is not None,
+            self.sequence_number is not None,
+            self.enqueued_time is not None,
+            self.latest,
+        ]
+        if sum(chosen) > 1:
+            raise ValueError("EventPosition takes one of offset, sequence_number, "
+                             "enqueued_time, latest")
+
+    @classmethod
+    def earliest(cls) -> EventPosition:
+        return cls(sequence_number=-1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionEvent:
+    """An event read from one partition of a partitioned entity."""
+
+    message: Message
+    namespace: str
+    entity: str
+    partition_id: str
+    sequence_number: int
+    offset: int
+    enqueued_time: float
+
+
+class Transport:
+    """A namespace: queues with peek-lock and partitioned entities.
+
+    Subclasses implement the methods that raise ``NotImplementedError``; all
+    methods raise only :class:`~gateway.errors.GatewayError` subclasses.
+    Use as ``async with transport:`` or call :meth:`aclose`.
+    """
+
+    #: The namespace's name as the gateway knows it ("primary", "secondary", ...).
+    namespace: str = ""
+
+    async def __aenter__(self) -> Transport:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()
+
+    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+        """Send messages to a queue or a partitioned entity, all or none.
+
+        Raises:
+            NamespaceUnavailable: the namespace is down; nothing was sent.
+            OperationTimeout: the outcome is unknown; the messages may have landed.
+            MessageRejected: too large, or no such entity; nothing was sent.
+        """
+        raise NotImplementedError()  # pragma: no cover
+
+    async def receive(
+        self,
+        entity: str,
+        *,
+        max_messages: int = 1,
+        max_wait: float = 0.0,
+        mode: ReceiveMode = ReceiveMode.PEEK_LOCK,
+    ) -> list[ReceivedMessage]:
+        """Receive up to ``max_messages`` from a queue, waiting up to ``max_wait`` seconds.
+
+        Returns an empty list only when the queue really is empty; an outage raises.
+        """
+        raise NotImplementedError()  # pragma: no cover
+
+    async def complete(self, received: ReceivedMessage) -> None:
+        """Settle a peek-locked message as done (it is removed from the queue)."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def abandon(self, received: ReceivedMessage) -> None:
+        """Release the lock so the message is delivered again (delivery count + 1)."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def dead_letter(
+        self, received: ReceivedMessage, *, reason: str, description: str = ""
+    ) -> None:
+        """Move the message to the queue's dead-letter sub-queue with a reason."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def get_partition_ids(self, entity: str) -> list[str]:
+        """The partition ids of a partitioned entity, in order."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def read_partition(
+        self,
+        entity: str,
+        partition_id: str,
+        *,
+        position: EventPosition,
+        max_events: int = 100,
+        max_wait: float = 0.0,
+        owner_level: int | None = None,
+        consumer_group: str = "$Default",
+    ) -> list[PartitionEvent]:
+        """Read events of one partition from ``position``.
+
+        With ``owner_level`` set, a reader with a higher owner level on the same
+        partition and consumer group makes this one fail with ``OwnershipLost``.
+        """
+        raise NotImplementedError()  # pragma: no cover
+
+    async def probe(self) -> None:
+        """Return when the namespace answers; raise ``NamespaceUnavailable`` when not."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def aclose(self) -> None:
+        """Release connections and files. Safe to call twice."""

@@ -1,0 +1,101 @@
+"""The one error tree of geogateway.
+
+Every package raises from this tree; SDK and sqlite3 errors are mapped onto it at
+the boundary where they occur (``raise Mapped(...) from exc``)::
+
+    GatewayError
+    ├── TransportError(namespace)      transient: retry, then fail over or buffer
+    │   ├── NamespaceUnavailable       the namespace cannot be reached or is down
+    │   └── OperationTimeout           the outcome is unknown: the message may have arrived
+    ├── MessageRejected                permanent: too large, unauthorized, no such entity
+    ├── DurableQueueError
+    │   ├── QueueFull                  the size cap (messages or bytes) is reached
+    │   └── QueueCorrupt               the queue file is torn or not a queue
+    ├── OwnershipLost                  another instance owns the partition now
+    └── ConfigError                    a bad option, value or file
+
+The tree lives in ``replication`` (pure, no I/O) because ``durable_queue`` and
+``replication`` must not import ``gateway``; ``gateway`` re-exports it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DurableQueueError",
+    "GatewayError",
+    "MessageRejected",
+    "NamespaceUnavailable",
+    "OperationTimeout",
+    "OwnershipLost",
+    "QueueCorrupt",
+    "QueueFull",
+    "TransportError",
+]
+
+
+class GatewayError(Exception):
+    """Base class of every error geogateway raises."""
+
+
+class TransportError(GatewayError):
+    """A transient failure talking to one namespace: retry, then fail over or buffer.
+
+    Args:
+        message: what went wrong, in one line, with no secrets in it.
+        namespace: the name of the namespace (``"primary"``, ``"secondary"``, ...).
+    """
+
+    def __init__(self, message: str, *, namespace: str) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only arguments do not survive pickling by default; errors cross
+        # process boundaries in drills, so keep them picklable.
+        return (_rebuild_transport_error, (type(self), str(self), self.namespace))
+
+
+def _rebuild_transport_error(
+    cls: type[TransportError], message: str, namespace: str
+) -> TransportError:
+    return cls(message, namespace=namespace)
+
+
+class NamespaceUnavailable(TransportError):
+    """The namespace is down or cannot be reached; nothing was sent."""
+
+
+class OperationTimeout(TransportError):
+    """The operation did not finish in time: its outcome is unknown.
+
+    A send that raises this may still have landed; replaying it can deliver a
+    duplicate, which the receive side removes by ``MessageId``.
+    """
+
+
+class MessageRejected(GatewayError):
+    """The namespace refused the message for good (too large, unauthorized, no such entity).
+
+    Never causes failover or buffering: sending it elsewhere would fail the same way.
+    """
+
+
+class DurableQueueError(GatewayError):
+    """Base class of the durable queue's errors."""
+
+
+class QueueFull(DurableQueueError):
+    """The durable queue is at its size cap; the message was not stored."""
+
+
+class QueueCorrupt(DurableQueueError):
+    """The durable queue file is damaged or is not a geogateway queue."""
+
+
+class OwnershipLost(GatewayError):
+    """Another instance owns the partition now; stop reading it."""
+
+
+class ConfigError(GatewayError):
+    """A configuration value, option or file is invalid."""
