@@ -1,0 +1,58 @@
+"""geogateway: keep sending and receiving while a whole namespace is down.
+
+Sync API here; the async twins are in :mod:`gateway.aio`.
+"""
+
+from gateway._client import GeoReceiver, GeoSender
+from gateway._config import DedupConfig, DurableQueueConfig, GatewayConfig, NamespaceConfig
+from gateway._hooks import GatewayHooks
+from gateway._receiver import ReceiverStats
+from gateway._sender import SendResult
+from gateway.errors import (
+    ConfigError,
+    DurableQueueError,
+    GatewayError,
+    MessageRejected,
+    NamespaceUnavailable,
+    OperationTimeout,
+    OwnershipLost,
+    QueueCorrupt,
+    QueueFull,
+    TransportError,
+)
+from gateway.transports.base import ReceivedMessage, ReceiveMode
+from replication import Message
+from replication._dedup import DedupWindow
+from replication._policy import Mode, ReplicationPolicy, RetryPolicy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DedupConfig",
+    "DedupWindow",
+    "DurableQueueConfig",
+    "DurableQueueError",
+    "GatewayConfig",
+    "GatewayError",
+    "GatewayHooks",
+    "GeoReceiver",
+    "GeoSender",
+    "Message",
+    "MessageRejected",
+    "Mode",
+    "NamespaceConfig",
+    "NamespaceUnavailable",
+    "OperationTimeout",
+    "OwnershipLost",
+    "QueueCorrupt",
+    "QueueFull",
+    "ReceiveMode",
+    "ReceivedMessage",
+    "ReceiverStats",
+    "ReplicationPolicy",
+    "RetryPolicy",
+    "SendResult",
+    "TransportError",
+    "__version__",
+]

@@ -1,0 +1,138 @@
+"""``GeoSender`` and ``GeoReceiver``: the sync drivers of the async core."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway._receiver import AsyncGeoReceiver, ReceiverStats
+from gateway._sender import AsyncGeoSender, MessageLike, SendResult
+from gateway._sync import PortalDriver
+from gateway.transports.base import ReceivedMessage
+from replication import NamespaceUnavailable
+from replication._roles import RoleState
+
+__all__ = ["GeoReceiver", "GeoSender"]
+
+
+async def _open_sender(kwargs: dict[str, Any]) -> AsyncGeoSender:
+    sender = AsyncGeoSender(**kwargs)
+    await sender.start()
+    return sender
+
+
+async def _open_receiver(kwargs: dict[str, Any]) -> AsyncGeoReceiver:
+    return AsyncGeoReceiver(**kwargs)
+
+
+class GeoSender(PortalDriver):
+    """Sync sender; takes the same arguments as :class:`gateway.aio.AsyncGeoSender`.
+
+    Use as a context manager or call :meth:`close`. The background recovery (probe,
+    replay, failback) runs on the sender's own event loop thread between calls.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self._core = self._call(_open_sender, kwargs)
+        except BaseException:
+            self._close_portal(_noop)
+            raise
+
+    @property
+    def roles(self) -> RoleState:
+        return self._core.roles
+
+    @property
+    def backlog(self) -> frozenset[str]:
+        return self._core.backlog
+
+    def send(self, message: MessageLike) -> SendResult:
+        """Send one message; see :meth:`AsyncGeoSender.send_batch` for what it raises."""
+        return self._call(self._core.send, message)
+
+    def send_batch(self, messages: Sequence[MessageLike]) -> SendResult:
+        """Send messages as one batch; see :meth:`AsyncGeoSender.send_batch`."""
+        return self._call(self._core.send_batch, messages)
+
+    def replay(self) -> int:
+        """Probe and replay buffered messages now; return how many were sent."""
+        return self._call(self._core.replay)
+
+    def close(self) -> None:
+        self._close_portal(self._core.aclose)
+
+
+class GeoReceiver(PortalDriver):
+    """Sync receiver; takes the same arguments as :class:`gateway.aio.AsyncGeoReceiver`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self._core = self._call(_open_receiver, kwargs)
+        except BaseException:
+            self._close_portal(_noop)
+            raise
+
+    @property
+    def stats(self) -> ReceiverStats:
+        return self._core.stats
+
+    def receive(self, max_messages: int = 10, max_wait: float = 5.0) -> list[ReceivedMessage]:
+        """First copies only; see :meth:`AsyncGeoReceiver.receive`."""
+        return self._call(self._core.receive, max_messages, max_wait)
+
+    def complete(self, message: ReceivedMessage) -> None:
+        self._call(self._core.complete, message)
+
+    def abandon(self, message: ReceivedMessage) -> None:
+        self._call(self._core.abandon, message)
+
+    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str = "") -> None:
+        self._call(self._dead_letter, message, reason, description)
+
+    async def _dead_letter(self, message: ReceivedMessage, reason: str, description: str) -> None:
+        await self._core.dead_letter(message, reason=reason, description=description)
+
+    def run(
+        self,
+        handler: Callable[[ReceivedMessage], None],
+        *,
+        max_messages: int = 10,
+        stop: threading.Event | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """Handle messages in this thread until ``stop`` is set or ``idle_timeout``.
+
+        A handler that raises abandons its message; one that returns completes it.
+        """
+        import time
+
+        idle_since = time.monotonic()
+        while not (stop is not None and stop.is_set()):
+            try:
+                batch = self.receive(max_messages=max_messages, max_wait=0.25)
+            except NamespaceUnavailable:
+                time.sleep(0.25)
+                batch = []
+            if not batch:
+                if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                    return
+                continue
+            idle_since = time.monotonic()
+            for message in batch:
+                try:
+                    handler(message)
+                except Exception:
+                    self.abandon(message)
+                else:
+                    self.complete(message)
+
+    def close(self) -> None:
+        self._close_portal(self._core.aclose)
+
+
+async def _noop() -> None:
+    return None

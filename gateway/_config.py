@@ -1,0 +1,288 @@
+"""Configuration: frozen, keyword-only, validated records, loaded from TOML and env.
+
+Connection strings and keys never appear in a repr, a log line or an error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway._secrets import redact
+from replication import ConfigError
+from replication._dedup import DedupWindow
+from replication._policy import Mode, ReplicationPolicy, RetryPolicy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "DedupConfig",
+    "DurableQueueConfig",
+    "GatewayConfig",
+    "NamespaceConfig",
+]
+
+ENV_PREFIX = "GEOGATEWAY_"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceConfig:
+    """One namespace: ``local://NAME`` or an Azure connection string.
+
+    Args:
+        url: ``local://NAME`` for an embedded namespace, or ``sb://HOST`` /
+            a fully qualified namespace for Azure.
+        connection_string: an Azure connection string; kept out of every repr.
+        name: the name the gateway uses for it (defaults to the local name or host).
+    """
+
+    url: str = ""
+    connection_string: str | None = field(default=None, repr=False)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.url and not self.connection_string:
+            raise ConfigError("a namespace needs a url (local://NAME) or a connection_string")
+        if self.connection_string and not self.url:
+            object.__setattr__(self, "url", _endpoint_of(self.connection_string))
+        parts = urlsplit(self.url if "://" in self.url else f"sb://{self.url}")
+        if parts.scheme == "local":
+            if not parts.netloc or parts.path not in ("", "/"):
+                raise ConfigError(f"bad local namespace url {self.url!r}: use local://NAME")
+        elif parts.scheme not in ("sb", "amqp", "amqps") or not parts.hostname:
+            raise ConfigError(
+                f"bad namespace url {redact(self.url)!r}: use local://NAME, sb://HOST "
+                "or a connection string"
+            )
+        if not self.name:
+            object.__setattr__(self, "name", parts.netloc if self.is_local else parts.hostname)
+
+    @classmethod
+    def parse(cls, value: str) -> NamespaceConfig:
+        """Read ``local://NAME``, ``sb://HOST`` or an ``Endpoint=...`` connection string."""
+        value = value.strip()
+        if value.lower().startswith("endpoint="):
+            return cls(connection_string=value)
+        return cls(url=value)
+
+    @property
+    def is_local(self) -> bool:
+        return self.url.startswith("local://")
+
+    @property
+    def local_name(self) -> str:
+        """The embedded namespace's name (``local://NAME``)."""
+        return urlsplit(self.url).netloc
+
+    def __repr__(self) -> str:
+        secret = ", connection_string=***" if self.connection_string else ""
+        return f"NamespaceConfig(name={self.name!r}, url={redact(self.url)!r}{secret})"
+
+    __str__ = __repr__
+
+
+def _endpoint_of(connection_string: str) -> str:
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "endpoint" and value:
+            return value.strip()
+    raise ConfigError("the connection string has no Endpoint=sb://... part")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DurableQueueConfig:
+    """The client-side durable queue that holds messages while both namespaces are down."""
+
+    path: Path
+    max_messages: int | None = 1_000_000
+    max_bytes: int | None = 1 << 30
+    synchronous: str = "FULL"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path).expanduser())
+        for name in ("max_messages", "max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"durable_queue {name} must be a whole number >= 1")
+        if str(self.synchronous).upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError("durable_queue synchronous must be FULL, EXTRA or NORMAL")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DedupConfig:
+    """The receive side's persistent ``MessageId`` window."""
+
+    path: Path
+    window: DedupWindow = field(default_factory=DedupWindow)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path).expanduser())
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    """Everything a sender or receiver needs, from a TOML file and ``GEOGATEWAY_*`` env.
+
+    See the README's configuration reference for the file's keys.
+    """
+
+    primary: NamespaceConfig
+    secondary: NamespaceConfig
+    entity: str
+    policy: ReplicationPolicy = field(default_factory=ReplicationPolicy)
+    durable_queue: DurableQueueConfig | None = None
+    dedup: DedupConfig | None = None
+    data_dir: Path | None = None
+    state_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entity, str) or not self.entity.strip():
+            raise ConfigError("entity must be the name of a queue or event hub")
+        if self.primary.name == self.secondary.name:
+            raise ConfigError(
+                f"primary and secondary are the same namespace ({self.primary.name!r})"
+            )
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
+    ) -> GatewayConfig:
+        """Read a TOML file (or ``$GEOGATEWAY_CONFIG``), then let env override it.
+
+        Raises:
+            ConfigError: a missing or malformed file, an unknown key, a bad value.
+        """
+        env = os.environ if env is None else env
+        path = path or env.get(ENV_PREFIX + "CONFIG")
+        data: dict[str, Any] = _read_toml(Path(path)) if path else {}
+        base = Path(path).parent if path else Path.cwd()
+        _apply_env(data, env)
+        return _from_mapping(data, base=base, source=str(path) if path else "the environment")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fp:
+            return tomllib.load(fp)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+
+
+_ENV_KEYS = {
+    "PRIMARY": ("primary",),
+    "SECONDARY": ("secondary",),
+    "ENTITY": ("entity",),
+    "MODE": ("mode",),
+    "FAILBACK": ("failback",),
+    "DATA_DIR": ("data_dir",),
+    "STATE_DIR": ("state_dir",),
+    "DURABLE_QUEUE": ("durable_queue", "path"),
+    "DEDUP_STORE": ("dedup", "path"),
+}
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    for suffix, keys in _ENV_KEYS.items():
+        value = env.get(ENV_PREFIX + suffix)
+        if value is None:
+            continue
+        if keys[0] in ("primary", "secondary"):
+            parsed = NamespaceConfig.parse(value)
+            data[keys[0]] = {"url": parsed.url, "connection_string": parsed.connection_string}
+        elif keys[0] == "failback":
+            data["failback"] = value.strip().lower() in ("1", "true", "yes", "on")
+        elif len(keys) == 2:
+            section = data.setdefault(keys[0], {})
+            if isinstance(section, dict):
+                section[keys[1]] = value
+        else:
+            data[keys[0]] = value
+
+
+_TOP_KEYS = {
+    "primary", "secondary", "entity", "mode", "failback", "probe_interval",
+    "data_dir", "state_dir", "retry", "durable_queue", "dedup",
+}
+
+
+def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayConfig:
+    _reject_unknown(data, _TOP_KEYS, "the top level", source)
+    for required in ("primary", "secondary", "entity"):
+        if required not in data:
+            raise ConfigError(
+                f"{required!r} is missing from {source}: set it in the file or "
+                f"${ENV_PREFIX}{required.upper()}"
+            )
+    retry = _section(data, "retry", {"attempts", "initial_backoff", "max_backoff", "max_delay"},
+                     source)
+    try:
+        policy = ReplicationPolicy(
+            mode=Mode.parse(data.get("mode", "passive")),
+            failback=data.get("failback", False),
+            retry=RetryPolicy(**retry),
+            probe_interval=data.get("probe_interval", 0.25),
+        )
+    except TypeError as exc:  # a value of the wrong type inside the dataclasses
+        raise ConfigError(f"bad value in {source}: {exc}") from None
+    queue = _section(data, "durable_queue", {"path", "max_messages", "max_bytes", "synchronous"},
+                     source)
+    dedup = _section(data, "dedup", {"path", "window_seconds", "window_count"}, source)
+    return GatewayConfig(
+        primary=_namespace(data["primary"], "primary", source),
+        secondary=_namespace(data["secondary"], "secondary", source),
+        entity=data["entity"],
+        policy=policy,
+        durable_queue=DurableQueueConfig(**{**queue, "path": base / queue["path"]})
+        if queue.get("path") else None,
+        dedup=DedupConfig(
+            path=base / dedup["path"],
+            window=DedupWindow(
+                seconds=float(dedup.get("window_seconds", 600.0)),
+                count=int(dedup.get("window_count", 1_000_000)),
+            ),
+        ) if dedup.get("path") else None,
+        data_dir=base / data["data_dir"] if data.get("data_dir") else None,
+        state_dir=base / data["state_dir"] if data.get("state_dir") else None,
+    )
+
+
+def _section(data: dict[str, Any], name: str, known: set[str], source: str) -> dict[str, Any]:
+    section = data.get(name, {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"[{name}] in {source} must be a table")
+    _reject_unknown(section, known, f"[{name}]", source)
+    return section
+
+
+def _namespace(value: Any, role: str, source: str) -> NamespaceConfig:
+    if isinstance(value, str):
+        return NamespaceConfig.parse(value)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{role} in {source} must be a url, a connection string or a table")
+    _reject_unknown(value, {"url", "connection_string", "name"}, f"[{role}]", source)
+    return NamespaceConfig(
+        url=value.get("url") or "",
+        connection_string=value.get("connection_string"),
+        name=value.get("name") or "",
+    )
+
+
+def _reject_unknown(section: Mapping[str, Any], known: set[str], where: str, source: str) -> None:
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown option {unknown[0]!r} in {where} of {source}; "
+            f"known options: {', '.join(sorted(known))}"
+        )

@@ -1,0 +1,46 @@
+"""Observability hooks: subclass :class:`GatewayHooks` and override what you need."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["GatewayHooks", "emit"]
+
+logger = logging.getLogger("geogateway")
+
+
+class GatewayHooks:
+    """No-op callbacks the gateway calls as things happen.
+
+    Hooks run inline on the gateway's event loop thread, so keep them short. A hook
+    that raises is logged and ignored: observability never breaks a send.
+    """
+
+    def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
+        """Sends moved from one namespace to the other (roles swapped)."""
+
+    def on_namespace_down(self, *, namespace: str, error: BaseException) -> None:
+        """A namespace failed and is skipped until a probe finds it healthy."""
+
+    def on_namespace_up(self, *, namespace: str) -> None:
+        """A namespace marked down answered a probe again."""
+
+    def on_buffered(self, *, destination: str, count: int) -> None:
+        """``count`` messages went to the durable queue for ``destination``."""
+
+    def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
+        """``count`` buffered messages of ``destination`` were sent."""
+
+    def on_duplicate(self, *, message_id: str, namespace: str) -> None:
+        """A second copy of ``message_id`` was received and settled, not delivered."""
+
+
+def emit(hooks: Sequence[GatewayHooks], name: str, **kwargs: Any) -> None:
+    """Call hook ``name`` on each of ``hooks``; log and carry on when one raises."""
+    for hook in hooks:
+        try:
+            getattr(hook, name)(**kwargs)
+        except Exception:
+            logger.exception("hook %s.%s failed", type(hook).__name__, name)

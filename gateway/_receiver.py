@@ -1,0 +1,338 @@
+"""The receiver core (async). ``GeoReceiver`` in ``gateway._client`` drives it.
+
+One pump task per namespace keeps up to ``prefetch`` messages received (peek-locked);
+``receive()`` runs them through the de-duplicator:
+
+- DELIVER: the first copy of a ``MessageId``; returned to the caller.
+- DUPLICATE: the id is done; the copy is completed without being delivered.
+- HOLD: the other copy is in flight; this one waits, still locked. When the first
+  copy completes, the held one is completed as a duplicate; when it is abandoned,
+  the held one goes back to the inbox and may be delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Union
+
+import anyio
+
+from gateway._dedup_store import SqliteDedupStore
+from gateway._factory import NamespaceLike, open_transport
+from gateway._hooks import GatewayHooks, emit
+from gateway.transports.base import ReceivedMessage, Transport
+from replication import GatewayError, MessageRejected, NamespaceUnavailable, TransportError
+from replication._dedup import DedupStore, DedupWindow, Deduplicator, Verdict
+
+__all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
+
+logger = logging.getLogger("geogateway")
+
+Handler = Callable[[ReceivedMessage], Union[Awaitable[None], None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceiverStats:
+    """Counters since the receiver started."""
+
+    received: int
+    delivered: int
+    duplicates_suppressed: int
+    held: int
+    completed: int
+    abandoned: int
+
+
+class AsyncGeoReceiver:
+    """Receives from both namespaces and delivers each ``MessageId`` once.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace.
+        entity: the queue to receive from.
+        dedup_store: a path (a persistent SQLite window, shareable between processes)
+            or a ``DedupStore``.
+        dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        prefetch: messages each namespace's pump keeps received ahead of the caller.
+        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
+        data_dir: the directory of local namespaces.
+    """
+
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        dedup_store: str | os.PathLike[str] | DedupStore,
+        dedup_window: DedupWindow | None = None,
+        prefetch: int = 100,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        poll_wait: float = 0.25,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if prefetch < 1:
+            raise ValueError("prefetch must be >= 1")
+        self.entity = entity
+        self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
+        self._prefetch = prefetch
+        self._poll_wait = poll_wait
+        self._transports: dict[str, Transport] = {}
+        self._owned: list[Transport] = []
+        for ns in (primary, secondary):
+            transport, owned = open_transport(ns, data_dir=data_dir)
+            self._transports[transport.namespace] = transport
+            if owned:
+                self._owned.append(transport)
+        window = dedup_window or DedupWindow()
+        self._store_owned = not isinstance(dedup_store, DedupStore)
+        store = (
+            SqliteDedupStore(dedup_store, window=window)
+            if not isinstance(dedup_store, DedupStore)
+            else dedup_store
+        )
+        self._dedup = Deduplicator(store, window=window, clock=clock)
+        self._inbox: deque[ReceivedMessage] = deque()
+        self._held: dict[str, list[ReceivedMessage]] = {}
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._down: set[str] = set()
+        self._fatal: GatewayError | None = None
+        self._pumps: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._counts = dict.fromkeys(
+            ("received", "delivered", "duplicates_suppressed", "completed", "abandoned"), 0
+        )
+
+    @property
+    def stats(self) -> ReceiverStats:
+        return ReceiverStats(held=sum(len(v) for v in self._held.values()), **self._counts)
+
+    @property
+    def down(self) -> frozenset[str]:
+        """Namespaces whose last receive failed."""
+        return frozenset(self._down)
+
+    async def __aenter__(self) -> AsyncGeoReceiver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()
+
+    # -- receiving ------------------------------------------------------------------
+
+    async def receive(
+        self, max_messages: int = 10, max_wait: float = 5.0
+    ) -> list[ReceivedMessage]:
+        """Return up to ``max_messages`` first copies, waiting up to ``max_wait`` seconds.
+
+        Settle each with :meth:`complete` or :meth:`abandon`.
+
+        Raises:
+            NamespaceUnavailable: both namespaces are down (an outage is never
+                reported as an empty queue).
+            MessageRejected: the entity does not exist on a namespace.
+        """
+        self._start_pumps()
+        deadline = time.monotonic() + max_wait
+        out: list[ReceivedMessage] = []
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            await self._sort_inbox(out, max_messages)
+            if out:
+                return out
+            if len(self._down) == len(self._transports):
+                raise NamespaceUnavailable(
+                    "both namespaces are unavailable", namespace=",".join(sorted(self._down))
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            self._arrived.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), min(remaining, self._poll_wait))
+
+    async def _sort_inbox(self, out: list[ReceivedMessage], max_messages: int) -> None:
+        while self._inbox and len(out) < max_messages:
+            take = [self._inbox.popleft() for _ in range(min(len(self._inbox), max_messages))]
+            self._room.set()
+            verdicts = self._dedup.check_many([m.message_id for m in take])
+            for received, verdict in zip(take, verdicts):
+                if verdict is Verdict.DELIVER and len(out) < max_messages:
+                    out.append(received)
+                    self._counts["delivered"] += 1
+                elif verdict is Verdict.DELIVER:
+                    # Claimed but no room: give the claim back and keep it for later.
+                    self._dedup.failed(received.message_id)
+                    self._inbox.appendleft(received)
+                elif verdict is Verdict.DUPLICATE:
+                    await self._settle_duplicate(received)
+                else:
+                    self._held.setdefault(received.message_id, []).append(received)
+
+    async def complete(self, message: ReceivedMessage) -> None:
+        """The handler succeeded: record the id as done and settle every copy.
+
+        The id is recorded done before settling, so even if settling fails (the
+        namespace went down, the lock expired) the redelivered copy is suppressed.
+        """
+        self._dedup.succeeded(message.message_id)
+        self._counts["completed"] += 1
+        await self._settle(message, "complete")
+        for held in self._held.pop(message.message_id, []):
+            await self._settle_duplicate(held)
+
+    async def abandon(self, message: ReceivedMessage) -> None:
+        """The handler failed: release the id so a copy may be delivered again."""
+        self._dedup.failed(message.message_id)
+        self._counts["abandoned"] += 1
+        await self._settle(message, "abandon")
+        for held in reversed(self._held.pop(message.message_id, [])):
+            self._inbox.appendleft(held)
+        self._arrived.set()
+
+    async def dead_letter(
+        self, message: ReceivedMessage, *, reason: str, description: str = ""
+    ) -> None:
+        """Move the message to its namespace's dead-letter sub-queue; the id counts as done."""
+        self._dedup.succeeded(message.message_id)
+        transport = self._transports[message.namespace]
+        await transport.dead_letter(message, reason=reason, description=description)
+        for held in self._held.pop(message.message_id, []):
+            await self._settle_duplicate(held)
+
+    async def run(
+        self,
+        handler: Handler,
+        *,
+        max_messages: int = 10,
+        stop: asyncio.Event | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """Receive and handle messages until ``stop`` is set or nothing came for
+        ``idle_timeout`` seconds. A handler that raises abandons its message.
+
+        Outages of both namespaces are waited out (logged), not raised.
+        """
+        idle_since = time.monotonic()
+        while not (stop is not None and stop.is_set()):
+            try:
+                batch = await self.receive(max_messages=max_messages, max_wait=self._poll_wait)
+            except NamespaceUnavailable as exc:
+                logger.warning("receive: %s; retrying", exc)
+                await anyio.sleep(self._poll_wait)
+                batch = []
+            if not batch:
+                if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                    return
+                continue
+            idle_since = time.monotonic()
+            for message in batch:
+                await self._handle(handler, message)
+
+    async def _handle(self, handler: Handler, message: ReceivedMessage) -> None:
+        try:
+            if inspect.iscoroutinefunction(handler):
+                await handler(message)
+            else:
+                result = await anyio.to_thread.run_sync(handler, message)
+                if inspect.isawaitable(result):
+                    await result
+        except Exception:
+            logger.exception("handler failed for message %s", message.message_id)
+            await self.abandon(message)
+        else:
+            await self.complete(message)
+
+    async def aclose(self) -> None:
+        """Stop the pumps, give back every message not delivered, close what was opened."""
+        if self._closing:
+            return
+        self._closing = True
+        self._room.set()
+        if self._pumps:
+            _, pending = await asyncio.wait(self._pumps, timeout=self._poll_wait + 2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        leftovers = list(self._inbox) + [m for ms in self._held.values() for m in ms]
+        self._inbox.clear()
+        self._held.clear()
+        for received in leftovers:
+            await self._settle(received, "abandon")
+        for transport in self._owned:
+            await transport.aclose()
+        self._dedup.close()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _start_pumps(self) -> None:
+        if not self._pumps and not self._closing:
+            loop = asyncio.get_running_loop()
+            self._pumps = [loop.create_task(self._pump(ns)) for ns in self._transports]
+
+    async def _pump(self, namespace: str) -> None:
+        transport = self._transports[namespace]
+        while not self._closing:
+            room = self._prefetch - len(self._inbox)
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            try:
+                batch = await transport.receive(
+                    self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
+                )
+            except TransportError as exc:
+                if namespace not in self._down:
+                    self._down.add(namespace)
+                    emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+                await anyio.sleep(self._poll_wait)
+                continue
+            except MessageRejected as exc:
+                self._fatal = exc
+                self._arrived.set()
+                return
+            if namespace in self._down:
+                self._down.discard(namespace)
+                emit(self._hooks, "on_namespace_up", namespace=namespace)
+            if batch:
+                self._counts["received"] += len(batch)
+                self._inbox.extend(batch)
+                self._arrived.set()
+
+    async def _settle_duplicate(self, received: ReceivedMessage) -> None:
+        self._counts["duplicates_suppressed"] += 1
+        emit(self._hooks, "on_duplicate", message_id=received.message_id,
+             namespace=received.namespace)
+        await self._settle(received, "complete")
+
+    async def _settle(self, received: ReceivedMessage, how: str) -> None:
+        transport = self._transports[received.namespace]
+        try:
+            if how == "complete":
+                await transport.complete(received)
+            else:
+                await transport.abandon(received)
+        except (TransportError, MessageRejected) as exc:
+            # The lock expires by itself and the copy comes back; a done id is then
+            # suppressed, an undone one delivered. Nothing is lost by not settling.
+            logger.info("could not %s %s on %s: %s", how, received.message_id,
+                        received.namespace, exc)

@@ -1,0 +1,416 @@
+"""The sender core (async). ``GeoSender`` in ``gateway._sync`` drives this same core.
+
+Decisions come from the pure functions in :mod:`replication`; this module does
+the I/O they ask for: sends with tenacity retries, durable-queue writes, probes
+and replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import anyio
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from durable_queue import DurableQueue, Replayer
+from gateway._factory import NamespaceLike, default_state_dir, open_transport
+from gateway._hooks import GatewayHooks, emit
+from gateway._roles_store import RoleStore
+from gateway.transports.base import Transport
+from replication import Message, MessageRejected, NamespaceUnavailable, TransportError
+from replication._policy import Mode, ReplicationPolicy
+from replication._roles import RoleState
+from replication._routing import (
+    ANY_NAMESPACE,
+    destination,
+    parse_destination,
+    plan_send,
+    replayable,
+    should_fail_back,
+)
+
+__all__ = ["AsyncGeoSender", "MessageLike", "SendResult"]
+
+logger = logging.getLogger("geogateway")
+
+MessageLike = Message | bytes | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendResult:
+    """What happened to one ``send`` / ``send_batch``.
+
+    ``namespaces``: where the messages were accepted now. ``buffered``: durable queue
+    destinations they were written to for later replay. Either may be empty, not both.
+    """
+
+    message_ids: tuple[str, ...]
+    namespaces: tuple[str, ...]
+    buffered: tuple[str, ...]
+    failed_over: bool = False
+
+
+def _coerce(message: MessageLike) -> Message:
+    return message if isinstance(message, Message) else Message(message)
+
+
+class AsyncGeoSender:
+    """Sends to a primary and a secondary namespace, passive or active.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace.
+        entity: the queue or partitioned entity to send to.
+        mode: ``"passive"`` (send to the active one, fail over) or ``"active"`` (both).
+        durable_queue: a path or a ``DurableQueue``: where messages wait while the
+            namespaces they belong to are down. ``None``: raise instead.
+        policy: retry bounds, failback and probe interval (``mode`` and ``failback``
+            given here override it).
+        hooks: observability callbacks.
+        data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
+        state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
+        recovery: run the background probe/replay/failback task.
+    """
+
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        mode: Mode | str | None = None,
+        durable_queue: str | os.PathLike[str] | DurableQueue | None = None,
+        policy: ReplicationPolicy | None = None,
+        failback: bool | None = None,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        recovery: bool = True,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        policy = policy or ReplicationPolicy()
+        self.policy = ReplicationPolicy(
+            mode=Mode.parse(mode) if mode is not None else policy.mode,
+            failback=policy.failback if failback is None else failback,
+            retry=policy.retry,
+            probe_interval=policy.probe_interval,
+        )
+        self.entity = entity
+        self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
+        self._clock = clock
+        self._sleep = sleep or anyio.sleep
+        self._owned: list[Transport] = []
+        self._transports: dict[str, Transport] = {}
+        for ns in (primary, secondary):
+            transport, owned = open_transport(ns, data_dir=data_dir)
+            if transport.namespace in self._transports:
+                raise ValueError(f"primary and secondary are both {transport.namespace!r}")
+            self._transports[transport.namespace] = transport
+            if owned:
+                self._owned.append(transport)
+        names = list(self._transports)
+        self._roles_store = RoleStore(
+            Path(state_dir or default_state_dir()) / f"roles-{names[0]}-{names[1]}.json"
+        )
+        self._roles = self._roles_store.load(names[0], names[1])
+        self._queue_owned = durable_queue is not None and not isinstance(durable_queue, DurableQueue)
+        self._queue = (
+            DurableQueue(durable_queue)
+            if durable_queue is not None and not isinstance(durable_queue, DurableQueue)
+            else durable_queue
+        )
+        self._down: dict[str, float] = {}
+        self._backlog: set[str] = self._existing_backlog()
+        self._pending_puts: dict[str, int] = {}
+        self._owner = f"sender-{uuid.uuid4().hex[:12]}"
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.policy.retry.attempts)
+            | stop_after_delay(self.policy.retry.max_delay),
+            wait=wait_random_exponential(
+                multiplier=self.policy.retry.initial_backoff, max=self.policy.retry.max_backoff
+            ),
+            retry=retry_if_exception_type(TransportError),
+            reraise=True,
+            sleep=self._sleep,
+        )
+        self._recovery = recovery
+        # A plain asyncio task, not a task group: start() and aclose() may run in
+        # different tasks (the sync driver calls each through its portal).
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- public API ---------------------------------------------------------------
+
+    @property
+    def roles(self) -> RoleState:
+        """Which namespace is active now."""
+        return self._roles
+
+    @property
+    def down(self) -> frozenset[str]:
+        """Namespaces currently marked down (skipped until a probe succeeds)."""
+        return frozenset(self._down)
+
+    @property
+    def backlog(self) -> frozenset[str]:
+        """Durable queue destinations of this entity that still hold messages."""
+        return frozenset(self._backlog)
+
+    async def __aenter__(self) -> AsyncGeoSender:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start the background recovery task (probe, replay, failback)."""
+        if self._recovery and self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._recovery_loop())
+
+    async def send(self, message: MessageLike) -> SendResult:
+        """Send one message. See :meth:`send_batch`."""
+        return await self.send_batch([message])
+
+    async def send_batch(self, messages: Sequence[MessageLike]) -> SendResult:
+        """Send messages as one batch (all land in the same place).
+
+        Returns once the messages were accepted by a namespace, or are on the client's
+        disk in the durable queue.
+
+        Raises:
+            MessageRejected: a namespace refused them for good (never buffered).
+            NamespaceUnavailable: no namespace took them and no durable queue is set.
+            QueueFull: they had to be buffered and the durable queue is full.
+        """
+        if self._closed:
+            raise RuntimeError("this sender is closed")
+        batch = [_coerce(m) for m in messages]
+        if not batch:
+            return SendResult(message_ids=(), namespaces=(), buffered=())
+        plan = plan_send(
+            mode=self.policy.mode,
+            roles=self._roles,
+            entity=self.entity,
+            down=self._down,
+            backlog=self._backlog,
+        )
+        if self.policy.mode is Mode.PASSIVE:
+            return await self._send_passive(batch, plan.attempt, plan.buffer)
+        return await self._send_active(batch, plan.attempt, plan.buffer)
+
+    async def replay(self) -> int:
+        """Probe down namespaces and replay what can be replayed now; return the count."""
+        return await self._recover_once()
+
+    async def aclose(self) -> None:
+        """Stop the recovery task, then close what this sender opened."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for transport in self._owned:
+            await transport.aclose()
+        if self._queue is not None and self._queue_owned:
+            self._queue.close()
+
+    # -- sending --------------------------------------------------------------------
+
+    async def _send_passive(
+        self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
+    ) -> SendResult:
+        ids = tuple(m.message_id for m in batch)
+        accepted, failed_over, last = await self._send_any(batch, attempt)
+        if accepted is not None:
+            return SendResult(
+                message_ids=ids, namespaces=(accepted,), buffered=(), failed_over=failed_over
+            )
+        dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
+        await self._buffer(dest, batch, cause=last)
+        return SendResult(message_ids=ids, namespaces=(), buffered=(dest,))
+
+    async def _send_any(
+        self, batch: Sequence[Message], attempt: Sequence[str]
+    ) -> tuple[str | None, bool, TransportError | None]:
+        """Try namespaces in order until one takes the batch; swap roles if needed."""
+        last: TransportError | None = None
+        for ns in attempt:
+            try:
+                await self._send_to(ns, batch)
+            except TransportError as exc:
+                self._mark_down(ns, exc)
+                last = exc
+                continue
+            failed_over = ns != self._roles.active
+            if failed_over:
+                self._set_roles(self._roles.swap(self._clock()))
+            return ns, failed_over, last
+        return None, False, last
+
+    async def _send_active(
+        self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
+    ) -> SendResult:
+        ids = tuple(m.message_id for m in batch)
+        errors: dict[str, BaseException | None] = {}
+
+        async def one(ns: str) -> None:
+            try:
+                await self._send_to(ns, batch)
+                errors[ns] = None
+            except (TransportError, MessageRejected) as exc:
+                errors[ns] = exc
+
+        async with anyio.create_task_group() as tg:
+            for ns in attempt:
+                tg.start_soon(one, ns)
+        rejected = [e for e in errors.values() if isinstance(e, MessageRejected)]
+        if rejected:
+            raise rejected[0]
+        accepted = tuple(ns for ns in attempt if errors[ns] is None)
+        to_buffer = list(buffer)
+        last: TransportError | None = None
+        for ns, exc in errors.items():
+            if isinstance(exc, TransportError):
+                self._mark_down(ns, exc)
+                to_buffer.append(destination(ns, self.entity))
+                last = exc
+        if self._queue is None and not accepted:
+            raise last or NamespaceUnavailable(
+                "both namespaces are down and no durable queue is configured",
+                namespace=ANY_NAMESPACE,
+            )
+        buffered = []
+        for dest in to_buffer:
+            if self._queue is None:
+                logger.warning("copy for %s not buffered: no durable queue configured", dest)
+                continue
+            await self._buffer(dest, batch, cause=last)
+            buffered.append(dest)
+        return SendResult(message_ids=ids, namespaces=accepted, buffered=tuple(buffered))
+
+    async def _send_to(self, namespace: str, batch: Sequence[Message]) -> None:
+        transport = self._transports[namespace]
+        await self._retrying.copy()(transport.send, self.entity, batch)
+
+    async def _buffer(
+        self, dest: str, batch: Sequence[Message], *, cause: BaseException | None
+    ) -> None:
+        if self._queue is None:
+            raise NamespaceUnavailable(
+                "no namespace accepted the message and no durable queue is configured",
+                namespace=ANY_NAMESPACE,
+            ) from cause
+        queue = self._queue
+        self._pending_puts[dest] = self._pending_puts.get(dest, 0) + 1
+        self._backlog.add(dest)
+        try:
+            await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
+        finally:
+            self._pending_puts[dest] -= 1
+        emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    # -- health, roles and recovery -------------------------------------------------
+
+    def _mark_down(self, namespace: str, error: BaseException) -> None:
+        if namespace not in self._down:
+            self._down[namespace] = self._clock()
+            logger.warning("namespace %s is down: %s", namespace, error)
+            emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)
+
+    def _set_roles(self, roles: RoleState) -> None:
+        before = self._roles
+        self._roles = roles
+        self._roles_store.save(roles)
+        logger.warning("failover: %s -> %s", before.active, roles.active)
+        emit(
+            self._hooks, "on_failover",
+            from_namespace=before.active, to_namespace=roles.active, at=roles.changed_at,
+        )
+
+    def _existing_backlog(self) -> set[str]:
+        if self._queue is None:
+            return set()
+        mine = {destination(ns, self.entity) for ns in (*self._transports, ANY_NAMESPACE)}
+        return {d for d in self._queue.destinations() if d in mine}
+
+    async def _recovery_loop(self) -> None:
+        while True:
+            try:
+                await self._recover_once()
+            except Exception:  # keep recovering; the next round may succeed
+                logger.exception("recovery round failed")
+            await self._sleep(self.policy.probe_interval)
+
+    async def _recover_once(self) -> int:
+        for ns in list(self._down):
+            try:
+                await self._transports[ns].probe()
+            except TransportError:
+                continue
+            del self._down[ns]
+            logger.warning("namespace %s is back", ns)
+            emit(self._hooks, "on_namespace_up", namespace=ns)
+        replayed = 0
+        for dest in replayable(sorted(self._backlog), namespaces=self._transports, down=self._down):
+            replayed += await self._replay(dest)
+        if should_fail_back(failback=self.policy.failback, roles=self._roles, down=self._down):
+            self._set_roles(self._roles.fail_back(self._clock()))
+        return replayed
+
+    async def _replay(self, dest: str) -> int:
+        assert self._queue is not None
+        namespace, _ = parse_destination(dest)
+        replayer = Replayer(self._queue, dest, owner=self._owner)
+        if not replayer.acquire():
+            return 0  # another sender process is draining this destination
+        try:
+            if namespace == ANY_NAMESPACE:
+                async def send(batch: Sequence[Message]) -> None:
+                    order = [ns for ns in self._roles.order if ns not in self._down]
+                    accepted, _, last = await self._send_any(batch, order)
+                    if accepted is None:
+                        raise last or NamespaceUnavailable(
+                            "no namespace is up", namespace=ANY_NAMESPACE
+                        )
+            else:
+                async def send(batch: Sequence[Message]) -> None:
+                    await self._send_to(namespace, batch)
+            result = await replayer.adrain(send)
+        finally:
+            replayer.release()
+        if isinstance(result.stopped_by, TransportError) and namespace != ANY_NAMESPACE:
+            self._mark_down(namespace, result.stopped_by)
+        if result.remaining == 0 and not self._pending_puts.get(dest):
+            self._backlog.discard(dest)
+        if result.replayed or result.dead_lettered:
+            emit(
+                self._hooks, "on_replayed",
+                destination=dest, count=result.replayed, seconds=result.seconds,
+            )
+        return result.replayed

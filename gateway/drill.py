@@ -1,0 +1,286 @@
+"""Failover drills: send and receive through the gateway while namespaces fail.
+
+A drill runs a sender and a de-duplicating receiver on two embedded namespaces,
+injects a scenario while messages flow (through the same control files that
+``geogateway namespace down`` writes), lets the durable queue replay, and reports
+what arrived. It passes only when nothing was lost and no duplicate was delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway._hooks import GatewayHooks
+from gateway._receiver import AsyncGeoReceiver
+from gateway._sender import AsyncGeoSender
+from gateway.transports.base import ReceivedMessage
+from gateway.transports.local import LocalNamespace
+from replication import Message
+from replication._policy import Mode
+
+__all__ = ["DrillReport", "Scenario", "run_drill"]
+
+ENTITY = "drill"
+PRIMARY, SECONDARY = "primary", "secondary"
+
+
+class Scenario(enum.Enum):
+    """What goes wrong during a drill."""
+
+    PRIMARY_OUTAGE = "primary-outage"  # primary down at 30% of the messages, up at 60%
+    BOTH_DOWN = "both-down"  # primary down at 30%, secondary at 35%, both up at 60%
+    FLAPPING = "flapping"  # primary down and up every 10% from 20% to 80%
+    LOST_REPLIES = "lost-replies"  # 30% of primary's sends land but time out, 30% to 60%
+
+
+# (fraction of messages sent, action, namespace) for each scenario.
+_SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
+    Scenario.PRIMARY_OUTAGE: [(0.3, "down", PRIMARY), (0.6, "up", PRIMARY)],
+    Scenario.BOTH_DOWN: [
+        (0.3, "down", PRIMARY), (0.35, "down", SECONDARY),
+        (0.6, "up", PRIMARY), (0.6, "up", SECONDARY),
+    ],
+    Scenario.FLAPPING: [
+        (0.2, "down", PRIMARY), (0.3, "up", PRIMARY), (0.4, "down", PRIMARY),
+        (0.5, "up", PRIMARY), (0.6, "down", PRIMARY), (0.7, "up", PRIMARY),
+    ],
+    Scenario.LOST_REPLIES: [(0.3, "lose", PRIMARY), (0.6, "heal", PRIMARY)],
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrillReport:
+    """The outcome of one drill. ``passed`` is lost == 0 and duplicates_delivered == 0."""
+
+    scenario: str
+    mode: str
+    messages: int
+    sent: int
+    delivered: int
+    lost: int
+    duplicates_delivered: int
+    duplicates_suppressed: int
+    buffered: int
+    replayed: int
+    failovers: int
+    failover_seconds: list[float] = field(default_factory=list)
+    replay_seconds: float | None = None
+    elapsed_seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.lost == 0 and self.duplicates_delivered == 0
+
+    @property
+    def failover_p99(self) -> float | None:
+        return _percentile(self.failover_seconds, 0.99)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        data["failover_p99_seconds"] = self.failover_p99
+        return data
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+class _Counters(GatewayHooks):
+    def __init__(self) -> None:
+        self.buffered = 0
+        self.replayed = 0
+        self.failovers = 0
+
+    def on_buffered(self, *, destination: str, count: int) -> None:
+        self.buffered += count
+
+    def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
+        self.replayed += count
+
+    def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
+        self.failovers += 1
+
+
+Progress = Callable[[str, int, int], None]
+
+
+async def run_drill(
+    *,
+    mode: Mode | str = Mode.PASSIVE,
+    scenario: Scenario | str = Scenario.PRIMARY_OUTAGE,
+    messages: int = 10_000,
+    batch_size: int = 1,
+    data_dir: str | Path | None = None,
+    settle_timeout: float = 60.0,
+    progress: Progress | None = None,
+) -> DrillReport:
+    """Run one drill and return its report.
+
+    Args:
+        mode: passive or active replication.
+        scenario: what fails while messages flow.
+        messages: how many messages to send.
+        batch_size: messages per ``send_batch`` call.
+        data_dir: where the namespaces, queue and dedup store live (a temporary
+            directory, removed afterwards, when not given).
+        settle_timeout: how long to wait for replay and delivery after the last send.
+        progress: called as ``progress(phase, done, total)``.
+    """
+    mode, scenario = Mode.parse(mode), Scenario(scenario)
+    if messages < 1 or batch_size < 1:
+        raise ValueError("messages and batch_size must be >= 1")
+    with _workdir(data_dir) as root:
+        return await _Drill(mode, scenario, messages, batch_size, root, progress).run(
+            settle_timeout
+        )
+
+
+@contextlib.contextmanager
+def _workdir(data_dir: str | Path | None) -> Iterator[Path]:
+    if data_dir is not None:
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        yield Path(data_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="geogateway-drill-") as tmp:
+        yield Path(tmp)
+
+
+class _Drill:
+    def __init__(
+        self, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
+        progress: Progress | None,
+    ) -> None:
+        self.mode, self.scenario, self.total, self.batch_size = mode, scenario, messages, batch_size
+        self.root = root
+        self.progress = progress or (lambda phase, done, total: None)
+        self.namespaces = {
+            ns: LocalNamespace(ns, data_dir=root / "namespaces") for ns in (PRIMARY, SECONDARY)
+        }
+        for namespace in self.namespaces.values():
+            namespace.up()
+            namespace.set_faults(latency=0.0, lost_replies=0.0)
+            namespace.create_queue(ENTITY, lock_duration=10.0, max_delivery_count=100)
+        self.counters = _Counters()
+        self.delivered: Counter[str] = Counter()
+        self.sent_ids: list[str] = []
+        self.failover_seconds: list[float] = []
+        self._outage_at: float | None = None
+        self._outage_from: str = PRIMARY
+
+    async def run(self, settle_timeout: float) -> DrillReport:
+        started = time.monotonic()
+        sender = AsyncGeoSender(
+            primary=f"local://{PRIMARY}", secondary=f"local://{SECONDARY}", entity=ENTITY,
+            mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
+            data_dir=self.root / "namespaces", state_dir=self.root / "state",
+        )
+        receiver = AsyncGeoReceiver(
+            primary=f"local://{PRIMARY}", secondary=f"local://{SECONDARY}", entity=ENTITY,
+            dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+        )
+        stop = asyncio.Event()
+        async with sender, receiver:
+            receiving = asyncio.create_task(
+                receiver.run(self._handle, max_messages=100, stop=stop)
+            )
+            try:
+                await self._send_all(sender)
+                replay_seconds = await self._settle(sender, settle_timeout)
+                # A little longer, so that a late duplicate would be caught and counted.
+                await asyncio.sleep(0.5)
+            finally:
+                stop.set()
+                await receiving
+            suppressed = receiver.stats.duplicates_suppressed
+        unique = set(self.sent_ids)
+        return DrillReport(
+            scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
+            sent=len(self.sent_ids), delivered=sum(1 for i in unique if self.delivered[i]),
+            lost=sum(1 for i in unique if not self.delivered[i]),
+            duplicates_delivered=sum(c - 1 for c in self.delivered.values() if c > 1),
+            duplicates_suppressed=suppressed, buffered=self.counters.buffered,
+            replayed=self.counters.replayed, failovers=self.counters.failovers,
+            failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
+            elapsed_seconds=round(time.monotonic() - started, 3),
+        )
+
+    async def _handle(self, message: ReceivedMessage) -> None:
+        self.delivered[message.message_id] += 1
+        delivered = len(self.delivered)
+        if delivered % 500 == 0 or delivered == self.total:
+            self.progress("delivered", delivered, self.total)
+
+    async def _send_all(self, sender: AsyncGeoSender) -> None:
+        script = list(_SCRIPTS[self.scenario])
+        sent = 0
+        while sent < self.total:
+            while script and sent >= script[0][0] * self.total:
+                _, action, ns = script.pop(0)
+                self._inject(action, ns)
+            batch = [
+                Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
+                for i in range(sent, min(sent + self.batch_size, self.total))
+            ]
+            started = time.monotonic()
+            result = await sender.send_batch(batch)
+            self._note_failover(result.namespaces, started)
+            self.sent_ids.extend(m.message_id for m in batch)
+            sent += len(batch)
+            if sent % 500 < self.batch_size or sent == self.total:
+                self.progress("sent", sent, self.total)
+        for _, action, ns in script:
+            self._inject(action, ns)
+
+    def _inject(self, action: str, ns: str) -> None:
+        namespace = self.namespaces[ns]
+        if action == "down":
+            namespace.down()
+            if self._outage_at is None:
+                self._outage_at, self._outage_from = time.monotonic(), ns
+        elif action == "up":
+            namespace.up()
+        elif action == "lose":
+            namespace.set_faults(lost_replies=0.3)
+        elif action == "heal":
+            namespace.set_faults(lost_replies=0.0)
+
+    def _note_failover(self, accepted: tuple[str, ...], started: float) -> None:
+        # Failover time: from the outage to the end of the first send accepted by the
+        # other namespace that was started after it.
+        if self._outage_at is None or started < self._outage_at:
+            return
+        if any(ns != self._outage_from for ns in accepted):
+            self.failover_seconds.append(round(time.monotonic() - self._outage_at, 4))
+            self._outage_at = None
+
+    async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:
+        for namespace in self.namespaces.values():
+            namespace.up()
+            namespace.set_faults(latency=0.0, lost_replies=0.0)
+        up_at = time.monotonic()
+        deadline = up_at + timeout
+        replay_seconds: float | None = None
+        self.progress("replaying", 0, 1)
+        while time.monotonic() < deadline:
+            if replay_seconds is None and not sender.backlog:
+                replay_seconds = round(time.monotonic() - up_at, 3) if self.counters.buffered else 0.0
+                self.progress("replaying", 1, 1)
+            if replay_seconds is not None and all(self.delivered[i] for i in self.sent_ids):
+                break
+            await asyncio.sleep(0.05)
+        return replay_seconds
