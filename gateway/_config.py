@@ -89,6 +89,14 @@ class NamespaceConfig:
     __str__ = __repr__
 
 
+def _endpoint_key(namespace: NamespaceConfig) -> tuple[str, str]:
+    """What identifies the namespace itself, whatever name it is given."""
+    if namespace.is_local:
+        return ("local", namespace.local_name)
+    url = namespace.url if "://" in namespace.url else f"sb://{namespace.url}"
+    return ("azure", urlsplit(url).hostname or "")
+
+
 def _endpoint_of(connection_string: str) -> str:
     for part in connection_string.split(";"):
         key, _, value = part.partition("=")
@@ -110,7 +118,9 @@ class DurableQueueConfig:
         object.__setattr__(self, "path", Path(self.path).expanduser())
         for name in ("max_messages", "max_bytes"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
                 raise ConfigError(f"durable_queue {name} must be a whole number >= 1")
         if str(self.synchronous).upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigError("durable_queue synchronous must be FULL, EXTRA or NORMAL")
@@ -146,7 +156,9 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.entity, str) or not self.entity.strip():
             raise ConfigError("entity must be the name of a queue or event hub")
-        if self.primary.name == self.secondary.name:
+        if self.primary.name == self.secondary.name or _endpoint_key(
+            self.primary
+        ) == _endpoint_key(self.secondary):
             raise ConfigError(
                 f"primary and secondary are the same namespace ({self.primary.name!r})"
             )
@@ -244,18 +256,31 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
         secondary=_namespace(data["secondary"], "secondary", source),
         entity=data["entity"],
         policy=policy,
-        durable_queue=DurableQueueConfig(**{**queue, "path": base / queue["path"]})
+        durable_queue=DurableQueueConfig(
+            **{**queue, "path": _path(base, queue["path"], "durable_queue path", source)}
+        )
         if queue.get("path") else None,
         dedup=DedupConfig(
-            path=base / dedup["path"],
+            path=_path(base, dedup["path"], "dedup path", source),
+            # DedupWindow checks the types itself (a float() or int() here would turn
+            # 'ten' into a ValueError and silently truncate 1.5).
             window=DedupWindow(
-                seconds=float(dedup.get("window_seconds", 600.0)),
-                count=int(dedup.get("window_count", 1_000_000)),
+                seconds=dedup.get("window_seconds", 600.0),
+                count=dedup.get("window_count", 1_000_000),
             ),
         ) if dedup.get("path") else None,
-        data_dir=base / data["data_dir"] if data.get("data_dir") else None,
-        state_dir=base / data["state_dir"] if data.get("state_dir") else None,
+        data_dir=_path(base, data["data_dir"], "data_dir", source)
+        if data.get("data_dir") else None,
+        state_dir=_path(base, data["state_dir"], "state_dir", source)
+        if data.get("state_dir") else None,
     )
+
+
+def _path(base: Path, value: Any, what: str, source: str) -> Path:
+    """A path from the config: ``~`` expanded, relative ones against ``base``."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{what} in {source} must be a path, not {type(value).__name__}")
+    return base / Path(value).expanduser()
 
 
 def _section(data: dict[str, Any], name: str, known: set[str], source: str) -> dict[str, Any]:

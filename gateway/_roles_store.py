@@ -34,23 +34,27 @@ class RoleStore:
         except FileNotFoundError:
             return RoleState.initial(primary, secondary)
         except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"role state file {self.path} is unreadable ({exc}); delete it to start "
-                "with the primary active"
-            ) from None
-        if not isinstance(data, dict) or {data.get("preferred"), data.get("standby_preferred")} != {
-            primary,
-            secondary,
-        }:
+            raise self._unreadable(exc) from None
+        if not isinstance(data, dict):
+            raise self._unreadable(f"a JSON {type(data).__name__}, not an object")
+        if {data.get("preferred"), data.get("standby_preferred")} != {primary, secondary}:
             return RoleState.initial(primary, secondary)
-        state = RoleState(
-            preferred=primary,
-            standby_preferred=secondary,
-            active=str(data.get("active", primary)),
-            generation=int(data.get("generation", 0)),
-            changed_at=float(data.get("changed_at", 0.0)),
+        try:
+            return RoleState(
+                preferred=primary,
+                standby_preferred=secondary,
+                active=str(data.get("active", primary)),
+                generation=int(data.get("generation", 0)),
+                changed_at=float(data.get("changed_at", 0.0)),
+            )
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, reason: object) -> ConfigError:
+        return ConfigError(
+            f"role state file {self.path} is unreadable ({reason}); delete it to start "
+            "with the primary active"
         )
-        return state
 
     def save(self, state: RoleState) -> None:
         """Write ``state`` atomically."""

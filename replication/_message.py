@@ -61,6 +61,14 @@ class Message:
     def __hash__(self) -> int:
         return hash(self.message_id)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # The read-only properties view (a mappingproxy) cannot be pickled or
+        # deep-copied; rebuild from a plain dict, which __post_init__ wraps again.
+        return (
+            type(self),
+            (self.body, self.message_id, self.partition_key, dict(self.properties)),
+        )
+
     @property
     def size(self) -> int:
         """Approximate size on the wire in bytes (body, id, key and properties)."""

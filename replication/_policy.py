@@ -51,11 +51,16 @@ class RetryPolicy:
     max_delay: float = 0.75
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attempts, int) or self.attempts < 1:
+        if (
+            isinstance(self.attempts, bool)
+            or not isinstance(self.attempts, int)
+            or self.attempts < 1
+        ):
             raise ConfigError(f"retry attempts must be a whole number >= 1, not {self.attempts!r}")
         for name in ("initial_backoff", "max_backoff", "max_delay"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
+            # ``not value >= 0`` also refuses NaN; bool is an int but not a duration.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"retry {name} must be a number of seconds >= 0, not {value!r}")
         if self.max_backoff < self.initial_backoff:
             raise ConfigError("retry max_backoff must not be less than initial_backoff")
@@ -81,7 +86,11 @@ class ReplicationPolicy:
         object.__setattr__(self, "mode", Mode.parse(self.mode))
         if not isinstance(self.failback, bool):
             raise ConfigError(f"failback must be true or false, not {self.failback!r}")
-        if not isinstance(self.probe_interval, (int, float)) or self.probe_interval <= 0:
+        if (
+            isinstance(self.probe_interval, bool)
+            or not isinstance(self.probe_interval, (int, float))
+            or not self.probe_interval > 0
+        ):
             raise ConfigError(
                 f"probe_interval must be a number of seconds > 0, not {self.probe_interval!r}"
             )

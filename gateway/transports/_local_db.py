@@ -1,0 +1,204 @@
+"""The SQLite file of a local namespace: opening, schema, transactions, error mapping.
+
+Several processes share one namespace file, so:
+
+* the file is in WAL mode (readers never block the one writer) with
+  ``synchronous=NORMAL``: a power cut may lose the last transactions but never
+  corrupts the file. The namespace stands in for a remote broker in tests and
+  drills, so that trade of durability for speed is the right one here;
+* every write runs in ``BEGIN IMMEDIATE``, which takes the write lock up front, so
+  a transaction never fails half-way on a lock upgrade; SQLITE_BUSY is retried
+  (SQLite's busy handler first, then a loop of our own up to ``busy_deadline``)
+  and is never shown to a caller as "database is locked";
+* every sqlite3 error is mapped onto the error tree: a corrupt file or an I/O
+  error is an outage of the namespace (:class:`NamespaceUnavailable`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from replication import GatewayError, NamespaceUnavailable
+
+__all__ = ["Database"]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS entities (
+        name TEXT PRIMARY KEY, kind TEXT NOT NULL, partitions INTEGER NOT NULL,
+        lock_duration REAL NOT NULL, max_delivery_count INTEGER NOT NULL,
+        max_message_size INTEGER NOT NULL)""",
+    # One table for every queue and dead-letter sub-queue: dead-lettering is an
+    # UPDATE of ``entity``, and ``seq`` (never reused) is the sequence number.
+    """CREATE TABLE IF NOT EXISTS messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL,
+        message_id TEXT NOT NULL, body BLOB NOT NULL, partition_key TEXT,
+        properties TEXT, enqueued_time REAL NOT NULL,
+        delivery_count INTEGER NOT NULL DEFAULT 0, lock_token TEXT, locked_until REAL)""",
+    "CREATE INDEX IF NOT EXISTS messages_by_entity ON messages (entity, seq)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS messages_by_lock ON messages (lock_token)",
+    """CREATE TABLE IF NOT EXISTS partitions (
+        entity TEXT NOT NULL, partition INTEGER NOT NULL, next_seq INTEGER NOT NULL,
+        next_offset INTEGER NOT NULL, PRIMARY KEY (entity, partition))""",
+    """CREATE TABLE IF NOT EXISTS events (
+        entity TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL,
+        "offset" INTEGER NOT NULL, message_id TEXT NOT NULL, body BLOB NOT NULL,
+        partition_key TEXT, properties TEXT, enqueued_time REAL NOT NULL,
+        PRIMARY KEY (entity, partition, seq))""",
+    'CREATE INDEX IF NOT EXISTS events_by_offset ON events (entity, partition, "offset")',
+    """CREATE TABLE IF NOT EXISTS readers (
+        entity TEXT NOT NULL, consumer_group TEXT NOT NULL, partition INTEGER NOT NULL,
+        owner_level INTEGER NOT NULL, PRIMARY KEY (entity, consumer_group, partition))""",
+)
+
+# sqlite3 exposes the primary result code only from Python 3.11 on; the messages
+# are stable across SQLite versions, so they are the portable test.
+_BUSY_TEXT = ("database is locked", "database table is locked", "database is busy")
+_CORRUPT_TEXT = ("file is not a database", "malformed", "corrupt")
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return any(text in str(exc).lower() for text in _BUSY_TEXT)
+
+
+class Database:
+    """One connection to a namespace file, used by one thread at a time.
+
+    The connection is opened lazily (so constructors do no I/O) and serialised by
+    a lock, which makes a :class:`Database` safe to share between threads.
+
+    Args:
+        path: the namespace file; created 0600 (directory 0700) when missing.
+        namespace: the namespace's name, for errors.
+        busy_deadline: how long to keep retrying a locked file before giving up
+            with ``NamespaceUnavailable``.
+    """
+
+    def __init__(self, path: str, *, namespace: str, busy_deadline: float = 30.0) -> None:
+        self.path = path
+        self.namespace = namespace
+        self.busy_deadline = busy_deadline
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.RLock()
+
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried while the file is busy.
+
+        ``fn`` may run more than once, so it must only touch the database.
+
+        Raises:
+            NamespaceUnavailable: the file is corrupt, unreadable or stayed locked.
+            GatewayError: whatever ``fn`` raised (the transaction is rolled back).
+        """
+        return self._run(fn, "BEGIN IMMEDIATE")
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a read transaction (one consistent snapshot)."""
+        return self._run(fn, "BEGIN")
+
+    def close(self) -> None:
+        """Close the connection; the next call opens it again. Safe to call twice."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
+        deadline = time.monotonic() + self.busy_deadline
+        pause = 0.005
+        with self._lock:
+            while True:
+                try:
+                    conn = self._connection()
+                    return self._transaction(conn, fn, begin)
+                except sqlite3.Error as exc:
+                    if not _is_busy(exc) or time.monotonic() >= deadline:
+                        raise self._map(exc) from exc
+                # SQLite's own busy handler already waited; back off a little more
+                # in case the other process holds the lock in a long transaction.
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+
+    @staticmethod
+    def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T],
+                     begin: str) -> T:
+        conn.execute(begin)
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = self._open()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        directory = os.path.dirname(self.path) or "."
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            # Create the file ourselves so that it is 0600 from the first byte;
+            # SQLite gives the -wal and -shm files the same mode.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise NamespaceUnavailable(
+                f"cannot open namespace file {self.path}: {exc.strerror}; "
+                "check the data directory and its permissions",
+                namespace=self.namespace,
+            ) from exc
+        conn = sqlite3.connect(
+            self.path, timeout=5.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version != SCHEMA_VERSION:
+                self._transaction(conn, self._create_schema, "BEGIN IMMEDIATE")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise NamespaceUnavailable(
+                f"namespace file {self.path} has schema {version}, newer than this "
+                f"geogateway's {SCHEMA_VERSION}: upgrade geogateway",
+                namespace=self.namespace,
+            )
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _map(self, exc: sqlite3.Error) -> GatewayError:
+        text = str(exc).lower()
+        if any(t in text for t in _CORRUPT_TEXT):
+            return NamespaceUnavailable(
+                f"namespace file {self.path} is corrupt ({exc}): move it aside or "
+                "delete it to start the namespace empty",
+                namespace=self.namespace,
+            )
+        if _is_busy(exc):
+            return NamespaceUnavailable(
+                f"namespace file {self.path} stayed locked by another process for "
+                f"{self.busy_deadline:g}s; retry later",
+                namespace=self.namespace,
+            )
+        return NamespaceUnavailable(
+            f"namespace file {self.path} failed: {exc}; check the disk and the file",
+            namespace=self.namespace,
+        )

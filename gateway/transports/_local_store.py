@@ -1,0 +1,396 @@
+"""The storage engine of a local namespace: entities, queues, partitioned entities.
+
+Synchronous and blocking: :class:`~.local.LocalTransport` runs it in a worker
+thread, :class:`~.local.LocalNamespace` calls it directly. Every queue operation
+that changes state (send, claim, settle) is one write transaction, so a message is
+never handed to two receivers at once, even across processes.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replication import ConfigError, Message, MessageRejected
+
+from . import _local_events as events
+from ._local_db import Database
+from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
+
+__all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "Store"]
+
+DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
+MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
+
+_INSERT = (
+    "INSERT INTO messages (entity, message_id, body, partition_key, properties, "
+    "enqueued_time) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_AVAILABLE = (
+    "SELECT seq, message_id, body, partition_key, properties, enqueued_time, delivery_count "
+    "FROM messages WHERE entity = ? AND (locked_until IS NULL OR locked_until <= ?) "
+    "ORDER BY seq LIMIT ?"
+)
+
+
+class EntityKind(str, enum.Enum):
+    """What an entity of a local namespace is."""
+
+    QUEUE = "queue"
+    PARTITIONED = "partitioned"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntityInfo:
+    """One entity of a local namespace and its counts.
+
+    ``partitions`` is 0 for a queue. ``active_count`` counts messages in a queue
+    (locked ones too) or events in a partitioned entity; ``dead_letter_count``
+    counts a queue's dead-letter sub-queue. ``lock_duration`` and
+    ``max_delivery_count`` are 0 for a partitioned entity.
+    """
+
+    name: str
+    kind: EntityKind
+    partitions: int
+    active_count: int
+    dead_letter_count: int
+    lock_duration: float
+    max_delivery_count: int
+    max_message_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Entity:
+    name: str
+    kind: EntityKind
+    partitions: int
+    lock_duration: float
+    max_delivery_count: int
+    max_message_size: int
+
+
+def _props(message: Message) -> str | None:
+    return json.dumps(dict(message.properties)) if message.properties else None
+
+
+class Store:
+    """Entities, queues and partitioned entities in one namespace file.
+
+    Args:
+        path: the namespace file.
+        namespace: the namespace's name, put on records and errors.
+        auto_create: create a queue on first send or receive of an unknown name.
+    """
+
+    def __init__(self, path: str, *, namespace: str, auto_create: bool) -> None:
+        self.db = Database(path, namespace=namespace)
+        self.namespace = namespace
+        self.auto_create = auto_create
+        # Entities are never deleted and their settings never change, so a
+        # positive lookup can be cached for the life of the store.
+        self._entities: dict[str, _Entity] = {}
+        self._round_robin = itertools.count()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def ping(self) -> None:
+        """Read the namespace file once (raises when it is corrupt or unreadable)."""
+        self.db.read(lambda conn: conn.execute("SELECT COUNT(*) FROM entities").fetchone())
+
+    # -- entities ---------------------------------------------------------------
+
+    def create(self, entity: _Entity) -> None:
+        """Create ``entity``, or check that it already exists with the same settings."""
+        if not entity.name or entity.name.endswith(DEAD_LETTER_SUFFIX) or len(entity.name) > 260:
+            raise ConfigError(f"bad entity name {entity.name!r}: use 1-260 characters, "
+                              f"not ending in {DEAD_LETTER_SUFFIX}")
+        existing = self.db.write(lambda conn: self._insert_entity(conn, entity))
+        if existing != entity:
+            raise ConfigError(
+                f"entity {entity.name!r} exists in local://{self.namespace} with other "
+                f"settings ({existing}); use another name or the same settings"
+            )
+
+    @staticmethod
+    def queue(name: str, *, lock_duration: float, max_delivery_count: int,
+              max_message_size: int) -> _Entity:
+        if not lock_duration > 0 or max_delivery_count < 1 or max_message_size < 1:
+            raise ConfigError("queue settings: lock_duration > 0, max_delivery_count >= 1 "
+                              "and max_message_size >= 1 are required")
+        return _Entity(name=name, kind=EntityKind.QUEUE, partitions=0,
+                       lock_duration=float(lock_duration),
+                       max_delivery_count=max_delivery_count, max_message_size=max_message_size)
+
+    @staticmethod
+    def partitioned(name: str, *, partitions: int, max_message_size: int) -> _Entity:
+        if not 1 <= partitions <= 1024 or max_message_size < 1:
+            raise ConfigError("partitioned entity settings: 1 <= partitions <= 1024 and "
+                              "max_message_size >= 1 are required")
+        return _Entity(name=name, kind=EntityKind.PARTITIONED, partitions=partitions,
+                       lock_duration=0.0, max_delivery_count=0,
+                       max_message_size=max_message_size)
+
+    def _insert_entity(self, conn: sqlite3.Connection, e: _Entity) -> _Entity:
+        cur = conn.execute(
+            "INSERT OR IGNORE INTO entities VALUES (?, ?, ?, ?, ?, ?)",
+            (e.name, e.kind.value, e.partitions, e.lock_duration, e.max_delivery_count,
+             e.max_message_size),
+        )
+        if cur.rowcount and e.kind is EntityKind.PARTITIONED:
+            conn.executemany(
+                "INSERT INTO partitions VALUES (?, ?, 0, 0)",
+                [(e.name, p) for p in range(e.partitions)],
+            )
+        found = self._lookup(conn, e.name)
+        assert found is not None
+        return found
+
+    def _lookup(self, conn: sqlite3.Connection, name: str) -> _Entity | None:
+        cached = self._entities.get(name)
+        if cached is not None:
+            return cached
+        row = conn.execute("SELECT * FROM entities WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        entity = _Entity(name=row[0], kind=EntityKind(row[1]), partitions=row[2],
+                         lock_duration=row[3], max_delivery_count=row[4],
+                         max_message_size=row[5])
+        self._entities[name] = entity
+        return entity
+
+    def _entity(self, conn: sqlite3.Connection, name: str, *, create: bool) -> _Entity:
+        found = self._lookup(conn, name)
+        if found is not None:
+            return found
+        if create and self.auto_create:
+            # Every caller of this runs in a write transaction.
+            default = self.queue(name, lock_duration=30.0, max_delivery_count=10,
+                                 max_message_size=1 << 20)
+            return self._insert_entity(conn, default)
+        raise MessageRejected(
+            f"no such entity {name!r} in local://{self.namespace}: create it with "
+            f"LocalNamespace({self.namespace!r}).create_queue(...) or create_partitioned(...)"
+        )
+
+    def _queue_of(self, conn: sqlite3.Connection, entity: str) -> _Entity:
+        base = entity.removesuffix(DEAD_LETTER_SUFFIX)
+        found = self._entity(conn, base, create=True)
+        if found.kind is not EntityKind.QUEUE:
+            raise MessageRejected(f"{entity!r} is a partitioned entity, not a queue: "
+                                  "read it with read_partition")
+        return found
+
+    def entities(self) -> list[EntityInfo]:
+        """Every entity of the namespace with its counts, by name."""
+        def txn(conn: sqlite3.Connection) -> list[EntityInfo]:
+            counts = dict(conn.execute("SELECT entity, COUNT(*) FROM messages GROUP BY entity"))
+            counts.update(conn.execute("SELECT entity, COUNT(*) FROM events GROUP BY entity"))
+            rows = conn.execute("SELECT * FROM entities ORDER BY name").fetchall()
+            return [
+                EntityInfo(name=name, kind=EntityKind(kind), partitions=partitions,
+                           active_count=counts.get(name, 0),
+                           dead_letter_count=counts.get(name + DEAD_LETTER_SUFFIX, 0),
+                           lock_duration=lock, max_delivery_count=mdc, max_message_size=size)
+                for name, kind, partitions, lock, mdc, size in rows
+            ]
+        return self.db.read(txn)
+
+    # -- send -------------------------------------------------------------------
+
+    def send(self, entity: str, messages: Sequence[Message], now: float) -> None:
+        """Append ``messages`` to a queue or a partitioned entity, all or none."""
+        if entity.endswith(DEAD_LETTER_SUFFIX):
+            raise MessageRejected(f"cannot send to the dead-letter sub-queue {entity!r}: "
+                                  "send to the queue itself")
+
+        def txn(conn: sqlite3.Connection) -> None:
+            e = self._entity(conn, entity, create=True)
+            for m in messages:
+                if m.size > e.max_message_size:
+                    raise MessageRejected(
+                        f"message {m.message_id} is {m.size} bytes, over the "
+                        f"{e.max_message_size}-byte limit of {entity!r}: make it smaller"
+                    )
+            if e.kind is EntityKind.QUEUE:
+                conn.executemany(_INSERT, [
+                    (entity, m.message_id, m.body, m.partition_key, _props(m), now)
+                    for m in messages
+                ])
+            else:
+                events.append(conn, entity, e.partitions, messages, now,
+                              self._round_robin.__next__)
+        self.db.write(txn)
+
+    # -- queues -----------------------------------------------------------------
+
+    def receive(self, entity: str, *, max_messages: int, mode: ReceiveMode,
+                now: float) -> list[ReceivedMessage]:
+        """Claim up to ``max_messages`` available messages; [] when there are none."""
+        def has_any(conn: sqlite3.Connection) -> bool:
+            return conn.execute(_AVAILABLE, (entity, now, 1)).fetchone() is not None
+
+        # Look before taking the write lock: an idle receiver polling an empty
+        # queue then never competes with senders for it.
+        if entity.removesuffix(DEAD_LETTER_SUFFIX) in self._entities and not self.db.read(has_any):
+            return []
+        return self.db.write(lambda conn: self._claim(conn, entity, max_messages, mode, now))
+
+    def _claim(self, conn: sqlite3.Connection, entity: str, max_messages: int,
+               mode: ReceiveMode, now: float) -> list[ReceivedMessage]:
+        q = self._queue_of(conn, entity)
+        counts_deliveries = not entity.endswith(DEAD_LETTER_SUFFIX)
+        peek = mode is ReceiveMode.PEEK_LOCK
+        out: list[ReceivedMessage] = []
+        while len(out) < max_messages:
+            rows = conn.execute(_AVAILABLE, (entity, now, max_messages - len(out))).fetchall()
+            if not rows:
+                break
+            expired: list[tuple[int, str | None]] = []
+            batch: list[ReceivedMessage] = []
+            for seq, mid, body, key, props, enqueued, count in rows:
+                if counts_deliveries and count >= q.max_delivery_count:
+                    expired.append((seq, props))
+                    continue
+                batch.append(ReceivedMessage(
+                    message=Message(body=body, message_id=mid, partition_key=key,
+                                    properties=json.loads(props) if props else {}),
+                    namespace=self.namespace, entity=entity,
+                    lock_token=uuid.uuid4().hex if peek else None, sequence_number=seq,
+                    delivery_count=count + 1, enqueued_time=enqueued,
+                    locked_until=now + q.lock_duration if peek else None,
+                ))
+            self._dead_letter_rows(
+                conn, entity, expired, MAX_DELIVERY_REASON,
+                f"Message could not be consumed after {q.max_delivery_count} delivery attempts.",
+            )
+            if peek:
+                conn.executemany(
+                    "UPDATE messages SET delivery_count = ?, lock_token = ?, locked_until = ? "
+                    "WHERE seq = ?",
+                    [(r.delivery_count, r.lock_token, r.locked_until, r.sequence_number)
+                     for r in batch],
+                )
+            else:
+                conn.executemany("DELETE FROM messages WHERE seq = ?",
+                                 [(r.sequence_number,) for r in batch])
+            out.extend(batch)
+        return out
+
+    def _dead_letter_rows(self, conn: sqlite3.Connection, entity: str,
+                          rows: list[tuple[int, str | None]], reason: str,
+                          description: str) -> None:
+        updates: list[tuple[Any, ...]] = []
+        for seq, props in rows:
+            merged = json.loads(props) if props else {}
+            merged.update(DeadLetterReason=reason, DeadLetterErrorDescription=description)
+            updates.append((entity + DEAD_LETTER_SUFFIX, json.dumps(merged), seq))
+        conn.executemany(
+            "UPDATE messages SET entity = ?, properties = ?, lock_token = NULL, "
+            "locked_until = NULL WHERE seq = ?",
+            updates,
+        )
+
+    def settle(self, received: ReceivedMessage, action: str, now: float, *,
+               reason: str = "", description: str = "") -> None:
+        """Complete, abandon or dead-letter one peek-locked delivery.
+
+        Raises:
+            MessageRejected: the lock is lost (expired, settled, or never held).
+        """
+        entity = received.entity
+        if received.lock_token is None or received.namespace != self.namespace:
+            raise MessageRejected(
+                f"message {received.message_id} holds no lock in local://{self.namespace}: "
+                "settle only messages received here in peek-lock mode"
+            )
+        if action == "dead_letter" and entity.endswith(DEAD_LETTER_SUFFIX):
+            raise MessageRejected(f"message {received.message_id} is dead-lettered already: "
+                                  "complete it instead")
+
+        def txn(conn: sqlite3.Connection) -> None:
+            q = self._queue_of(conn, entity)
+            row = conn.execute(
+                "SELECT seq, properties, delivery_count FROM messages "
+                "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
+                (received.lock_token, entity, now),
+            ).fetchone()
+            if row is None:
+                raise MessageRejected(
+                    f"lock lost on message {received.message_id} of {entity!r}: it expired or "
+                    "the message was settled; it will be delivered again, do not retry"
+                )
+            seq, props, count = row
+            if action == "complete":
+                conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
+            elif action == "dead_letter":
+                self._dead_letter_rows(conn, entity, [(seq, props)], reason, description)
+            elif not entity.endswith(DEAD_LETTER_SUFFIX) and count >= q.max_delivery_count:
+                # Service Bus dead-letters on the abandon that uses up the last delivery.
+                self._dead_letter_rows(
+                    conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
+                    f"Message could not be consumed after {count} delivery attempts.",
+                )
+            else:
+                conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL "
+                             "WHERE seq = ?", (seq,))
+        self.db.write(txn)
+
+    # -- partitioned entities ---------------------------------------------------
+
+    def _partitioned(self, conn: sqlite3.Connection, entity: str,
+                     partition_id: str | None = None) -> tuple[_Entity, int]:
+        e = self._lookup(conn, entity)
+        if e is None or e.kind is not EntityKind.PARTITIONED:
+            raise MessageRejected(
+                f"no partitioned entity {entity!r} in local://{self.namespace}: create it "
+                f"with LocalNamespace({self.namespace!r}).create_partitioned(...)"
+            )
+        if partition_id is None:
+            return e, -1
+        if not partition_id.isdigit() or int(partition_id) >= e.partitions:
+            raise MessageRejected(f"{entity!r} has no partition {partition_id!r}: use one "
+                                  f"of 0..{e.partitions - 1}")
+        return e, int(partition_id)
+
+    def partition_ids(self, entity: str) -> list[str]:
+        e, _ = self.db.read(lambda conn: self._partitioned(conn, entity))
+        return [str(p) for p in range(e.partitions)]
+
+    def latest(self, entity: str, partition_id: str) -> int:
+        """The sequence number the partition's next event will get."""
+        def txn(conn: sqlite3.Connection) -> int:
+            _, p = self._partitioned(conn, entity, partition_id)
+            return events.latest_sequence(conn, entity, p)
+        return self.db.read(txn)
+
+    def read(self, entity: str, partition_id: str, *, position: EventPosition,
+             max_events: int, owner_level: int | None,
+             consumer_group: str) -> list[PartitionEvent]:
+        """Events after ``position``, fenced by ``owner_level`` when it is given.
+
+        Raises:
+            OwnershipLost: a reader with a higher owner level took the partition.
+        """
+        def fenced(conn: sqlite3.Connection, claim: bool) -> list[PartitionEvent] | None:
+            _, p = self._partitioned(conn, entity, partition_id)
+            if owner_level is not None:
+                if claim:
+                    events.claim_owner(conn, entity, consumer_group, p, owner_level)
+                elif not events.check_owner(conn, entity, consumer_group, p, owner_level):
+                    return None  # a new owner level: record it in a write transaction
+            return events.select(conn, namespace=self.namespace, entity=entity, partition=p,
+                                 position=position, max_events=max_events)
+
+        found = self.db.read(lambda conn: fenced(conn, False))
+        if found is None:
+            found = self.db.write(lambda conn: fenced(conn, True))
+        assert found is not None
+        return found

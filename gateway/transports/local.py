@@ -1,0 +1,410 @@
+"""The embedded local namespace: ``local://NAME``, one SQLite file per namespace.
+
+``DATA_DIR/NAME.db`` holds the entities (queues with peek-lock, lock expiry,
+delivery count and dead-letter; partitioned entities with sequence numbers,
+offsets, partition keys and owner-level fencing) and ``DATA_DIR/NAME.control.json``
+says whether the namespace is up and which faults it injects. Several processes
+may use one namespace at once; any of them may take it down::
+
+    LocalNamespace("primary").down()   # what `geogateway namespace down primary` does
+
+Every operation of every :class:`LocalTransport` on it then raises
+:class:`~gateway.errors.NamespaceUnavailable` (a receive that is waiting too, at
+its next poll, within 50 ms) until ``up()``.
+
+Settling (complete / abandon / dead-letter) a delivery whose lock expired, or that
+was settled already, raises :class:`~gateway.errors.MessageRejected` ("lock lost"):
+like Service Bus's ``MessageLockLostError`` it is permanent for that delivery
+(retrying cannot succeed), and the message itself is delivered again.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.to_thread
+import platformdirs
+
+from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
+
+from ._local_control import ControlFile, ControlState, validate_faults
+from ._local_store import EntityInfo, EntityKind, Store
+from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode, Transport
+
+__all__ = [
+    "EntityInfo",
+    "EntityKind",
+    "LocalNamespace",
+    "LocalTransport",
+    "NamespaceStatus",
+    "default_data_dir",
+]
+
+T = TypeVar("T")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: Receive and read_partition poll with these pauses (growing) while they wait.
+_FIRST_PAUSE, _MAX_PAUSE = 0.01, 0.05
+
+
+def default_data_dir() -> str:
+    """Where local namespaces live when no ``data_dir`` is given.
+
+    Returns:
+        ``$GEOGATEWAY_DATA_DIR`` when set, else
+        ``platformdirs.user_data_dir("geogateway")/namespaces``.
+    """
+    from_env = os.environ.get("GEOGATEWAY_DATA_DIR")
+    if from_env:
+        return from_env
+    return os.path.join(platformdirs.user_data_dir("geogateway"), "namespaces")
+
+
+def _paths(name: str, data_dir: str | os.PathLike[str] | None) -> tuple[str, str]:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(f"bad local namespace name {name!r}: use letters, digits, "
+                          "'.', '_' or '-' (at most 100, starting with a letter or digit)")
+    directory = os.fspath(data_dir) if data_dir is not None else default_data_dir()
+    base = os.path.join(directory, name)
+    return base + ".db", base + ".control.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceStatus:
+    """A local namespace as its control file describes it."""
+
+    name: str
+    up: bool
+    latency: float
+    lost_replies: float
+    path: str
+
+
+class LocalNamespace:
+    """Administration and control of one local namespace (synchronous).
+
+    Any process may create one for the same name and data directory; they all
+    share the namespace file and its control file. Administration works while
+    the namespace is down (only clients see the outage).
+
+    Args:
+        name: the namespace's name, which names its files.
+        data_dir: the data directory; see :func:`default_data_dir`.
+        auto_create: create a queue on first send or receive of an unknown name.
+
+    Raises:
+        ConfigError: a bad name.
+    """
+
+    def __init__(self, name: str, *, data_dir: str | os.PathLike[str] | None = None,
+                 auto_create: bool = True) -> None:
+        self.path, control = _paths(name, data_dir)
+        self.name = name
+        self._store = Store(self.path, namespace=name, auto_create=auto_create)
+        self._control = ControlFile(control)
+
+    def __enter__(self) -> LocalNamespace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the namespace file. Safe to call twice."""
+        self._store.close()
+
+    def create_queue(self, name: str, *, lock_duration: float = 30.0,
+                     max_delivery_count: int = 10, max_message_size: int = 1 << 20) -> None:
+        """Create a queue; do nothing when it exists with the same settings.
+
+        Raises:
+            ConfigError: bad settings, or the entity exists with other settings.
+            NamespaceUnavailable: the namespace file is corrupt or unreadable.
+        """
+        self._store.create(Store.queue(name, lock_duration=lock_duration,
+                                       max_delivery_count=max_delivery_count,
+                                       max_message_size=max_message_size))
+
+    def create_partitioned(self, name: str, *, partitions: int = 4,
+                           max_message_size: int = 1 << 20) -> None:
+        """Create a partitioned entity; do nothing when it exists with the same settings.
+
+        Raises:
+            ConfigError: bad settings, or the entity exists with other settings.
+            NamespaceUnavailable: the namespace file is corrupt or unreadable.
+        """
+        self._store.create(Store.partitioned(name, partitions=partitions,
+                                             max_message_size=max_message_size))
+
+    def entities(self) -> list[EntityInfo]:
+        """Every entity with its counts, sorted by name.
+
+        Raises:
+            NamespaceUnavailable: the namespace file is corrupt or unreadable.
+        """
+        return self._store.entities()
+
+    def down(self) -> None:
+        """Take the namespace down for every client, in every process, until :meth:`up`."""
+        self._write(down=True)
+
+    def up(self) -> None:
+        """Bring the namespace back (its faults stay as they were)."""
+        self._write(down=False)
+
+    def set_faults(self, *, latency: float = 0.0, lost_replies: float = 0.0) -> None:
+        """Set the faults of every client's operations, in every process.
+
+        Both are set at once: an argument left out is cleared to 0.
+
+        Args:
+            latency: seconds added before each operation.
+            lost_replies: the probability (0 to 1) that a send lands but its caller
+                gets ``OperationTimeout``; 1.0 loses every reply.
+
+        Raises:
+            ConfigError: a negative latency or a probability outside 0..1.
+        """
+        validate_faults(latency=latency, lost_replies=lost_replies)
+        self._write(latency=float(latency), lost_replies=float(lost_replies))
+
+    def status(self) -> NamespaceStatus:
+        """Whether the namespace is up, and its faults."""
+        state = self._control.read()
+        return NamespaceStatus(name=self.name, up=not state.down, latency=state.latency,
+                               lost_replies=state.lost_replies, path=self.path)
+
+    def _write(self, **changes: float | bool) -> None:
+        state = self._control.read()
+        merged = {"down": state.down, "latency": state.latency,
+                  "lost_replies": state.lost_replies, **changes}
+        self._control.write(ControlState(down=bool(merged["down"]),
+                                         latency=float(merged["latency"]),
+                                         lost_replies=float(merged["lost_replies"])))
+
+
+class LocalTransport(Transport):
+    """A :class:`Transport` on a local namespace (see the module docstring).
+
+    SQLite work runs in a worker thread, one call at a time per transport, so a
+    namespace file locked by another process never blocks the event loop. Use a
+    transport from one event loop (its thread limiter belongs to that loop).
+
+    Args:
+        name: the namespace's name.
+        data_dir: the data directory; see :func:`default_data_dir`.
+        auto_create: create a queue on first send or receive of an unknown name;
+            otherwise an unknown entity raises ``MessageRejected``.
+        clock: wall-clock time for enqueued times and lock expiry (shared by
+            processes, hence ``time.time``); waiting uses ``time.monotonic``.
+        rng: decides which replies are lost when ``lost_replies`` is below 1.
+
+    Raises:
+        ConfigError: a bad name.
+    """
+
+    def __init__(self, name: str, *, data_dir: str | os.PathLike[str] | None = None,
+                 auto_create: bool = True, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
+        self.path, control = _paths(name, data_dir)
+        self.namespace = name
+        self._store = Store(self.path, namespace=name, auto_create=auto_create)
+        self._control = ControlFile(control)
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    @classmethod
+    def from_url(cls, url: str, *, data_dir: str | os.PathLike[str] | None = None
+                 ) -> LocalTransport:
+        """A transport for ``local://NAME``.
+
+        Raises:
+            ConfigError: the url is not ``local://NAME``.
+        """
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if (parts is None or parts.scheme != "local" or parts.path not in ("", "/")
+                or parts.query or parts.fragment or not _NAME.fullmatch(parts.netloc)):
+            raise ConfigError(f"bad local namespace url {url!r}: expected local://NAME with "
+                              "NAME of letters, digits, '.', '_' or '-'")
+        return cls(parts.netloc, data_dir=data_dir)
+
+    async def __aenter__(self) -> LocalTransport:
+        # Narrows Transport.__aenter__'s return type for `async with ... as t`.
+        return self
+
+    # -- plumbing ---------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        if self._limiter is None:
+            # One worker at a time: the connection is not shared between threads.
+            self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args),
+                                              limiter=self._limiter)
+
+    def _check(self) -> ControlState:
+        state = self._control.read()
+        if state.down:
+            raise NamespaceUnavailable(
+                f"namespace {self.namespace!r} (local://{self.namespace}) is down: bring it "
+                f"back with `geogateway namespace up {self.namespace}`",
+                namespace=self.namespace,
+            )
+        return state
+
+    async def _enter(self) -> ControlState:
+        state = self._check()
+        if state.latency > 0:
+            await anyio.sleep(state.latency)
+            state = self._check()
+        return state
+
+    async def _poll(self, max_wait: float, attempt: Callable[[], list[T]]) -> list[T]:
+        deadline = time.monotonic() + max_wait
+        pause = _FIRST_PAUSE
+        while True:
+            found = await self._run(attempt)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            await anyio.sleep(min(pause, remaining))
+            pause = min(pause * 1.5, _MAX_PAUSE)
+            # An outage during the wait raises: it must never look like an idle queue.
+            self._check()
+
+    # -- Transport --------------------------------------------------------------
+
+    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+        """Send messages to a queue or a partitioned entity, all or none.
+
+        Raises:
+            NamespaceUnavailable: the namespace is down or its file is unusable.
+            OperationTimeout: a lost reply was injected; the messages did land.
+            MessageRejected: a message is too large, or there is no such entity.
+        """
+        state = await self._enter()
+        if not messages:
+            return
+        await self._run(self._store.send, entity, list(messages), self._clock())
+        if state.lost_replies and self._rng.random() < state.lost_replies:
+            raise OperationTimeout(
+                f"send to {entity!r} on local://{self.namespace} lost its reply (injected "
+                "fault); the messages landed: a replay may deliver duplicates",
+                namespace=self.namespace,
+            )
+
+    async def receive(self, entity: str, *, max_messages: int = 1, max_wait: float = 0.0,
+                      mode: ReceiveMode = ReceiveMode.PEEK_LOCK) -> list[ReceivedMessage]:
+        """Receive up to ``max_messages``, polling for up to ``max_wait`` seconds.
+
+        Use ``"QUEUE/$DeadLetterQueue"`` as ``entity`` to receive dead letters.
+
+        Returns:
+            The messages; an empty list only when none is available.
+
+        Raises:
+            NamespaceUnavailable: the namespace is down (also while waiting).
+            MessageRejected: no such queue, or the entity is partitioned.
+        """
+        if max_messages < 1:
+            raise ConfigError(f"max_messages must be at least 1, got {max_messages}")
+        await self._enter()
+        return await self._poll(max_wait, lambda: self._store.receive(
+            entity, max_messages=max_messages, mode=mode, now=self._clock()))
+
+    async def complete(self, received: ReceivedMessage) -> None:
+        """Remove a peek-locked message from its queue.
+
+        Raises:
+            MessageRejected: the lock is lost (expired or settled); do not retry.
+            NamespaceUnavailable: the namespace is down.
+        """
+        await self._enter()
+        await self._run(self._store.settle, received, "complete", self._clock())
+
+    async def abandon(self, received: ReceivedMessage) -> None:
+        """Release the lock so the message is delivered again.
+
+        On its last allowed delivery the message moves to the dead-letter
+        sub-queue with reason ``MaxDeliveryCountExceeded``, as on Service Bus.
+
+        Raises:
+            MessageRejected: the lock is lost (expired or settled); do not retry.
+            NamespaceUnavailable: the namespace is down.
+        """
+        await self._enter()
+        await self._run(self._store.settle, received, "abandon", self._clock())
+
+    async def dead_letter(self, received: ReceivedMessage, *, reason: str,
+                          description: str = "") -> None:
+        """Move the message to ``QUEUE/$DeadLetterQueue``.
+
+        The reason and description are added to its properties as
+        ``DeadLetterReason`` and ``DeadLetterErrorDescription``.
+
+        Raises:
+            MessageRejected: the lock is lost, or the message is a dead letter already.
+            NamespaceUnavailable: the namespace is down.
+        """
+        await self._enter()
+        settle = functools.partial(self._store.settle, reason=reason, description=description)
+        await self._run(settle, received, "dead_letter", self._clock())
+
+    async def get_partition_ids(self, entity: str) -> list[str]:
+        """The partition ids ("0", "1", ...) of a partitioned entity.
+
+        Raises:
+            MessageRejected: no such partitioned entity.
+            NamespaceUnavailable: the namespace is down.
+        """
+        await self._enter()
+        return await self._run(self._store.partition_ids, entity)
+
+    async def read_partition(self, entity: str, partition_id: str, *, position: EventPosition,
+                             max_events: int = 100, max_wait: float = 0.0,
+                             owner_level: int | None = None,
+                             consumer_group: str = "$Default") -> list[PartitionEvent]:
+        """Read events of one partition after ``position``, polling up to ``max_wait``.
+
+        ``EventPosition.earliest()`` reads from the first event; ``latest=True``
+        only events sent after this call starts; ``offset``, ``sequence_number``
+        and ``enqueued_time`` read after that value (from it with ``inclusive``).
+        ``owner_level=None`` reads without fencing; equal owner levels share.
+
+        Raises:
+            OwnershipLost: a reader with a higher owner level took the partition.
+            MessageRejected: no such partitioned entity or partition.
+            NamespaceUnavailable: the namespace is down (also while waiting).
+        """
+        if max_events < 1:
+            raise ConfigError(f"max_events must be at least 1, got {max_events}")
+        await self._enter()
+        if position.latest:
+            # Resolve "latest" once, so that events sent while we wait are returned.
+            latest = await self._run(self._store.latest, entity, partition_id)
+            position = EventPosition(sequence_number=latest, inclusive=True)
+        return await self._poll(max_wait, functools.partial(
+            self._store.read, entity, partition_id, position=position, max_events=max_events,
+            owner_level=owner_level, consumer_group=consumer_group))
+
+    async def probe(self) -> None:
+        """Return when the namespace answers.
+
+        Raises:
+            NamespaceUnavailable: it is down, or its file is corrupt or unreadable.
+        """
+        await self._enter()
+        await self._run(self._store.ping)
+
+    async def aclose(self) -> None:
+        """Close the namespace file; a later call opens it again. Safe to call twice."""
+        await self._run(self._store.close)

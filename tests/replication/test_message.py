@@ -1,0 +1,129 @@
+"""Message: body coercion, ids, properties, equality, size and a repr without payload."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import re
+
+import pytest
+
+from replication import Message
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"raw", b"raw"),
+        ("h\u00e9llo", "h\u00e9llo".encode()),
+        (bytearray(b"ba"), b"ba"),
+        (memoryview(b"mv"), b"mv"),
+    ],
+)
+def test_body_is_stored_as_bytes(body, expected):
+    # Given a body of a bytes-like or str type / When a message is built
+    message = Message(body)
+    # Then the body is bytes (str encoded as UTF-8)
+    assert type(message.body) is bytes
+    assert message.body == expected
+
+
+@pytest.mark.parametrize("body", [1, None, ["x"], {"a": 1}])
+def test_other_bodies_are_a_type_error(body):
+    with pytest.raises(TypeError, match="body must be bytes or str"):
+        Message(body)  # type: ignore[arg-type]
+
+
+def test_a_message_id_is_generated_when_missing_and_unique():
+    # Given two messages without an id / Then each gets a distinct UUID4 hex
+    first, second = Message(b"x"), Message(b"x")
+    assert re.fullmatch(r"[0-9a-f]{32}", first.message_id)
+    assert first.message_id != second.message_id
+
+
+def test_an_explicit_message_id_is_kept():
+    assert Message(b"x", message_id="order-42").message_id == "order-42"
+
+
+def test_a_message_id_that_is_not_text_is_a_type_error():
+    with pytest.raises(TypeError, match="message_id"):
+        Message(b"x", message_id=42)  # type: ignore[arg-type]
+
+
+def test_properties_are_copied_and_read_only():
+    # Given a properties dict
+    props = {"kind": "order", "n": 3, "ratio": 0.5, "urgent": True, "note": None}
+    # When a message is built and the dict is changed afterwards
+    message = Message(b"x", properties=props)
+    props["kind"] = "changed"
+    # Then the message keeps its own copy and refuses changes
+    assert message.properties["kind"] == "order"
+    assert dict(message.properties) == {**props, "kind": "order"}
+    with pytest.raises(TypeError):
+        message.properties["kind"] = "x"  # type: ignore[index]
+
+
+def test_a_property_name_that_is_not_text_is_a_type_error():
+    with pytest.raises(TypeError, match="property names must be str"):
+        Message(b"x", properties={1: "x"})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("value", [b"bytes", [1], {"a": 1}, object()])
+def test_a_property_value_that_is_not_a_scalar_is_a_type_error(value):
+    with pytest.raises(TypeError, match="property 'k' must be"):
+        Message(b"x", properties={"k": value})
+
+
+def test_messages_with_the_same_fields_are_equal_and_hash_alike():
+    # Given two messages built from the same values
+    one = Message(b"x", message_id="id-1", partition_key="p", properties={"a": 1})
+    two = Message("x", message_id="id-1", partition_key="p", properties={"a": 1})
+    # Then they are equal, hash alike and collapse in a set
+    assert one == two
+    assert hash(one) == hash(two)
+    assert len({one, two}) == 1
+    # And a different id makes a different message
+    assert one != dataclasses.replace(one, message_id="id-2")
+
+
+def test_a_message_without_properties_equals_one_with_empty_properties():
+    assert Message(b"x", message_id="i") == Message(b"x", message_id="i", properties={})
+
+
+def test_size_counts_body_id_key_and_properties():
+    message = Message(b"12345", message_id="abc", partition_key="pk", properties={"k": 10})
+    assert message.size == 5 + 3 + 2 + (1 + 2)
+
+
+def test_repr_shows_the_id_and_length_but_never_the_body():
+    # Given a message whose body is sensitive
+    message = Message(b"TOPSECRETPAYLOAD", message_id="id-7", partition_key="p")
+    # When it is shown / Then the body is absent and its size is given instead
+    text = repr(message)
+    assert "TOPSECRETPAYLOAD" not in text
+    assert "'id-7'" in text and "16 bytes" in text
+    assert "TOPSECRETPAYLOAD" not in str(message)
+
+
+def test_message_is_frozen():
+    message = Message(b"x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        message.body = b"y"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_message_survives_pickling(protocol):
+    # Given a message with properties / When it is pickled and loaded
+    message = Message(b"x", message_id="id-1", partition_key="p", properties={"a": 1})
+    loaded = pickle.loads(pickle.dumps(message, protocol=protocol))
+    # Then it is an equal message whose properties are still read-only
+    assert loaded == message
+    assert dict(loaded.properties) == {"a": 1}
+    with pytest.raises(TypeError):
+        loaded.properties["a"] = 2  # type: ignore[index]
+
+
+def test_message_can_be_deep_copied():
+    message = Message(b"x", properties={"a": 1})
+    assert copy.deepcopy(message) == message
