@@ -95,14 +95,12 @@ class AsyncGeoReceiver:
             self._transports[transport.namespace] = transport
             if owned:
                 self._owned.append(transport)
-        window = dedup_window or DedupWindow()
-        self._store_owned = not isinstance(dedup_store, DedupStore)
         store = (
-            SqliteDedupStore(dedup_store, window=window)
-            if not isinstance(dedup_store, DedupStore)
-            else dedup_store
+            dedup_store
+            if isinstance(dedup_store, DedupStore)
+            else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow())
         )
-        self._dedup = Deduplicator(store, window=window, clock=clock)
+        self._dedup = Deduplicator(store, window=dedup_window, clock=clock)
         self._inbox: deque[ReceivedMessage] = deque()
         self._held: dict[str, list[ReceivedMessage]] = {}
         self._arrived = asyncio.Event()

@@ -65,6 +65,10 @@ class SendResult:
     failed_over: bool = False
 
 
+class _BacklogCleared(Exception):
+    """A send waited to join a backlog that the replayer emptied meanwhile."""
+
+
 def _coerce(message: MessageLike) -> Message:
     return message if isinstance(message, Message) else Message(message)
 
@@ -138,7 +142,7 @@ class AsyncGeoSender:
         )
         self._down: dict[str, float] = {}
         self._backlog: set[str] = self._existing_backlog()
-        self._pending_puts: dict[str, int] = {}
+        self._gates: dict[str, asyncio.Lock] = {}
         self._owner = f"sender-{uuid.uuid4().hex[:12]}"
         self._retrying = AsyncRetrying(
             stop=stop_after_attempt(self.policy.retry.attempts)
@@ -210,16 +214,20 @@ class AsyncGeoSender:
         batch = [_coerce(m) for m in messages]
         if not batch:
             return SendResult(message_ids=(), namespaces=(), buffered=())
-        plan = plan_send(
-            mode=self.policy.mode,
-            roles=self._roles,
-            entity=self.entity,
-            down=self._down,
-            backlog=self._backlog,
-        )
-        if self.policy.mode is Mode.PASSIVE:
-            return await self._send_passive(batch, plan.attempt, plan.buffer)
-        return await self._send_active(batch, plan.attempt, plan.buffer)
+        while True:
+            plan = plan_send(
+                mode=self.policy.mode,
+                roles=self._roles,
+                entity=self.entity,
+                down=self._down,
+                backlog=self._backlog,
+            )
+            try:
+                if self.policy.mode is Mode.PASSIVE:
+                    return await self._send_passive(batch, plan.attempt, plan.buffer)
+                return await self._send_active(batch, plan.attempt, plan.buffer)
+            except _BacklogCleared:
+                continue  # the replayer caught up while we waited: plan again
 
     async def replay(self) -> int:
         """Probe down namespaces and replay what can be replayed now; return the count."""
@@ -252,7 +260,8 @@ class AsyncGeoSender:
                 message_ids=ids, namespaces=(accepted,), buffered=(), failed_over=failed_over
             )
         dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
-        await self._buffer(dest, batch, cause=last)
+        # Planned to buffer only because of a backlog (nothing was attempted)?
+        await self._buffer(dest, batch, cause=last, while_backlog=not attempt)
         return SendResult(message_ids=ids, namespaces=(), buffered=(dest,))
 
     async def _send_any(
@@ -278,6 +287,17 @@ class AsyncGeoSender:
     ) -> SendResult:
         ids = tuple(m.message_id for m in batch)
         errors: dict[str, BaseException | None] = {}
+        attempt, buffered = list(attempt), []
+        for dest in buffer:
+            ns, _ = parse_destination(dest)
+            if ns in self._down:
+                continue  # buffered below, with the copies that fail now
+            try:
+                await self._buffer(dest, batch, cause=None, while_backlog=True)
+                buffered.append(dest)
+            except _BacklogCleared:
+                attempt.append(ns)
+        buffer = [d for d in buffer if d not in buffered]
 
         async def one(ns: str) -> None:
             try:
@@ -305,7 +325,6 @@ class AsyncGeoSender:
                 "both namespaces are down and no durable queue is configured",
                 namespace=ANY_NAMESPACE,
             )
-        buffered = []
         for dest in to_buffer:
             if self._queue is None:
                 logger.warning("copy for %s not buffered: no durable queue configured", dest)
@@ -319,7 +338,12 @@ class AsyncGeoSender:
         await self._retrying.copy()(transport.send, self.entity, batch)
 
     async def _buffer(
-        self, dest: str, batch: Sequence[Message], *, cause: BaseException | None
+        self,
+        dest: str,
+        batch: Sequence[Message],
+        *,
+        cause: BaseException | None,
+        while_backlog: bool = False,
     ) -> None:
         if self._queue is None:
             raise NamespaceUnavailable(
@@ -327,13 +351,21 @@ class AsyncGeoSender:
                 namespace=ANY_NAMESPACE,
             ) from cause
         queue = self._queue
-        self._pending_puts[dest] = self._pending_puts.get(dest, 0) + 1
-        self._backlog.add(dest)
-        try:
+        async with self._gate(dest):
+            if while_backlog and dest not in self._backlog:
+                raise _BacklogCleared()
             await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
-        finally:
-            self._pending_puts[dest] -= 1
+            self._backlog.add(dest)
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    def _gate(self, dest: str) -> asyncio.Lock:
+        # Puts into a destination and the replayer's final "it is empty now" check
+        # exclude each other, so the hand-over from buffering back to direct sends
+        # happens at a moment when nothing is on its way into the queue.
+        gate = self._gates.get(dest)
+        if gate is None:
+            gate = self._gates[dest] = asyncio.Lock()
+        return gate
 
     # -- health, roles and recovery -------------------------------------------------
 
@@ -402,15 +434,19 @@ class AsyncGeoSender:
                 async def send(batch: Sequence[Message]) -> None:
                     await self._send_to(namespace, batch)
             result = await replayer.adrain(send)
+            replayed, seconds = result.replayed, result.seconds
+            if result.stopped_by is None and result.remaining == 0:
+                # Caught up: drain what arrived meanwhile with new puts held back,
+                # then let sends go direct again.
+                async with self._gate(dest):
+                    result = await replayer.adrain(send)
+                    replayed, seconds = replayed + result.replayed, seconds + result.seconds
+                    if result.stopped_by is None and result.remaining == 0:
+                        self._backlog.discard(dest)
         finally:
             replayer.release()
         if isinstance(result.stopped_by, TransportError) and namespace != ANY_NAMESPACE:
             self._mark_down(namespace, result.stopped_by)
-        if result.remaining == 0 and not self._pending_puts.get(dest):
-            self._backlog.discard(dest)
-        if result.replayed or result.dead_lettered:
-            emit(
-                self._hooks, "on_replayed",
-                destination=dest, count=result.replayed, seconds=result.seconds,
-            )
-        return result.replayed
+        if replayed:
+            emit(self._hooks, "on_replayed", destination=dest, count=replayed, seconds=seconds)
+        return replayed

@@ -105,12 +105,14 @@ class _Counters(GatewayHooks):
         self.buffered = 0
         self.replayed = 0
         self.failovers = 0
+        self.last_replay_at: float | None = None
 
     def on_buffered(self, *, destination: str, count: int) -> None:
         self.buffered += count
 
     def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
         self.replayed += count
+        self.last_replay_at = time.monotonic()
 
     def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
         self.failovers += 1
@@ -181,6 +183,8 @@ class _Drill:
         self.failover_seconds: list[float] = []
         self._outage_at: float | None = None
         self._outage_from: str = PRIMARY
+        self._down: set[str] = set()
+        self._up_at: float | None = None
 
     async def run(self, settle_timeout: float) -> DrillReport:
         started = time.monotonic()
@@ -250,10 +254,16 @@ class _Drill:
         namespace = self.namespaces[ns]
         if action == "down":
             namespace.down()
-            if self._outage_at is None:
+            self._down.add(ns)
+            # A failover clock starts only while the other namespace is up to take over.
+            if self._outage_at is None and len(self._down) < len(self.namespaces):
                 self._outage_at, self._outage_from = time.monotonic(), ns
+            elif len(self._down) == len(self.namespaces):
+                self._outage_at = None
         elif action == "up":
             namespace.up()
+            self._down.discard(ns)
+            self._up_at = time.monotonic()
         elif action == "lose":
             namespace.set_faults(lost_replies=0.3)
         elif action == "heal":
@@ -272,15 +282,18 @@ class _Drill:
         for namespace in self.namespaces.values():
             namespace.up()
             namespace.set_faults(latency=0.0, lost_replies=0.0)
-        up_at = time.monotonic()
-        deadline = up_at + timeout
-        replay_seconds: float | None = None
+        deadline = time.monotonic() + timeout
+        drained = False
         self.progress("replaying", 0, 1)
         while time.monotonic() < deadline:
-            if replay_seconds is None and not sender.backlog:
-                replay_seconds = round(time.monotonic() - up_at, 3) if self.counters.buffered else 0.0
+            if not drained and not sender.backlog:
+                drained = True
                 self.progress("replaying", 1, 1)
-            if replay_seconds is not None and all(self.delivered[i] for i in self.sent_ids):
+            if drained and all(self.delivered[i] for i in self.sent_ids):
                 break
             await asyncio.sleep(0.05)
-        return replay_seconds
+        # Replay time: from the namespaces' return to the last buffered message sent.
+        if not self.counters.buffered or self.counters.last_replay_at is None:
+            return None
+        since = self._up_at if self._up_at is not None else deadline - timeout
+        return round(max(0.0, self.counters.last_replay_at - since), 3)

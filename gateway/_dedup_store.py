@@ -1,0 +1,302 @@
+"""The persistent de-duplication store: one SQLite file shared by receiver processes.
+
+Implements :class:`replication.DedupStore` (the policy lives in
+:class:`replication.Deduplicator`). Two tables, full ids::
+
+    done(message_id PRIMARY KEY, done_at)           indexed by done_at for pruning
+    claims(message_id PRIMARY KEY, owner, expires)   in-flight leases
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, so a claim is atomic across
+processes: two receivers that get the two copies of a message never both see
+``DELIVER`` while the lease runs. The file is in WAL mode (readers do not block the
+writer; a crash mid-transaction rolls back on the next open) and is created with
+mode 0600 (SQLite gives the ``-wal`` and ``-shm`` files the same mode), because
+message ids can be business data.
+
+``synchronous="NORMAL"`` (the default) does not fsync every commit: after a power
+loss (not a process crash) the last few done marks may be lost and those messages
+delivered again. Use ``"FULL"`` when that matters more than throughput.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from replication._dedup import DEFAULT_DEDUP_WINDOW, DedupStore, DedupWindow, Verdict
+from replication._errors import ConfigError, GatewayError
+
+__all__ = ["SqliteDedupStore"]
+
+T = TypeVar("T")
+
+# "ggdd" in the file header, so that a file that is some other SQLite database is
+# refused instead of having tables added to it.
+_APPLICATION_ID = 0x67676464
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+# SQLite's default limit on host parameters was 999 before 3.32; stay below it.
+_CHUNK = 500
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS done (
+    message_id TEXT PRIMARY KEY,
+    done_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS done_by_time ON done (done_at);
+CREATE TABLE IF NOT EXISTS claims (
+    message_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+def _is_busy(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class SqliteDedupStore(DedupStore):
+    """A :class:`replication.DedupStore` in a SQLite file, shared by processes.
+
+    Args:
+        path: the store file; created (mode 0600) when missing. Its directory must exist.
+        window: the authoritative window (see :class:`replication.DedupStore`).
+        synchronous: SQLite's ``synchronous`` setting: ``OFF``, ``NORMAL``, ``FULL``
+            or ``EXTRA`` (see the module docstring).
+        busy_timeout: seconds one statement waits for another process's lock.
+        lock_timeout: seconds a transaction is retried while the file stays locked
+            before :class:`~replication.GatewayError` is raised.
+
+    Raises:
+        ConfigError: a bad option, or the file cannot be opened, is corrupt, or is
+            not a dedup store (the message says to move it aside).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        window: DedupWindow = DEFAULT_DEDUP_WINDOW,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 5.0,
+        lock_timeout: float = 60.0,
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ConfigError(f"synchronous must be one of {_SYNCHRONOUS}, not {synchronous!r}")
+        if not busy_timeout > 0 or not lock_timeout > 0:
+            raise ConfigError("busy_timeout and lock_timeout must be > 0")
+        self.window = window
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._retrying = Retrying(
+            stop=stop_after_delay(lock_timeout),
+            wait=wait_random_exponential(multiplier=0.005, max=0.25),
+            retry=retry_if_exception(_is_busy),
+            reraise=True,
+        )
+        self._conn: sqlite3.Connection | None = self._open(synchronous.upper(), busy_timeout)
+
+    def _open(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
+        try:
+            # Create the file ourselves so that it never exists with a wider mode.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            os.chmod(self.path, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"cannot open dedup store {self.path}: {exc.strerror}") from exc
+        conn = sqlite3.connect(
+            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._run(lambda: self._setup(conn, synchronous))
+        except ConfigError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if _is_busy(exc):
+                raise GatewayError(f"dedup store {self.path} stayed locked: {exc}") from exc
+            raise ConfigError(
+                f"dedup store {self.path} is corrupt or unreadable ({exc}): move it aside"
+            ) from exc
+        return conn
+
+    def _setup(self, conn: sqlite3.Connection, synchronous: str) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if app_id != _APPLICATION_ID and (app_id != 0 or tables):
+                raise ConfigError(
+                    f"{self.path} is a SQLite file but not a dedup store: move it aside"
+                )
+            conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _run(self, attempt: Callable[[], T]) -> T:
+        # busy_timeout waits inside one statement; tenacity retries the whole
+        # transaction on top of it, so "database is locked" does not reach callers.
+        return self._retrying(attempt)
+
+    def _call(self, attempt: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            if self._conn is None:
+                raise RuntimeError("the dedup store is closed")
+            conn = self._conn
+            try:
+                return self._run(lambda: attempt(conn))
+            except sqlite3.DatabaseError as exc:
+                if _is_busy(exc):
+                    raise GatewayError(f"dedup store {self.path} stayed locked: {exc}") from exc
+                raise GatewayError(f"dedup store {self.path} failed: {exc}") from exc
+
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        def attempt(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = body(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return self._call(attempt)
+
+    def claim(
+        self, message_ids: Sequence[str], *, owner: str, now: float, lease: float
+    ) -> list[Verdict]:
+        """See :meth:`replication.DedupStore.claim`; one transaction for the batch."""
+        cutoff = now - self.window.seconds
+
+        def body(conn: sqlite3.Connection) -> list[Verdict]:
+            unique = list(dict.fromkeys(message_ids))
+            done: set[str] = set()
+            held: set[str] = set()
+            for i in range(0, len(unique), _CHUNK):
+                chunk = unique[i : i + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                done.update(
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT message_id FROM done"
+                        f" WHERE done_at > ? AND message_id IN ({marks})",
+                        (cutoff, *chunk),
+                    )
+                )
+                held.update(
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT message_id FROM claims"
+                        f" WHERE expires > ? AND message_id IN ({marks})",
+                        (now, *chunk),
+                    )
+                )
+            verdicts: list[Verdict] = []
+            for message_id in message_ids:
+                if message_id in done:
+                    verdicts.append(Verdict.DUPLICATE)
+                elif message_id in held:
+                    verdicts.append(Verdict.HOLD)
+                else:
+                    held.add(message_id)  # a repeat later in this batch is HOLD
+                    verdicts.append(Verdict.DELIVER)
+            conn.executemany(
+                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
+                [
+                    (mid, owner, now + lease)
+                    for mid, v in zip(message_ids, verdicts, strict=True)
+                    if v is Verdict.DELIVER
+                ],
+            )
+            return verdicts
+
+        return self._write(body)
+
+    def finish(self, message_id: str, *, owner: str, succeeded: bool, now: float) -> None:
+        """See :meth:`replication.DedupStore.finish`."""
+        self.finish_many([message_id], owner=owner, succeeded=succeeded, now=now)
+
+    def finish_many(
+        self, message_ids: Sequence[str], *, owner: str, succeeded: bool, now: float
+    ) -> None:
+        """See :meth:`replication.DedupStore.finish_many`; one transaction."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            if succeeded:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO done VALUES (?, ?)", [(m, now) for m in message_ids]
+                )
+            conn.executemany(
+                "DELETE FROM claims WHERE message_id = ? AND owner = ?",
+                [(m, owner) for m in message_ids],
+            )
+
+        self._write(body)
+
+    def peek(self, message_id: str, *, now: float) -> Verdict:
+        """See :meth:`replication.DedupStore.peek`; reads only."""
+        cutoff = now - self.window.seconds
+
+        def attempt(conn: sqlite3.Connection) -> Verdict:
+            row = conn.execute(
+                "SELECT (SELECT done_at > ? FROM done WHERE message_id = ?),"
+                " (SELECT expires > ? FROM claims WHERE message_id = ?)",
+                (cutoff, message_id, now, message_id),
+            ).fetchone()
+            if row[0]:
+                return Verdict.DUPLICATE
+            return Verdict.HOLD if row[1] else Verdict.DELIVER
+
+        return self._call(attempt)
+
+    def prune(self, *, now: float, window: DedupWindow) -> int:
+        """See :meth:`replication.DedupStore.prune`; one transaction.
+
+        Counting the done rows walks the ``done_at`` index (tens of ms at a million
+        rows), which is why :class:`replication.Deduplicator` prunes only now and then.
+        """
+
+        def body(conn: sqlite3.Connection) -> int:
+            removed = conn.execute(
+                "DELETE FROM done WHERE done_at <= ?", (now - window.seconds,)
+            ).rowcount
+            removed += conn.execute("DELETE FROM claims WHERE expires <= ?", (now,)).rowcount
+            (size,) = conn.execute("SELECT count(*) FROM done").fetchone()
+            if size > window.count:
+                removed += conn.execute(
+                    "DELETE FROM done WHERE message_id IN"
+                    " (SELECT message_id FROM done ORDER BY done_at LIMIT ?)",
+                    (size - window.count,),
+                ).rowcount
+            return int(removed)
+
+        return self._write(body)
+
+    def close(self) -> None:
+        """Close the connection; idempotent."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
