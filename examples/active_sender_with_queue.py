@@ -7,7 +7,7 @@ Run: python examples/active_sender_with_queue.py
 import tempfile
 from pathlib import Path
 
-from gateway import GeoSender, Message
+from gateway import GeoSender
 from gateway.transports import LocalNamespace
 
 with tempfile.TemporaryDirectory() as data_dir:

@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from gateway.cli import err, out, print_table, run
 from gateway.drill import DrillReport, Scenario, run_drill
@@ -64,7 +71,7 @@ def drill(mode: str, messages: int, scenario: str, batch_size: int, json_path: P
         TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=err, transient=True, disable=quiet,
     ) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(phase: str, done: int, total: int) -> None:
             if phase not in tasks:

@@ -29,8 +29,10 @@ def _when(ts: float | None) -> str:
 
 
 def queue_path_option(func: Any) -> Any:
-    func = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                        envvar="GEOGATEWAY_CONFIG", help="Read durable_queue.path from this file.")(func)
+    func = click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+        envvar="GEOGATEWAY_CONFIG", help="Read durable_queue.path from this file.",
+    )(func)
     return click.option(
         "-q", "--queue", "queue_path", type=click.Path(dir_okay=False, path_type=Path),
         envvar="GEOGATEWAY_DURABLE_QUEUE", show_envvar=True, help="The durable queue file.",
@@ -75,12 +77,13 @@ def stats(queue_path: Path | None, config_path: Path | None, as_json: bool) -> N
         print_json(asdict(s))
         return
     print_table(
-        f"durable queue {s.path if hasattr(s, 'path') else ''}".strip(),
-        ("destination", "waiting", "bytes", "oldest"),
-        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at))
+        f"durable queue {s.path}",
+        ("destination", "waiting", "bytes", "oldest", "dead-lettered"),
+        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at), d.dead_letters)
          for d in s.destinations],
     )
-    out.print(f"waiting: {s.total}  dead-lettered: {s.dead_letters}  file: {s.file_size} bytes")
+    out.print(f"waiting: {s.count} ({s.bytes} bytes)  dead-lettered: {s.dead_letters}  "
+              f"file: {s.file_bytes} bytes")
 
 
 @queue.command(name="list")

@@ -183,7 +183,7 @@ class GatewayConfig:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fp:
-            return tomllib.load(fp)
+            return dict(tomllib.load(fp))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:

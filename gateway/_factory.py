@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
 
 import platformdirs
 
@@ -15,7 +14,7 @@ from replication import ConfigError
 __all__ = ["NamespaceLike", "default_state_dir", "open_transport"]
 
 #: What the API accepts for a namespace: a url/connection string, a config, a transport.
-NamespaceLike = Union[str, NamespaceConfig, Transport]
+NamespaceLike = str | NamespaceConfig | Transport
 
 
 def default_state_dir() -> Path:

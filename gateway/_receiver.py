@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Union
 
 import anyio
 
@@ -31,13 +30,13 @@ from gateway._factory import NamespaceLike, open_transport
 from gateway._hooks import GatewayHooks, emit
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import GatewayError, MessageRejected, NamespaceUnavailable, TransportError
-from replication._dedup import DedupStore, DedupWindow, Deduplicator, Verdict
+from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
 
 __all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
 
 logger = logging.getLogger("geogateway")
 
-Handler = Callable[[ReceivedMessage], Union[Awaitable[None], None]]
+Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,7 +171,7 @@ class AsyncGeoReceiver:
             take = [self._inbox.popleft() for _ in range(min(len(self._inbox), max_messages))]
             self._room.set()
             verdicts = self._dedup.check_many([m.message_id for m in take])
-            for received, verdict in zip(take, verdicts):
+            for received, verdict in zip(take, verdicts, strict=True):
                 if verdict is Verdict.DELIVER and len(out) < max_messages:
                     out.append(received)
                     self._counts["delivered"] += 1

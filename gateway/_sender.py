@@ -134,7 +134,9 @@ class AsyncGeoSender:
             Path(state_dir or default_state_dir()) / f"roles-{names[0]}-{names[1]}.json"
         )
         self._roles = self._roles_store.load(names[0], names[1])
-        self._queue_owned = durable_queue is not None and not isinstance(durable_queue, DurableQueue)
+        self._queue_owned = durable_queue is not None and not isinstance(
+            durable_queue, DurableQueue
+        )
         self._queue = (
             DurableQueue(durable_queue)
             if durable_queue is not None and not isinstance(durable_queue, DurableQueue)

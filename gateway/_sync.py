@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
@@ -32,7 +32,7 @@ class PortalDriver:
     def _call(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         if self._portal_closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
-        return self._portal.call(func, *args)
+        return cast(T, self._portal.call(func, *args))
 
     def _close_portal(self, aclose: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if self._portal_closed:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Union
 
 __all__ = ["Message", "PropertyValue"]
 
-PropertyValue = Union[str, int, float, bool, None]
+PropertyValue = str | int | float | bool | None
 
 _EMPTY: Mapping[str, PropertyValue] = MappingProxyType({})
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=True, init=False)
 class Message:
     """One application message.
 
@@ -25,38 +24,39 @@ class Message:
             not given. Both copies of a replicated message carry the same id.
         partition_key: routes the message to a partition of a partitioned entity.
         properties: application properties (string keys, scalar values).
+
+    Raises:
+        TypeError: a body, id, key or property of the wrong type.
     """
 
     body: bytes
-    message_id: str = ""
-    partition_key: str | None = None
-    properties: Mapping[str, PropertyValue] = field(default_factory=lambda: _EMPTY)
+    message_id: str
+    partition_key: str | None
+    properties: Mapping[str, PropertyValue]
 
-    def __post_init__(self) -> None:
-        if isinstance(self.body, str):
-            object.__setattr__(self, "body", self.body.encode("utf-8"))
-        elif not isinstance(self.body, bytes):
-            if isinstance(self.body, (bytearray, memoryview)):
-                object.__setattr__(self, "body", bytes(self.body))
-            else:
-                raise TypeError(
-                    f"Message body must be bytes or str, not {type(self.body).__name__}"
-                )
-        if not self.message_id:
-            object.__setattr__(self, "message_id", uuid.uuid4().hex)
-        elif not isinstance(self.message_id, str):
-            raise TypeError("message_id must be a str")
-        if self.properties is not _EMPTY:
-            props = dict(self.properties)
-            for key, value in props.items():
-                if not isinstance(key, str):
-                    raise TypeError(f"property names must be str, not {type(key).__name__}")
-                if value is not None and not isinstance(value, (str, int, float, bool)):
-                    raise TypeError(
-                        f"property {key!r} must be str, int, float, bool or None, "
-                        f"not {type(value).__name__}"
-                    )
-            object.__setattr__(self, "properties", MappingProxyType(props))
+    def __init__(
+        self,
+        body: bytes | bytearray | memoryview | str,
+        message_id: str | None = None,
+        partition_key: str | None = None,
+        properties: Mapping[str, PropertyValue] | None = None,
+    ) -> None:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            raise TypeError(f"Message body must be bytes or str, not {type(body).__name__}")
+        if not message_id:
+            message_id = uuid.uuid4().hex
+        elif not isinstance(message_id, str):
+            raise TypeError(f"message_id must be a str, not {type(message_id).__name__}")
+        if partition_key is not None and not isinstance(partition_key, str):
+            raise TypeError(f"partition_key must be a str, not {type(partition_key).__name__}")
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "message_id", message_id)
+        object.__setattr__(self, "partition_key", partition_key)
+        object.__setattr__(self, "properties", _checked(properties) if properties else _EMPTY)
 
     def __hash__(self) -> int:
         return hash(self.message_id)
@@ -82,3 +82,16 @@ class Message:
             f"Message(message_id={self.message_id!r}, body=<{len(self.body)} bytes>, "
             f"partition_key={self.partition_key!r})"
         )
+
+
+def _checked(properties: Mapping[str, PropertyValue]) -> Mapping[str, PropertyValue]:
+    props = dict(properties)
+    for key, value in props.items():
+        if not isinstance(key, str):
+            raise TypeError(f"property names must be str, not {type(key).__name__}")
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise TypeError(
+                f"property {key!r} must be str, int, float, bool or None, "
+                f"not {type(value).__name__}"
+            )
+    return MappingProxyType(props)
