@@ -1,0 +1,27 @@
+"""The durable client-side queue: buffers messages on disk while namespaces are down.
+
+A SQLite file in WAL mode, FIFO per destination, shared safely by threads (with
+group commit) and by processes; a ``Replayer`` drains one destination at a time
+under a lease, at-least-once, dead-lettering what a namespace rejects for good.
+No azure import, no gateway import.
+"""
+
+from durable_queue._queue import DurableQueue
+from durable_queue._records import (
+    DeadLetteredMessage,
+    DestinationStats,
+    QueueStats,
+    ReplayResult,
+    StoredMessage,
+)
+from durable_queue._replayer import Replayer
+
+__all__ = [
+    "DeadLetteredMessage",
+    "DestinationStats",
+    "DurableQueue",
+    "QueueStats",
+    "ReplayResult",
+    "Replayer",
+    "StoredMessage",
+]

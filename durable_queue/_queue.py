@@ -1,0 +1,382 @@
+"""The durable queue: a SQLite file (WAL) that survives crashes of the process."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO
+
+from durable_queue import _inspect
+from durable_queue._group_commit import GroupCommitter
+from durable_queue._records import DeadLetteredMessage, QueueStats, StoredMessage
+from durable_queue._rows import dead_from_row, message_from_row, stored_from_rows
+from durable_queue._store import Row, Store
+from replication import ConfigError, Message, QueueFull
+
+__all__ = ["DurableQueue"]
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+_COLUMNS = "id, destination, message_id, partition_key, properties, body, enqueued_at"
+_SELECT = f"SELECT {_COLUMNS}, attempts, size FROM messages"
+_DEAD_SELECT = f"SELECT {_COLUMNS}, attempts, size, reason, dead_lettered_at FROM dead_letters"
+_ACQUIRE = """
+INSERT INTO leases (destination, owner, expires_at) VALUES (?, ?, ?)
+ON CONFLICT (destination) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE leases.owner = excluded.owner OR leases.expires_at <= ?
+"""
+
+
+def _option(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive int or None, not {value!r}")
+    return value
+
+
+def _ids(items: Sequence[StoredMessage] | Sequence[int]) -> list[int]:
+    return [item.id if isinstance(item, StoredMessage) else int(item) for item in items]
+
+
+def _check_destination(destination: str) -> None:
+    if not isinstance(destination, str) or not destination:
+        raise ValueError(f"destination must be a non-empty str, not {destination!r}")
+
+
+def _check_limit(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, not {value!r}")
+
+
+class DurableQueue:
+    """A durable FIFO queue per destination in one SQLite file.
+
+    A put returns only once the message is on disk. Several threads may share one
+    instance (concurrent puts share commits) and several processes may share one
+    file. Only one ``Replayer`` drains a destination at a time.
+
+    Args:
+        path: the queue file; created (mode 0600) with its schema when missing.
+        max_messages: cap on waiting messages (``None``: no cap).
+        max_bytes: cap on the total ``Message.size`` of waiting messages.
+        synchronous: SQLite's ``synchronous`` level; ``FULL`` (the default) makes
+            a returned put survive a power loss, ``NORMAL`` only a process crash.
+        busy_timeout: seconds to wait for another process's write lock.
+
+    Raises:
+        ConfigError: an option has a bad value.
+        QueueCorrupt: the file is damaged or is not a geogateway queue.
+        DurableQueueError: the file cannot be opened.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_messages: int | None = 1_000_000,
+        max_bytes: int | None = 1 << 30,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.max_messages = _option("max_messages", max_messages)
+        self.max_bytes = _option("max_bytes", max_bytes)
+        if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
+            raise ConfigError(f"synchronous must be one of {_SYNCHRONOUS}, not {synchronous!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
+            raise ConfigError(f"busy_timeout must be a number of seconds, not {busy_timeout!r}")
+        if not busy_timeout > 0:
+            raise ConfigError(f"busy_timeout must be positive, not {busy_timeout!r}")
+        self.path = Path(os.fspath(path))
+        self._store = Store(
+            self.path,
+            max_messages=self.max_messages,
+            max_bytes=self.max_bytes,
+            synchronous=synchronous.upper(),
+            busy_timeout=float(busy_timeout),
+        )
+        self._group: GroupCommitter[Row, int] = GroupCommitter(self._store.commit_puts)
+
+    # -- producing ------------------------------------------------------------
+
+    def put(self, destination: str, message: Message) -> int:
+        """Store ``message`` for ``destination``; returns once it is on disk.
+
+        Concurrent callers in one process share commits (group commit).
+
+        Args:
+            destination: the destination (entity) name.
+            message: the message.
+
+        Raises:
+            QueueFull: the message would exceed ``max_messages`` or ``max_bytes``.
+            DurableQueueError: the file cannot be written (closed, disk, locked too long).
+
+        Returns:
+            The message's row id (increasing, never reused).
+        """
+        if type(destination) is not str or not destination:
+            _check_destination(destination)
+        if not isinstance(message, Message):
+            raise TypeError(f"message must be a Message, not {type(message).__name__}")
+        return self._group.submit((destination, message))
+
+    def put_many(self, destination: str, messages: Sequence[Message]) -> list[int]:
+        """Store ``messages`` in one transaction: all of them or none.
+
+        Args:
+            destination: the destination (entity) name.
+            messages: the messages, in order.
+
+        Raises:
+            QueueFull: they would not all fit; none was stored.
+            DurableQueueError: the file cannot be written.
+
+        Returns:
+            Their row ids, in order.
+        """
+        _check_destination(destination)
+        rows = [(destination, m) for m in messages]
+        if any(not isinstance(m, Message) for _, m in rows):
+            raise TypeError("messages must all be Message instances")
+        if not rows:
+            return []
+        return self._store.put_rows(rows, all_or_nothing=True)  # type: ignore[return-value]
+
+    @property
+    def commits(self) -> int:
+        """Write transactions this instance committed for ``put``/``put_many``."""
+        return self._store.commits
+
+    # -- consuming ------------------------------------------------------------
+
+    def peek(self, destination: str | None = None, *, limit: int = 10) -> list[StoredMessage]:
+        """The oldest waiting messages, without changing anything.
+
+        Args:
+            destination: only this destination; ``None``: all, in put order.
+            limit: at most this many.
+
+        Returns:
+            Oldest first.
+        """
+        _check_limit("limit", limit)
+        if destination is None:
+            sql, params = f"{_SELECT} ORDER BY id LIMIT ?", (limit,)
+            return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
+        return self.get_batch(destination, limit)
+
+    def get_batch(self, destination: str, max_messages: int = 100) -> list[StoredMessage]:
+        """The oldest waiting messages of ``destination``, for the replayer.
+
+        Rows are not marked: only the lease holder reads a destination, and it
+        settles each batch (``ack``/``nack``/``dead_letter``) before the next.
+
+        Args:
+            destination: the destination name.
+            max_messages: at most this many.
+
+        Returns:
+            Oldest first.
+        """
+        _check_destination(destination)
+        _check_limit("max_messages", max_messages)
+        sql = f"{_SELECT} WHERE destination = ? ORDER BY id LIMIT ?"
+        params = (destination, max_messages)
+        return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
+
+    def ack(self, items: Sequence[StoredMessage] | Sequence[int]) -> None:
+        """Remove delivered messages (by ``StoredMessage`` or row id) in one transaction.
+
+        Ids that are no longer waiting are ignored: an ack is idempotent.
+        """
+        ids = _ids(items)
+        if ids:
+            self._store.write(lambda c: self._store.remove_ids(c, ids))
+
+    def nack(self, items: Sequence[StoredMessage] | Sequence[int], *, error: str = "") -> None:
+        """Keep messages at the head of their destination and count a failed attempt.
+
+        Args:
+            items: the messages (or row ids) whose delivery failed.
+            error: why, kept with each message (last one wins).
+        """
+        params = [(error, i) for i in _ids(items)]
+        if params:
+            sql = "UPDATE messages SET attempts = attempts + 1, last_error = ? WHERE id = ?"
+            self._store.write(lambda c: c.executemany(sql, params))
+
+    def dead_letter(self, item: StoredMessage | int, reason: str) -> None:
+        """Move a waiting message to the dead-letter table with ``reason``.
+
+        The rest of its destination is not held up. Does nothing when the message
+        is no longer waiting (already acknowledged or dead-lettered).
+        """
+        row_id = item.id if isinstance(item, StoredMessage) else int(item)
+        copy = f"""
+            INSERT INTO dead_letters ({_COLUMNS}, attempts, size, reason, dead_lettered_at)
+            SELECT {_COLUMNS}, attempts + 1, size, ?, ? FROM messages WHERE id = ?
+        """
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(copy, (str(reason), time.time(), row_id))
+            self._store.remove(conn, "WHERE id = ?", (row_id,))
+
+        self._store.write(work)
+
+    def dead_letters(
+        self, destination: str | None = None, *, limit: int = 100
+    ) -> list[DeadLetteredMessage]:
+        """Dead-lettered messages, oldest first.
+
+        Args:
+            destination: only this destination; ``None``: all.
+            limit: at most this many.
+        """
+        _check_limit("limit", limit)
+        where, params = _where(destination)
+        sql, args = f"{_DEAD_SELECT} {where} ORDER BY id LIMIT ?", (*params, limit)
+        return self._store.read(lambda c: [dead_from_row(r) for r in c.execute(sql, args)])
+
+    def requeue_dead_letters(self, destination: str | None = None) -> int:
+        """Move dead-lettered messages back to the tail of their destination.
+
+        Args:
+            destination: only this destination; ``None``: all.
+
+        Raises:
+            QueueFull: they would not all fit; none was moved.
+
+        Returns:
+            How many were moved.
+        """
+        where, params = _where(destination)
+
+        def work(conn: sqlite3.Connection) -> int:
+            rows = conn.execute(f"{_DEAD_SELECT} {where} ORDER BY id", params).fetchall()
+            results, _ = self._store.insert(conn, [(r[1], message_from_row(r[2:6])) for r in rows])
+            for result in results:
+                if isinstance(result, QueueFull):
+                    raise result
+            conn.executemany("DELETE FROM dead_letters WHERE id = ?", [(r[0],) for r in rows])
+            return len(rows)
+
+        return self._store.write(work)
+
+    # -- leases (used by Replayer) --------------------------------------------
+
+    def acquire_lease(self, destination: str, owner: str, *, seconds: float, now: float) -> bool:
+        """Take or renew the lease on draining ``destination``.
+
+        Args:
+            destination: the destination.
+            owner: who asks; the current holder may renew.
+            seconds: how long the lease lasts from ``now``.
+            now: the current time, on the clock every replayer of the file uses.
+
+        Returns:
+            Whether ``owner`` holds the lease now.
+        """
+        params = (destination, owner, now + seconds, now)
+        return bool(self._store.write(lambda c: c.execute(_ACQUIRE, params).rowcount))
+
+    def release_lease(self, destination: str, owner: str) -> None:
+        """Give up the lease on ``destination`` if ``owner`` holds it."""
+        sql = "DELETE FROM leases WHERE destination = ? AND owner = ?"
+        self._store.write(lambda c: c.execute(sql, (destination, owner)))
+
+    def lease_owner(self, destination: str, *, now: float) -> str | None:
+        """Who holds an unexpired lease on ``destination`` at ``now``, if anyone."""
+        sql = "SELECT owner FROM leases WHERE destination = ? AND expires_at > ?"
+        row = self._store.read(lambda c: c.execute(sql, (destination, now)).fetchone())
+        return None if row is None else str(row[0])
+
+    # -- inspecting -----------------------------------------------------------
+
+    def count(self, destination: str | None = None) -> int:
+        """Messages waiting for ``destination`` (``None``: for all)."""
+        if destination is None:
+            return len(self)
+        sql = "SELECT count(*) FROM messages WHERE destination = ?"
+        return int(self._store.read(lambda c: c.execute(sql, (destination,)).fetchone()[0]))
+
+    def __len__(self) -> int:
+        return self._store.waiting()
+
+    def destinations(self) -> list[str]:
+        """Destinations with waiting messages, sorted."""
+        sql = "SELECT DISTINCT destination FROM messages ORDER BY destination"
+        return self._store.read(lambda c: [r[0] for r in c.execute(sql)])
+
+    def stats(self) -> QueueStats:
+        """A snapshot of the queue: per destination, totals, dead letters, file size."""
+        return self._store.read(lambda c: _inspect.stats(c, self))
+
+    def export(
+        self,
+        fp: TextIO,
+        destination: str | None = None,
+        *,
+        include_dead_letters: bool = False,
+    ) -> int:
+        """Write messages to ``fp`` as JSON lines, oldest first; nothing is removed.
+
+        Each line holds ``id, destination, message_id, partition_key, properties,
+        enqueued_at, attempts, body, body_encoding`` (``"utf-8"`` when the body is
+        valid UTF-8 text, else ``"base64"``) and ``dead_letter``; dead letters add
+        ``reason`` and ``dead_lettered_at``.
+
+        Args:
+            fp: a text file open for writing.
+            destination: only this destination; ``None``: all.
+            include_dead_letters: also write the dead-lettered messages.
+
+        Returns:
+            The number of lines written.
+        """
+        return self._store.read(
+            lambda c: _inspect.export(c, fp, destination, include_dead_letters=include_dead_letters)
+        )
+
+    def purge(self, destination: str | None = None) -> int:
+        """Delete waiting messages (dead letters are kept).
+
+        Args:
+            destination: only this destination; ``None``: all.
+
+        Returns:
+            How many were deleted.
+        """
+        where, params = _where(destination)
+        return self._store.write(lambda c: self._store.remove(c, where, params))
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the file; further calls raise ``DurableQueueError``. Idempotent."""
+        self._store.close()
+
+    def __enter__(self) -> DurableQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DurableQueue({str(self.path)!r})"
+
+
+def _where(destination: str | None) -> tuple[str, tuple[str, ...]]:
+    if destination is None:
+        return "", ()
+    _check_destination(destination)
+    return "WHERE destination = ?", (destination,)

@@ -1,0 +1,298 @@
+"""The replayer: drains one destination of a durable queue, in order, under a lease.
+
+One core, two drivers (the httpx ``auth_flow`` shape): ``Replayer._flow`` is a
+generator that decides what to send next and settles each outcome in the queue;
+it yields the messages to send and is sent back ``None`` (sent) or the exception
+the send raised. ``drain`` and ``adrain`` are the only places that call ``send``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from durable_queue._queue import DurableQueue
+from durable_queue._records import ReplayResult, StoredMessage
+from replication import ConfigError, DurableQueueError, Message, MessageRejected, TransportError
+
+__all__ = ["Replayer"]
+
+# The flow yields a batch to send and receives None (sent) or what send raised.
+_Flow = Generator[list[Message], "Exception | None", ReplayResult]
+_Retry = Generator[list[Message], "Exception | None", None]
+
+
+@dataclass
+class _Tally:
+    replayed: int = 0
+    dead_lettered: int = 0
+    stopped_by: BaseException | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+class Replayer:
+    """Drains one destination of a ``DurableQueue`` through a ``send`` callable.
+
+    Only the holder of the destination's lease reads it, so two replayers (in any
+    processes) never send the same batch at once. The lease is renewed while
+    draining; a crashed replayer's lease expires and the next one resumes from the
+    head, so delivery is at-least-once.
+
+    Args:
+        queue: the queue to drain.
+        destination: the destination to drain.
+        owner: this replayer's name in the lease table (default: host:pid:random).
+        lease_seconds: how long a lease lasts without renewal.
+        batch_size: messages per send.
+        clock: the time source for leases; it must agree across every process
+            that replays this file (hence wall-clock ``time.time`` by default:
+            ``time.monotonic`` restarts with a reboot while the file persists).
+
+    Raises:
+        ConfigError: a bad ``lease_seconds`` or ``batch_size``.
+    """
+
+    def __init__(
+        self,
+        queue: DurableQueue,
+        destination: str,
+        *,
+        owner: str | None = None,
+        lease_seconds: float = 30.0,
+        batch_size: int = 100,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(destination, str) or not destination:
+            raise ConfigError(f"destination must be a non-empty str, not {destination!r}")
+        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)):
+            raise ConfigError(f"lease_seconds must be a number, not {lease_seconds!r}")
+        if not lease_seconds > 0:
+            raise ConfigError(f"lease_seconds must be positive, not {lease_seconds!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ConfigError(f"batch_size must be a positive int, not {batch_size!r}")
+        self.queue = queue
+        self.destination = destination
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_seconds = float(lease_seconds)
+        self.batch_size = batch_size
+        self._clock = clock
+        self._renewed_at: float | None = None
+
+    # -- the lease ------------------------------------------------------------
+
+    @property
+    def holds_lease(self) -> bool:
+        """Whether this replayer took the lease (it may have expired since)."""
+        return self._renewed_at is not None
+
+    def acquire(self) -> bool:
+        """Take (or renew) the lease on the destination.
+
+        Returns:
+            Whether this replayer holds it now.
+        """
+        now = self._clock()
+        if self.queue.acquire_lease(
+            self.destination, self.owner, seconds=self.lease_seconds, now=now
+        ):
+            self._renewed_at = now
+            return True
+        self._renewed_at = None
+        return False
+
+    def release(self) -> None:
+        """Give the lease up, so another replayer can start at once."""
+        if self._renewed_at is not None:
+            self._renewed_at = None
+            self.queue.release_lease(self.destination, self.owner)
+
+    def _busy_error(self) -> DurableQueueError:
+        holder = self.queue.lease_owner(self.destination, now=self._clock())
+        return DurableQueueError(
+            f"another replayer ({holder or 'unknown'}) is draining {self.destination!r}"
+        )
+
+    def __enter__(self) -> Replayer:
+        if not self.acquire():
+            raise self._busy_error()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def _keep_lease(self) -> bool:
+        # Renew once a third of the lease has passed: cheap (one small write per
+        # lease_seconds/3) and leaves two thirds of slack for a slow send.
+        assert self._renewed_at is not None
+        if self._clock() - self._renewed_at < self.lease_seconds / 3:
+            return True
+        return self.acquire()
+
+    # -- the core -------------------------------------------------------------
+
+    def next_batch(self, limit: int | None = None) -> list[StoredMessage]:
+        """The next batch to send, from the head of the destination.
+
+        Args:
+            limit: at most this many (default ``batch_size``).
+
+        Raises:
+            DurableQueueError: the lease is not held (or was lost to another replayer).
+        """
+        if self._renewed_at is None or not self._keep_lease():
+            raise DurableQueueError(f"replayer {self.owner} lost its lease on {self.destination!r}")
+        return self.queue.get_batch(self.destination, limit or self.batch_size)
+
+    def _flow(self, progress: Callable[[int], None] | None, max_messages: int | None) -> _Flow:
+        tally = _Tally()
+        while True:
+            limit = self.batch_size
+            if max_messages is not None:
+                limit = min(limit, max_messages - tally.replayed - tally.dead_lettered)
+                if limit <= 0:
+                    break
+            try:
+                batch = self.next_batch(limit)
+            except DurableQueueError as exc:
+                tally.stopped_by = exc
+                break
+            if not batch:
+                break
+            outcome = yield [item.message for item in batch]
+            if isinstance(outcome, MessageRejected):
+                yield from self._one_by_one(batch, tally)
+            else:
+                self._settle(batch, outcome, tally)
+            if tally.stopped_by is not None:
+                break
+            if progress is not None:
+                progress(tally.replayed)
+        return ReplayResult(
+            replayed=tally.replayed,
+            dead_lettered=tally.dead_lettered,
+            remaining=self.queue.count(self.destination),
+            stopped_by=tally.stopped_by,
+            seconds=time.perf_counter() - tally.started,
+        )
+
+    def _settle(
+        self, batch: Sequence[StoredMessage], outcome: Exception | None, tally: _Tally
+    ) -> None:
+        """Record the outcome of sending ``batch`` (never a ``MessageRejected``)."""
+        if outcome is None:
+            self.queue.ack(batch)
+            tally.replayed += len(batch)
+            return
+        self.queue.nack(batch, error=f"{type(outcome).__name__}: {outcome}")
+        if isinstance(outcome, TransportError):
+            tally.stopped_by = outcome
+            return
+        raise outcome
+
+    def _one_by_one(self, batch: Sequence[StoredMessage], tally: _Tally) -> _Retry:
+        # The batch was rejected: send each message alone to find the bad ones;
+        # dead-letter those, ack the rest, keep going unless the namespace fails.
+        sent: list[StoredMessage] = []
+        for index, item in enumerate(batch):
+            outcome = yield [item.message]
+            if isinstance(outcome, MessageRejected):
+                self.queue.dead_letter(item, str(outcome) or type(outcome).__name__)
+                tally.dead_lettered += 1
+            elif outcome is None:
+                sent.append(item)
+            else:
+                self._settle(sent, None, tally)
+                self._settle(batch[index:], outcome, tally)
+                return
+        self._settle(sent, None, tally)
+
+    # -- the drivers ----------------------------------------------------------
+
+    def _start(self) -> bool:
+        if self.holds_lease:
+            return False
+        if not self.acquire():
+            raise self._busy_error()
+        return True
+
+    def drain(
+        self,
+        send: Callable[[Sequence[Message]], None],
+        *,
+        progress: Callable[[int], None] | None = None,
+        max_messages: int | None = None,
+    ) -> ReplayResult:
+        """Send the destination's messages in order until it is empty.
+
+        Takes the lease if not held (and then gives it back at the end).
+
+        Args:
+            send: sends one batch; raises ``MessageRejected`` (permanent) or
+                ``TransportError`` (transient) on failure.
+            progress: called after each batch with the number replayed so far.
+            max_messages: stop after this many messages.
+
+        Raises:
+            DurableQueueError: another replayer holds the lease.
+            Exception: any error from ``send`` other than the two above, after the
+                batch was put back at the head.
+
+        Returns:
+            What was done; ``stopped_by`` is set when a ``TransportError`` (or a
+            lost lease) stopped the drain early.
+        """
+        took = self._start()
+        flow = self._flow(progress, max_messages)
+        try:
+            batch = next(flow)
+            while True:
+                try:
+                    send(batch)
+                except Exception as exc:
+                    batch = flow.send(exc)
+                else:
+                    batch = flow.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            if took:
+                self.release()
+
+    async def adrain(
+        self,
+        send: Callable[[Sequence[Message]], Awaitable[None]],
+        *,
+        progress: Callable[[int], None] | None = None,
+        max_messages: int | None = None,
+    ) -> ReplayResult:
+        """The async twin of ``drain``: ``send`` is awaited; the rest is the same.
+
+        The queue calls themselves are short local SQLite transactions and run
+        inline, as the local transports do.
+        """
+        took = self._start()
+        flow = self._flow(progress, max_messages)
+        try:
+            batch = next(flow)
+            while True:
+                try:
+                    await send(batch)
+                except Exception as exc:
+                    batch = flow.send(exc)
+                else:
+                    batch = flow.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            if took:
+                self.release()

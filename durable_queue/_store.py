@@ -1,0 +1,258 @@
+"""The transactional core under ``DurableQueue``: one connection, its lock, retries."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from durable_queue._sqlite import busy_retrying, is_busy, open_connection, translate
+from replication import DurableQueueError, Message, QueueFull
+
+__all__ = ["Row", "Store"]
+
+T = TypeVar("T")
+
+Row = tuple[str, Message]
+# (PRAGMA data_version, (highest id, its running byte total, removed, removed bytes))
+_State = tuple[int, tuple[int, int, int, int]]
+
+# The highest id ever used and the running byte total, with what deletes took
+# away: see the module docstring of _sqlite for why this replaces a counter row.
+_STATE = """
+SELECT max(coalesce(m.id, 0), c.last_id), max(coalesce(m.total_bytes, 0), c.last_total),
+       c.removed, c.removed_bytes
+FROM counters AS c
+LEFT JOIN (SELECT id, total_bytes FROM messages ORDER BY id DESC LIMIT 1) AS m ON 1
+"""
+_COUNT_REMOVED = """
+UPDATE counters SET removed = removed + ?, removed_bytes = removed_bytes + ?,
+    last_id = max(last_id, ?), last_total = max(last_total, ?)
+"""
+# Older SQLite builds allow 999 parameters per statement.
+_CHUNK = 500
+_INSERT = """
+INSERT INTO messages (id, destination, message_id, partition_key, properties, body,
+                      enqueued_at, size, total_bytes)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+class Store:
+    """One connection to a queue file, shared by threads under a lock.
+
+    ``write`` runs a function in a ``BEGIN IMMEDIATE`` transaction and ``read``
+    outside one; both retry on SQLITE_BUSY and map sqlite3 errors onto the
+    project's tree. ``insert`` assigns ids and enforces the caps.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_messages: int | None,
+        max_bytes: int | None,
+        synchronous: str,
+        busy_timeout: float,
+    ) -> None:
+        self.path = path
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._conn: sqlite3.Connection | None = open_connection(
+            path, synchronous=synchronous, busy_timeout=busy_timeout
+        )
+        self._lock = threading.RLock()
+        self._retrying = busy_retrying(busy_timeout)
+        self.commits = 0
+        # The state after our last put, valid until another connection commits
+        # (see _counts).
+        self._state: _State | None = None
+
+    def live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise DurableQueueError(f"queue {self.path} is closed")
+        return self._conn
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        # Retry on SQLITE_BUSY (rare: busy_timeout already waits) and map errors.
+        try:
+            try:
+                return fn(*args)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+            result: T = self._retrying(fn, *args)
+            return result
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    @staticmethod
+    def _attempt(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = work(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in one write transaction (BEGIN IMMEDIATE ... COMMIT)."""
+        with self._lock:
+            conn = self.live()
+            # Any write but a put may change the counters: drop the cached state.
+            self._state = None
+            result: T = self._run(self._attempt, conn, work)
+            return result
+
+    def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` outside a transaction (each statement reads a snapshot)."""
+        with self._lock:
+            return self._run(work, self.live())
+
+    def put_rows(self, rows: Sequence[Row], *, all_or_nothing: bool) -> list[int | QueueFull]:
+        """Insert ``rows`` in one transaction: the put path, kept flat because it is hot.
+
+        Returns:
+            Per row, its id or the ``QueueFull`` it met; with ``all_or_nothing``
+            the first ``QueueFull`` is raised instead and nothing is stored.
+        """
+        with self._lock:
+            conn = self.live()
+            try:
+                # _run inlined: every frame counts on a path that is ~130 µs in all.
+                try:
+                    results = self._put_transaction(conn, rows, all_or_nothing)
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc):
+                        raise
+                    results = self._retrying(self._put_transaction, conn, rows, all_or_nothing)
+            except sqlite3.Error as exc:
+                self._state = None
+                raise translate(exc, self.path) from exc
+            except BaseException:
+                self._state = None
+                raise
+            self.commits += 1
+            return results
+
+    def commit_puts(self, rows: list[Row]) -> list[int | QueueFull]:
+        """``put_rows`` for group commit: each row succeeds or fails on its own."""
+        return self.put_rows(rows, all_or_nothing=False)
+
+    def _put_transaction(
+        self, conn: sqlite3.Connection, rows: Sequence[Row], all_or_nothing: bool
+    ) -> list[int | QueueFull]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            results, state = self.insert(conn, rows)
+            if all_or_nothing:
+                for result in results:
+                    if isinstance(result, QueueFull):
+                        raise result
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._state = state  # committed: this is the file's state now
+        return results
+
+    def _counts(self, conn: sqlite3.Connection) -> tuple[int, tuple[int, int, int, int]]:
+        # PRAGMA data_version changes only when another connection commits: if it
+        # did not, the state this handle computed at its last put is still exact,
+        # and one cheap pragma replaces the state query (measured ~3x cheaper).
+        version: int = conn.execute("PRAGMA data_version").fetchone()[0]
+        cached = self._state
+        if cached is not None and cached[0] == version:
+            return cached
+        return version, conn.execute(_STATE).fetchone()
+
+    def insert(
+        self, conn: sqlite3.Connection, rows: Sequence[Row]
+    ) -> tuple[list[int | QueueFull], _State]:
+        """Assign ids and check the caps; runs inside a write transaction.
+
+        Returns:
+            Per row, its id or ``QueueFull``; and the state after the inserts.
+        """
+        version, (top, total, removed, removed_bytes) = self._counts(conn)
+        count, used = top - removed, total - removed_bytes
+        max_messages, max_bytes = self.max_messages, self.max_bytes
+        now = time.time()
+        params = []
+        results: list[int | QueueFull] = []
+        for destination, message in rows:
+            size = message.size
+            if (max_messages is not None and count >= max_messages) or (
+                max_bytes is not None and used + size > max_bytes
+            ):
+                results.append(self.full(count, used))
+                continue
+            top += 1
+            total += size
+            count += 1
+            used += size
+            props = message.properties
+            params.append(
+                (top, destination, message.message_id, message.partition_key,
+                 json.dumps(dict(props), separators=(",", ":")) if props else None,
+                 message.body, now, size, total)
+            )  # fmt: skip
+            results.append(top)
+        if len(params) == 1:
+            conn.execute(_INSERT, params[0])
+        elif params:
+            conn.executemany(_INSERT, params)
+        return results, (version, (top, total, removed, removed_bytes))
+
+    @staticmethod
+    def remove(conn: sqlite3.Connection, where: str, params: Sequence[object]) -> int:
+        """Delete waiting messages ``WHERE ...`` and count them out; in a write transaction.
+
+        Every delete from ``messages`` must come through here, or the counters
+        behind ``QueueFull`` and ``len`` drift (see the ``_sqlite`` docstring).
+
+        Returns:
+            How many were deleted.
+        """
+        sql = f"SELECT count(*), total(size), max(id), max(total_bytes) FROM messages {where}"
+        count, size, top_id, top_total = conn.execute(sql, params).fetchone()
+        if count:
+            conn.execute(f"DELETE FROM messages {where}", params)
+            conn.execute(_COUNT_REMOVED, (count, int(size), top_id, top_total))
+        return int(count)
+
+    def remove_ids(self, conn: sqlite3.Connection, ids: Sequence[int]) -> int:
+        """``remove`` by row id, in chunks; ids no longer waiting are skipped."""
+        removed = 0
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            removed += self.remove(conn, f"WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        return removed
+
+    def full(self, count: int, used: int) -> QueueFull:
+        return QueueFull(
+            f"queue {self.path} is full ({count} messages, {used} bytes; caps "
+            f"{self.max_messages} messages, {self.max_bytes} bytes); the message was not stored"
+        )
+
+    def waiting(self) -> int:
+        """The number of waiting messages, from the counters (no table scan)."""
+        top, _total, removed, _bytes = self.read(lambda c: c.execute(_STATE).fetchone())
+        return int(top - removed)
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error as exc:
+                    raise translate(exc, self.path) from exc
