@@ -46,7 +46,10 @@ class GroupCommitter(Generic[T, R]):
 
     def __init__(self, commit: Callable[[list[T]], Sequence[R | BaseException]]) -> None:
         self._commit = commit
-        self._cond = threading.Condition(threading.Lock())
+        # The fast path takes the bare lock (a C-level ``with``); waiting uses a
+        # Condition on the same lock. Condition's own ``with`` costs ~0.8 µs here.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._pending: list[_Ticket[T, R]] = []
         self._leading = False
 
@@ -56,7 +59,7 @@ class GroupCommitter(Generic[T, R]):
         Raises:
             BaseException: whatever ``commit`` reported for this item.
         """
-        with self._cond:
+        with self._mutex:
             # Alone: nobody commits and nobody waits (a woken waiter may not
             # have taken over yet; then join its batch rather than overtake it).
             alone = not self._leading and not self._pending
@@ -84,7 +87,7 @@ class GroupCommitter(Generic[T, R]):
         return ticket.outcome()
 
     def _hand_over(self) -> None:
-        with self._cond:
+        with self._mutex:
             self._leading = False
             if self._pending:
                 self._cond.notify_all()
@@ -94,7 +97,7 @@ class GroupCommitter(Generic[T, R]):
             outcomes = self._commit([t.item for t in batch])
         except BaseException as exc:
             outcomes = [exc] * len(batch)
-        with self._cond:
+        with self._mutex:
             for ticket, outcome in zip(batch, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     ticket.error = outcome

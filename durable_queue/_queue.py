@@ -190,9 +190,14 @@ class DurableQueue:
         return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
 
     def ack(self, items: Sequence[StoredMessage] | Sequence[int]) -> None:
-        """Remove delivered messages (by ``StoredMessage`` or row id) in one transaction.
+        """Remove delivered messages in one transaction.
 
-        Ids that are no longer waiting are ignored: an ack is idempotent.
+        Args:
+            items: the messages (or their row ids); ids no longer waiting are
+                ignored, so an ack is idempotent.
+
+        Raises:
+            DurableQueueError: the file cannot be written.
         """
         ids = _ids(items)
         if ids:
@@ -211,10 +216,13 @@ class DurableQueue:
             self._store.write(lambda c: c.executemany(sql, params))
 
     def dead_letter(self, item: StoredMessage | int, reason: str) -> None:
-        """Move a waiting message to the dead-letter table with ``reason``.
+        """Move a waiting message to the dead-letter table; the rest of its
+        destination is not held up.
 
-        The rest of its destination is not held up. Does nothing when the message
-        is no longer waiting (already acknowledged or dead-lettered).
+        Args:
+            item: the message (or its row id); nothing happens when it is no
+                longer waiting (already acknowledged or dead-lettered).
+            reason: why it was rejected, kept with it.
         """
         row_id = item.id if isinstance(item, StoredMessage) else int(item)
         copy = f"""

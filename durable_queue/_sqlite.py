@@ -16,7 +16,9 @@ throughput), so the counts are derived instead:
   A per-row trigger did the same at ~3 µs a row; one UPDATE per batch is cheaper.
 
 ``waiting = top - removed`` and ``bytes = top_total - removed_bytes``: one
-index seek and one tiny row read inside the write transaction.
+index seek and one tiny row read inside the write transaction. A lone put skips
+even that, and BEGIN/COMMIT, when the state of its handle's last put can be
+trusted (``Store._put_alone`` explains when).
 """
 
 from __future__ import annotations

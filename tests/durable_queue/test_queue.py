@@ -320,3 +320,21 @@ def test_records_rebuilt_from_rows_equal_the_originals(queue: DurableQueue) -> N
     assert plain.message.properties == {} and plain.message.size == len(b"y") + len("plain")
     with pytest.raises(AttributeError):
         plain.attempts = 3  # type: ignore[misc]
+
+
+def test_ids_stay_unique_across_handles_through_removals(queue_path: Path) -> None:
+    # Given two handles on one file, each with a cached view of the ids
+    first = DurableQueue(queue_path)
+    second = DurableQueue(queue_path)
+    a = first.put("d", msg("a"))
+    # When the other handle puts and removes above that view
+    b = second.put("d", msg("b"))
+    second.ack([b])
+    # Then the first handle neither reuses the removed id nor loses count
+    c = first.put("d", msg("c"))
+    d = second.put("d", msg("d"))
+    assert a < b < c < d
+    assert ids_of(first.peek("d")) == ["a", "c", "d"]
+    assert len(first) == len(second) == 3
+    first.close()
+    second.close()
