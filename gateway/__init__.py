@@ -5,6 +5,7 @@ Sync API here; the async twins are in :mod:`gateway.aio`.
 
 from gateway._client import GeoReceiver, GeoSender
 from gateway._config import DedupConfig, DurableQueueConfig, GatewayConfig, NamespaceConfig
+from gateway._dedup_store import SqliteDedupStore
 from gateway._hooks import GatewayHooks
 from gateway._receiver import ReceiverStats
 from gateway._sender import SendResult
@@ -22,7 +23,7 @@ from gateway.errors import (
 )
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import Message
-from replication._dedup import DedupWindow
+from replication._dedup import DedupStore, DedupWindow, InMemoryDedupStore
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 
 __version__ = "0.1.0"
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "DedupConfig",
+    "DedupStore",
     "DedupWindow",
     "DurableQueueConfig",
     "DurableQueueError",
@@ -38,6 +40,7 @@ __all__ = [
     "GatewayHooks",
     "GeoReceiver",
     "GeoSender",
+    "InMemoryDedupStore",
     "Message",
     "MessageRejected",
     "Mode",
@@ -53,6 +56,7 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "SendResult",
+    "SqliteDedupStore",
     "TransportError",
     "__version__",
 ]

@@ -4,6 +4,15 @@ Active and passive replication, role state, failure classification, the
 ``MessageId`` de-duplicator, the error tree and the message record.
 """
 
+from replication._dedup import (
+    DEFAULT_DEDUP_WINDOW,
+    Deduplicator,
+    DedupStats,
+    DedupStore,
+    DedupWindow,
+    InMemoryDedupStore,
+    Verdict,
+)
 from replication._errors import (
     ConfigError,
     DurableQueueError,
@@ -17,18 +26,31 @@ from replication._errors import (
     TransportError,
 )
 from replication._message import Message, PropertyValue
+from replication._policy import Mode, ReplicationPolicy, RetryPolicy
+from replication._roles import RoleState
 
 __all__ = [
+    "DEFAULT_DEDUP_WINDOW",
     "ConfigError",
+    "DedupStats",
+    "DedupStore",
+    "DedupWindow",
+    "Deduplicator",
     "DurableQueueError",
     "GatewayError",
+    "InMemoryDedupStore",
     "Message",
     "MessageRejected",
+    "Mode",
     "NamespaceUnavailable",
     "OperationTimeout",
     "OwnershipLost",
     "PropertyValue",
     "QueueCorrupt",
     "QueueFull",
+    "ReplicationPolicy",
+    "RetryPolicy",
+    "RoleState",
     "TransportError",
+    "Verdict",
 ]
