@@ -157,16 +157,18 @@ def purge(queue_path: Path | None, config_path: Path | None, destination: str | 
 def replay(queue_path: Path | None, config_path: Path | None, primary: str, secondary: str,
            dead_letters: bool, as_json: bool, data_dir: Path | None) -> None:
     """Send buffered messages to their namespaces now, in order."""
+    from gateway._cli_send import distinct
     from gateway._sender import AsyncGeoSender
 
     path = _resolve(queue_path, config_path)
-    if config_path is not None:
-        config = GatewayConfig.load(config_path)
+    config = GatewayConfig.load(config_path) if config_path is not None else None
+    if config is not None:
         primary_ns: Any = config.primary
         secondary_ns: Any = config.secondary
         data_dir = data_dir or config.data_dir
     else:
         primary_ns, secondary_ns = primary, secondary
+        distinct(primary_ns, secondary_ns)
     results: list[dict[str, Any]] = []
 
     async def go() -> None:
@@ -179,6 +181,8 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
                 async with AsyncGeoSender(
                     primary=primary_ns, secondary=secondary_ns, entity=entity,
                     durable_queue=q, data_dir=data_dir, recovery=False,
+                    policy=config.policy if config else None,
+                    state_dir=config.state_dir if config else None,
                 ) as sender:
                     count = await sender.replay()
                     results.append({"entity": entity, "replayed": count,

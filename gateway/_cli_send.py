@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gateway._config import GatewayConfig
+from gateway._config import GatewayConfig, NamespaceConfig
 from gateway.cli import data_dir_option, out, print_json, print_table, run
 from replication import Message
 
@@ -17,19 +17,31 @@ def register(group: click.Group) -> None:
     group.add_command(receive)
 
 
+def distinct(primary: Any, secondary: Any) -> None:
+    """Refuse the same namespace as primary and secondary (a usage error, not a traceback)."""
+    names = [ns.name if isinstance(ns, NamespaceConfig) else NamespaceConfig.parse(ns).name
+             for ns in (primary, secondary)]
+    if names[0] == names[1]:
+        raise click.UsageError(f"primary and secondary are the same namespace ({names[0]!r})")
+
+
 def _namespaces(config_path: Path | None, primary: str | None, secondary: str | None,
                 entity: str | None, data_dir: Path | None) -> dict[str, Any]:
     if config_path is not None:
         config = GatewayConfig.load(config_path)
-        return {
+        target = {
             "primary": primary or config.primary, "secondary": secondary or config.secondary,
             "entity": entity or config.entity, "data_dir": data_dir or config.data_dir,
             "config": config,
         }
-    if entity is None:
-        raise click.UsageError("give --entity (or --config with an entity)")
-    return {"primary": primary or "local://primary", "secondary": secondary or "local://secondary",
-            "entity": entity, "data_dir": data_dir, "config": None}
+    else:
+        if entity is None:
+            raise click.UsageError("give --entity (or --config with an entity)")
+        target = {"primary": primary or "local://primary",
+                  "secondary": secondary or "local://secondary",
+                  "entity": entity, "data_dir": data_dir, "config": None}
+    distinct(target["primary"], target["secondary"])
+    return target
 
 
 def common(func: Any) -> Any:
@@ -75,8 +87,9 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
     async def go() -> list[dict[str, Any]]:
         async with AsyncGeoSender(
             primary=target["primary"], secondary=target["secondary"], entity=target["entity"],
-            mode=mode or (config.policy.mode if config else "passive"),
-            durable_queue=durable_queue, data_dir=target["data_dir"], recovery=False,
+            mode=mode, policy=config.policy if config else None,
+            durable_queue=durable_queue, data_dir=target["data_dir"],
+            state_dir=config.state_dir if config else None, recovery=False,
         ) as sender:
             results = []
             for m in messages:
@@ -119,6 +132,7 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
         async with AsyncGeoReceiver(
             primary=target["primary"], secondary=target["secondary"], entity=target["entity"],
             dedup_store=dedup_store, data_dir=target["data_dir"],
+            dedup_window=config.dedup.window if config is not None and config.dedup else None,
         ) as receiver:
             got = await receiver.receive(max_messages=max_messages, max_wait=max_wait)
             for m in got:

@@ -104,7 +104,11 @@ def _register() -> None:
         module.register(cli)
 
 
-_register()
-
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # ``python -m gateway.cli``: this module runs as ``__main__``, and the subcommand
+    # modules import ``gateway.cli`` (a second copy); run that copy, which registers them.
+    from gateway.cli import main as _main
+
+    sys.exit(_main())
+else:
+    _register()
