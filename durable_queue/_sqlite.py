@@ -117,8 +117,8 @@ def corrupt_message(path: Path, detail: str) -> str:
     """The one-line ``QueueCorrupt`` text: what is wrong and what to do."""
     return (
         f"queue file {path} is corrupt ({detail}); it was left untouched: move it aside "
-        f"to start with an empty queue, and run `sqlite3 COPY .recover` on a copy of it "
-        f"to salvage its messages"
+        f"to start with an empty queue, and salvage its messages from a copy with "
+        f"`sqlite3 COPY \".recover\" | sqlite3 RECOVERED.db`"
     )
 
 

@@ -11,7 +11,7 @@ from gateway._config import NamespaceConfig
 from gateway.transports.base import Transport
 from replication import ConfigError
 
-__all__ = ["NamespaceLike", "default_state_dir", "open_transport"]
+__all__ = ["NamespaceLike", "check_entity", "default_state_dir", "open_transport"]
 
 #: What the API accepts for a namespace: a url/connection string, a config, a transport.
 NamespaceLike = str | NamespaceConfig | Transport
@@ -21,6 +21,13 @@ def default_state_dir() -> Path:
     """Where role state lives: ``$GEOGATEWAY_STATE_DIR`` or the user's state directory."""
     value = os.environ.get("GEOGATEWAY_STATE_DIR")
     return Path(value) if value else Path(platformdirs.user_state_dir("geogateway"))
+
+
+def check_entity(entity: str) -> str:
+    """Return ``entity`` if it can name a queue or event hub; raise ``ConfigError`` if not."""
+    if not isinstance(entity, str) or not entity.strip() or entity != entity.strip():
+        raise ConfigError(f"entity must be the name of a queue or event hub, not {entity!r}")
+    return entity
 
 
 def open_transport(

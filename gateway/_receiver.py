@@ -26,7 +26,7 @@ from types import TracebackType
 import anyio
 
 from gateway._dedup_store import SqliteDedupStore
-from gateway._factory import NamespaceLike, open_transport
+from gateway._factory import NamespaceLike, check_entity, open_transport
 from gateway._hooks import GatewayHooks, emit
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import GatewayError, MessageRejected, NamespaceUnavailable, TransportError
@@ -83,7 +83,7 @@ class AsyncGeoReceiver:
     ) -> None:
         if prefetch < 1:
             raise ValueError("prefetch must be >= 1")
-        self.entity = entity
+        self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
         self._prefetch = prefetch
         self._poll_wait = poll_wait

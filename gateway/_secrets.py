@@ -8,10 +8,14 @@ __all__ = ["redact"]
 
 # Key=value pairs of Azure connection strings and SAS tokens that are secret.
 _SECRET_PAIRS = re.compile(
-    r"(?i)\b(SharedAccessKey|SharedAccessSignature|AccountKey|sig|password|token)=([^;&\s\"']+)"
+    r"(?i)(?<![A-Za-z0-9])(SharedAccessKey|SharedAccessSignature|AccountKey|sig|password"
+    r"|access_token|token)=([^;&\s\"']+)"
 )
+# Credentials inside a URL: scheme://user:password@host or scheme://token@host.
+_URL_CREDENTIALS = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s;\"']+@")
 
 
 def redact(text: str) -> str:
     """Return ``text`` with every secret value replaced by ``***``."""
-    return _SECRET_PAIRS.sub(lambda m: f"{m.group(1)}=***", text)
+    text = _SECRET_PAIRS.sub(lambda m: f"{m.group(1)}=***", text)
+    return _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}***@", text)

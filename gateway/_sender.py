@@ -28,7 +28,7 @@ from tenacity import (
 )
 
 from durable_queue import DurableQueue, Replayer
-from gateway._factory import NamespaceLike, default_state_dir, open_transport
+from gateway._factory import NamespaceLike, check_entity, default_state_dir, open_transport
 from gateway._hooks import GatewayHooks, emit
 from gateway._roles_store import RoleStore
 from gateway.transports.base import Transport
@@ -116,7 +116,7 @@ class AsyncGeoSender:
             retry=policy.retry,
             probe_interval=policy.probe_interval,
         )
-        self.entity = entity
+        self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
         self._clock = clock
         self._sleep = sleep or anyio.sleep
@@ -262,8 +262,12 @@ class AsyncGeoSender:
                 message_ids=ids, namespaces=(accepted,), buffered=(), failed_over=failed_over
             )
         dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
-        # Planned to buffer only because of a backlog (nothing was attempted)?
-        await self._buffer(dest, batch, cause=last, while_backlog=not attempt)
+        # Planned to buffer only because of a backlog (nothing was attempted)? When
+        # nothing was attempted because both namespaces are down and there is no
+        # backlog (a put failed with QueueFull), buffer now: replanning would spin.
+        await self._buffer(
+            dest, batch, cause=last, while_backlog=not attempt and dest in self._backlog
+        )
         return SendResult(message_ids=ids, namespaces=(), buffered=(dest,))
 
     async def _send_any(
@@ -348,8 +352,10 @@ class AsyncGeoSender:
         while_backlog: bool = False,
     ) -> None:
         if self._queue is None:
+            reason = f" (last error: {cause})" if cause is not None else ""
             raise NamespaceUnavailable(
-                "no namespace accepted the message and no durable queue is configured",
+                f"no namespace accepted the message{reason} and no durable queue is "
+                "configured to hold it",
                 namespace=ANY_NAMESPACE,
             ) from cause
         queue = self._queue

@@ -25,7 +25,7 @@ from gateway._receiver import AsyncGeoReceiver
 from gateway._sender import AsyncGeoSender
 from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalNamespace
-from replication import Message
+from replication import ConfigError, Message
 from replication._policy import Mode
 
 __all__ = ["DrillReport", "Scenario", "run_drill"]
@@ -41,6 +41,14 @@ class Scenario(enum.Enum):
     BOTH_DOWN = "both-down"  # primary down at 30%, secondary at 35%, both up at 60%
     FLAPPING = "flapping"  # primary down and up every 10% from 20% to 80%
     LOST_REPLIES = "lost-replies"  # 30% of primary's sends land but time out, 30% to 60%
+
+    @classmethod
+    def parse(cls, value: Scenario | str) -> Scenario:
+        try:
+            return cls(value)
+        except ValueError:
+            known = ", ".join(s.value for s in cls)
+            raise ConfigError(f"unknown scenario {value!r}: use one of {known}") from None
 
 
 # (fraction of messages sent, action, namespace) for each scenario.
@@ -143,7 +151,7 @@ async def run_drill(
         settle_timeout: how long to wait for replay and delivery after the last send.
         progress: called as ``progress(phase, done, total)``.
     """
-    mode, scenario = Mode.parse(mode), Scenario(scenario)
+    mode, scenario = Mode.parse(mode), Scenario.parse(scenario)
     if messages < 1 or batch_size < 1:
         raise ValueError("messages and batch_size must be >= 1")
     with _workdir(data_dir) as root:

@@ -485,3 +485,15 @@ def test_durable_queue_caps_must_be_whole_numbers_from_one(tmp_path, name, value
 def test_dedup_config_defaults_to_the_default_window(tmp_path):
     dedup = DedupConfig(path=tmp_path / "d.db")
     assert dedup.window == DedupWindow()
+
+
+@pytest.mark.parametrize("entity", ["", "   ", " orders"])
+def test_sender_rejects_an_entity_that_cannot_name_a_queue(tmp_path, entity):
+    from gateway.aio import AsyncGeoSender
+
+    # Given an entity name that is blank or padded / Then the sender refuses it clearly
+    with pytest.raises(ConfigError, match="entity must be the name"):
+        AsyncGeoSender(
+            primary="local://primary", secondary="local://secondary", entity=entity,
+            data_dir=tmp_path, state_dir=tmp_path,
+        )

@@ -98,7 +98,7 @@ async def test_drill_keeps_its_files_in_data_dir(tmp_path: Path) -> None:
 
 
 async def test_drill_accepts_strings_and_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="unknown scenario 'meteor'"):
         await run_drill(scenario="meteor", messages=10)
     with pytest.raises(ConfigError):
         await run_drill(mode="sideways", messages=10)

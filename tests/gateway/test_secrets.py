@@ -77,3 +77,13 @@ def test_redact_leaves_text_without_secrets_alone(text):
 def test_redact_is_idempotent():
     once = redact(f"SharedAccessKey={SECRET}=")
     assert redact(once) == once
+
+
+def test_credentials_inside_a_url_are_redacted():
+    # Given URLs that carry a user and password or a token before the host
+    text = "Endpoint=ftp://SECRET@x/; amqps://user:hunter2@host/q?access_token=TOKEN9"
+    # When redacted / Then none of the secrets is left, the hosts are
+    cleaned = redact(text)
+    for secret in ("SECRET", "hunter2", "TOKEN9"):
+        assert secret not in cleaned
+    assert "@x/" in cleaned and "@host/q" in cleaned
