@@ -26,12 +26,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import tenacity
 
 from replication import DurableQueueError, QueueCorrupt
+
+T = TypeVar("T")
 
 __all__ = [
     "APPLICATION_ID",
@@ -43,6 +46,7 @@ __all__ = [
     "mapped_errors",
     "open_connection",
     "secure_files",
+    "transaction",
     "translate",
 ]
 
@@ -209,6 +213,28 @@ def secure_files(path: Path) -> None:
         with contextlib.suppress(FileNotFoundError, PermissionError):
             if os.stat(name).st_mode & 0o077:
                 os.chmod(name, 0o600)
+
+
+def transaction(
+    conn: sqlite3.Connection,
+    work: Callable[[sqlite3.Connection], T],
+    *,
+    begin: str = "BEGIN IMMEDIATE",
+) -> T:
+    """Run ``work`` in one transaction on an autocommit connection; roll back on error.
+
+    The project's SQLite stores (this queue, the dedup store, the local namespaces)
+    all write through this and :func:`busy_retrying`.
+    """
+    conn.execute(begin)
+    try:
+        result = work(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
 
 
 def busy_retrying(timeout: float) -> tenacity.Retrying:

@@ -10,7 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from durable_queue._sqlite import busy_retrying, is_busy, open_connection, translate
+from durable_queue._sqlite import (
+    busy_retrying,
+    is_busy,
+    open_connection,
+    transaction,
+    translate,
+)
 from replication import DurableQueueError, Message, QueueFull
 
 __all__ = ["Row", "Store"]
@@ -96,25 +102,13 @@ class Store:
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
 
-    @staticmethod
-    def _attempt(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = work(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
-
     def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in one write transaction (BEGIN IMMEDIATE ... COMMIT)."""
         with self._lock:
             conn = self.live()
             # Any write but a put may change the counters: drop the cached state.
             self._state = None
-            result: T = self._run(self._attempt, conn, work)
+            result: T = self._run(transaction, conn, work)
             return result
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:

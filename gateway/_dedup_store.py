@@ -26,13 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_delay,
-    wait_random_exponential,
-)
-
+from durable_queue._sqlite import busy_retrying, is_busy, transaction
 from replication._dedup import DEFAULT_DEDUP_WINDOW, DedupStore, DedupWindow, Verdict
 from replication._errors import ConfigError, GatewayError
 
@@ -59,13 +53,6 @@ CREATE TABLE IF NOT EXISTS claims (
     expires REAL NOT NULL
 ) WITHOUT ROWID;
 """
-
-
-def _is_busy(exc: BaseException) -> bool:
-    if not isinstance(exc, sqlite3.OperationalError):
-        return False
-    text = str(exc)
-    return "locked" in text or "busy" in text
 
 
 class SqliteDedupStore(DedupStore):
@@ -101,12 +88,7 @@ class SqliteDedupStore(DedupStore):
         self.window = window
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        self._retrying = Retrying(
-            stop=stop_after_delay(lock_timeout),
-            wait=wait_random_exponential(multiplier=0.005, max=0.25),
-            retry=retry_if_exception(_is_busy),
-            reraise=True,
-        )
+        self._retrying = busy_retrying(lock_timeout)
         self._conn: sqlite3.Connection | None = self._open(synchronous.upper(), busy_timeout)
 
     def _open(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
@@ -126,7 +108,7 @@ class SqliteDedupStore(DedupStore):
             raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            if _is_busy(exc):
+            if is_busy(exc):
                 raise GatewayError(f"dedup store {self.path} stayed locked: {exc}") from exc
             raise ConfigError(
                 f"dedup store {self.path} is corrupt or unreadable ({exc}): move it aside"
@@ -166,23 +148,12 @@ class SqliteDedupStore(DedupStore):
             try:
                 return self._run(lambda: attempt(conn))
             except sqlite3.DatabaseError as exc:
-                if _is_busy(exc):
+                if is_busy(exc):
                     raise GatewayError(f"dedup store {self.path} stayed locked: {exc}") from exc
                 raise GatewayError(f"dedup store {self.path} failed: {exc}") from exc
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        def attempt(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = body(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result
-
-        return self._call(attempt)
+        return self._call(lambda conn: transaction(conn, body))
 
     def claim(
         self, message_ids: Sequence[str], *, owner: str, now: float, lease: float

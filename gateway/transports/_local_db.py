@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from durable_queue._sqlite import busy_retrying, is_busy, transaction
 from replication import GatewayError, NamespaceUnavailable
 
 __all__ = ["Database"]
@@ -61,12 +61,7 @@ _SCHEMA = (
 
 # sqlite3 exposes the primary result code only from Python 3.11 on; the messages
 # are stable across SQLite versions, so they are the portable test.
-_BUSY_TEXT = ("database is locked", "database table is locked", "database is busy")
 _CORRUPT_TEXT = ("file is not a database", "malformed", "corrupt")
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return any(text in str(exc).lower() for text in _BUSY_TEXT)
 
 
 class Database:
@@ -88,6 +83,7 @@ class Database:
         self.busy_deadline = busy_deadline
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
+        self._retrying = busy_retrying(busy_deadline)
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried while the file is busy.
@@ -112,33 +108,16 @@ class Database:
                 conn.close()
 
     def _run(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
-        deadline = time.monotonic() + self.busy_deadline
-        pause = 0.005
-        with self._lock:
-            while True:
-                try:
-                    conn = self._connection()
-                    return self._transaction(conn, fn, begin)
-                except sqlite3.Error as exc:
-                    if not _is_busy(exc) or time.monotonic() >= deadline:
-                        raise self._map(exc) from exc
-                # SQLite's own busy handler already waited; back off a little more
-                # in case the other process holds the lock in a long transaction.
-                time.sleep(pause)
-                pause = min(pause * 2, 0.1)
+        # SQLite's busy handler waits inside a statement; tenacity retries the whole
+        # transaction on top, in case another process holds the lock for long.
+        def attempt() -> T:
+            return transaction(self._connection(), fn, begin=begin)
 
-    @staticmethod
-    def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T],
-                     begin: str) -> T:
-        conn.execute(begin)
-        try:
-            result = fn(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
+        with self._lock:
+            try:
+                return self._retrying(attempt)
+            except sqlite3.Error as exc:
+                raise self._map(exc) from exc
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -166,7 +145,7 @@ class Database:
             conn.execute("PRAGMA synchronous=NORMAL")
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             if version != SCHEMA_VERSION:
-                self._transaction(conn, self._create_schema, "BEGIN IMMEDIATE")
+                transaction(conn, self._create_schema)
         except BaseException:
             conn.close()
             raise
@@ -192,7 +171,7 @@ class Database:
                 "delete it to start the namespace empty",
                 namespace=self.namespace,
             )
-        if _is_busy(exc):
+        if is_busy(exc):
             return NamespaceUnavailable(
                 f"namespace file {self.path} stayed locked by another process for "
                 f"{self.busy_deadline:g}s; retry later",
