@@ -10,7 +10,6 @@ from gateway._receiver import AsyncGeoReceiver, ReceiverStats
 from gateway._sender import AsyncGeoSender, MessageLike, SendResult
 from gateway._sync import PortalDriver
 from gateway.transports.base import ReceivedMessage
-from replication import NamespaceUnavailable
 from replication._roles import RoleState
 
 __all__ = ["GeoReceiver", "GeoSender"]
@@ -104,31 +103,24 @@ class GeoReceiver(PortalDriver):
         stop: threading.Event | None = None,
         idle_timeout: float | None = None,
     ) -> None:
-        """Handle messages in this thread until ``stop`` is set or ``idle_timeout``.
+        """Handle messages until ``stop`` is set or nothing came for ``idle_timeout`` s.
 
-        A handler that raises abandons its message; one that returns completes it.
+        The handler runs in a worker thread, one message at a time; one that returns
+        completes its message, one that raises abandons it (delivered again).
+        Outages of both namespaces are waited out, not raised.
         """
-        import time
+        self._call(self._run, handler, max_messages, stop, idle_timeout)
 
-        idle_since = time.monotonic()
-        while not (stop is not None and stop.is_set()):
-            try:
-                batch = self.receive(max_messages=max_messages, max_wait=0.25)
-            except NamespaceUnavailable:
-                time.sleep(0.25)
-                batch = []
-            if not batch:
-                if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
-                    return
-                continue
-            idle_since = time.monotonic()
-            for message in batch:
-                try:
-                    handler(message)
-                except Exception:
-                    self.abandon(message)
-                else:
-                    self.complete(message)
+    async def _run(
+        self,
+        handler: Callable[[ReceivedMessage], None],
+        max_messages: int,
+        stop: threading.Event | None,
+        idle_timeout: float | None,
+    ) -> None:
+        await self._core.run(
+            handler, max_messages=max_messages, stop=stop, idle_timeout=idle_timeout
+        )
 
     def close(self) -> None:
         self._close_portal(self._core.aclose)

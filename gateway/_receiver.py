@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Protocol
 
 import anyio
 
@@ -37,6 +38,12 @@ __all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
 logger = logging.getLogger("geogateway")
 
 Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
+
+
+class StopFlag(Protocol):
+    """What ``run(stop=...)`` polls: ``asyncio.Event`` and ``threading.Event`` both fit."""
+
+    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,13 +227,15 @@ class AsyncGeoReceiver:
         handler: Handler,
         *,
         max_messages: int = 10,
-        stop: asyncio.Event | None = None,
+        stop: StopFlag | None = None,
         idle_timeout: float | None = None,
     ) -> None:
         """Receive and handle messages until ``stop`` is set or nothing came for
         ``idle_timeout`` seconds. A handler that raises abandons its message.
 
-        Outages of both namespaces are waited out (logged), not raised.
+        ``handler`` may be a coroutine function or a plain one (run in a worker
+        thread). ``stop`` is anything with ``is_set()``: an ``asyncio.Event`` or a
+        ``threading.Event``. Outages of both namespaces are waited out (logged).
         """
         idle_since = time.monotonic()
         while not (stop is not None and stop.is_set()):
