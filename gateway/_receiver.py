@@ -154,6 +154,9 @@ class AsyncGeoReceiver:
             MessageRejected: the entity does not exist on a namespace.
         """
         self._start_pumps()
+        # Yield at least once per call: a caller that retries at once after
+        # NamespaceUnavailable must not starve the pumps that notice the recovery.
+        await anyio.lowlevel.checkpoint()
         deadline = time.monotonic() + max_wait
         out: list[ReceivedMessage] = []
         while True:
@@ -175,7 +178,10 @@ class AsyncGeoReceiver:
 
     async def _sort_inbox(self, out: list[ReceivedMessage], max_messages: int) -> None:
         while self._inbox and len(out) < max_messages:
-            take = [self._inbox.popleft() for _ in range(min(len(self._inbox), max_messages))]
+            # Take no more than there is room for: a claimed copy that did not fit
+            # would be pushed back to the front, reversing the order of the rest.
+            room = max_messages - len(out)
+            take = [self._inbox.popleft() for _ in range(min(len(self._inbox), room))]
             self._room.set()
             verdicts = self._dedup.check_many([m.message_id for m in take])
             for received, verdict in zip(take, verdicts, strict=True):

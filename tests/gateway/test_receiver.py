@@ -1,0 +1,274 @@
+"""AsyncGeoReceiver: a pump per namespace, MessageId de-dup (DELIVER / DUPLICATE / HOLD)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.aio import AsyncGeoSender
+from gateway.transports import LocalTransport, ReceivedMessage
+from replication import Message, NamespaceUnavailable
+from tests.gateway.conftest import ENTITY, Namespaces, ReceiverFactory, Recorder, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+async def send_to_both(ns: Namespaces, *messages: Message) -> None:
+    await ns.put("primary", *messages)
+    await ns.put("secondary", *messages)
+
+
+async def receive_until(receiver, predicate, *, within: float = 10.0, settle: bool = True,
+                        max_messages: int = 10) -> list[ReceivedMessage]:
+    """Receive (and complete) until ``predicate()``; returns what was delivered."""
+    delivered: list[ReceivedMessage] = []
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, "receiver did not get there in time"
+        for r in await receiver.receive(max_messages=max_messages, max_wait=0.1):
+            delivered.append(r)
+            if settle:
+                await receiver.complete(r)
+    return delivered
+
+
+async def test_copies_in_both_namespaces_are_delivered_once(
+    data_dir: Path, state_dir: Path, ns: Namespaces, make_receiver: ReceiverFactory,
+    hooks: Recorder,
+) -> None:
+    # Given five messages sent in active mode (a copy in each namespace)
+    ids = [f"m{i}" for i in range(5)]
+    async with AsyncGeoSender(primary="local://primary", secondary="local://secondary",
+                              entity=ENTITY, mode="active", data_dir=data_dir,
+                              state_dir=state_dir, recovery=False) as sender:
+        for i in ids:
+            await sender.send(Message(i, message_id=i))
+    assert ns.count("primary") == ns.count("secondary") == 5
+    # When a receiver receives and completes until every copy is accounted for
+    receiver = await make_receiver(hooks=hooks)
+    delivered = await receive_until(
+        receiver, lambda: receiver.stats.duplicates_suppressed == 5)
+    # Then each id was delivered once, the duplicates were completed (queues empty)
+    assert sorted(r.message_id for r in delivered) == ids
+    assert ns.count("primary") == ns.count("secondary") == 0
+    # And on_duplicate fired once per id, and the stats add up
+    assert sorted(e["message_id"] for e in hooks.named("on_duplicate")) == ids
+    stats = receiver.stats
+    assert (stats.received, stats.delivered, stats.duplicates_suppressed, stats.completed,
+            stats.held, stats.abandoned) == (10, 5, 5, 5, 0, 0)
+
+
+async def hold_second_copy(receiver) -> ReceivedMessage:
+    """Deliver the first copy and wait until the second one is held (never delivered)."""
+    [first] = await receiver.receive(max_messages=10, max_wait=5)
+    deadline = time.monotonic() + 10
+    while receiver.stats.held < 1:
+        assert time.monotonic() < deadline, "second copy never held"
+        assert await receiver.receive(max_messages=10, max_wait=0.1) == []
+    # Still not delivered while the first copy is unsettled
+    assert await receiver.receive(max_messages=10, max_wait=0.2) == []
+    return first
+
+
+async def test_held_copy_is_delivered_after_the_first_is_abandoned(
+    ns: Namespaces, make_receiver: ReceiverFactory
+) -> None:
+    # Given a message in both namespaces, the first copy delivered, the second held
+    await send_to_both(ns, Message("a", message_id="m1"))
+    receiver = await make_receiver()
+    first = await hold_second_copy(receiver)
+    # When the first copy is abandoned
+    await receiver.abandon(first)
+    # Then the held copy (from the other namespace) is delivered next
+    [second] = await receiver.receive(max_messages=10, max_wait=5)
+    assert second.message_id == "m1"
+    assert second.namespace != first.namespace
+    # And once it completes, the redelivered first copy is settled as a duplicate
+    await receiver.complete(second)
+    await receive_until(receiver, lambda: receiver.stats.duplicates_suppressed == 1,
+                        settle=False)
+    assert ns.count("primary") == ns.count("secondary") == 0
+    assert receiver.stats.delivered == 2 and receiver.stats.abandoned == 1
+
+
+async def test_held_copy_is_settled_as_duplicate_when_the_first_completes(
+    ns: Namespaces, make_receiver: ReceiverFactory, hooks: Recorder
+) -> None:
+    # Given a message in both namespaces, the first copy delivered, the second held
+    await send_to_both(ns, Message("a", message_id="m1"))
+    receiver = await make_receiver(hooks=hooks)
+    first = await hold_second_copy(receiver)
+    # When the first copy is completed
+    await receiver.complete(first)
+    # Then the held copy is completed as a duplicate at once: both queues are empty
+    assert receiver.stats.held == 0
+    assert receiver.stats.duplicates_suppressed == 1
+    [event] = hooks.named("on_duplicate")
+    assert event["message_id"] == "m1" and event["namespace"] != first.namespace
+    assert ns.count("primary") == ns.count("secondary") == 0
+    assert await receiver.receive(max_messages=10, max_wait=0.3) == []
+
+
+async def test_completed_id_is_not_redelivered_after_a_restart(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given a receiver that completed m1 and closed
+    store = tmp_path / "persistent-dedup.db"
+    await ns.put("primary", Message("a", message_id="m1"))
+    first = await make_receiver(dedup_store=store)
+    [r] = await first.receive(max_messages=10, max_wait=5)
+    await first.complete(r)
+    await first.aclose()
+    # When copies of m1 arrive later (a replay) along with a new message
+    await ns.put("secondary", Message("a", message_id="m1"))
+    await ns.put("primary", Message("a", message_id="m1"), Message("b", message_id="m2"))
+    # Then a new receiver on the same dedup store delivers only the new message
+    second = await make_receiver(dedup_store=store)
+    delivered = await receive_until(
+        second, lambda: second.stats.duplicates_suppressed == 2 and second.stats.completed == 1)
+    assert [d.message_id for d in delivered] == ["m2"]
+    assert ns.count("primary") == ns.count("secondary") == 0
+
+
+async def test_one_namespace_down_still_receives_from_the_other(
+    ns: Namespaces, make_receiver: ReceiverFactory, hooks: Recorder
+) -> None:
+    # Given the primary down and a message in the secondary
+    ns.primary.down()
+    await ns.put("secondary", Message("a", message_id="m1"))
+    receiver = await make_receiver(hooks=hooks)
+    # When the receiver receives, Then it gets the message from the secondary
+    [r] = await receiver.receive(max_messages=10, max_wait=5)
+    assert (r.message_id, r.namespace) == ("m1", "secondary")
+    await receiver.complete(r)
+    assert receiver.down == frozenset({"primary"})
+    assert [e["namespace"] for e in hooks.named("on_namespace_down")] == ["primary"]
+    # And an empty secondary with the primary down is just an empty queue
+    assert await receiver.receive(max_messages=10, max_wait=0.3) == []
+    # And when the primary comes back its messages are received too
+    ns.primary.up()
+    await ns.put("primary", Message("b", message_id="m2"))
+    [r2] = await receiver.receive(max_messages=10, max_wait=5)
+    assert (r2.message_id, r2.namespace) == ("m2", "primary")
+    await receiver.complete(r2)
+    await wait_for(lambda: receiver.down == frozenset())
+
+
+async def test_both_down_raises_instead_of_returning_empty(
+    ns: Namespaces, make_receiver: ReceiverFactory
+) -> None:
+    # Given a receiver that is running, and then both namespaces go down
+    await ns.put("primary", Message("a", message_id="m1"))
+    receiver = await make_receiver()
+    [r] = await receiver.receive(max_messages=10, max_wait=5)
+    await receiver.complete(r)
+    ns.primary.down()
+    ns.secondary.down()
+    # When it receives with a long max_wait
+    started = time.monotonic()
+    with pytest.raises(NamespaceUnavailable):
+        await receiver.receive(max_messages=10, max_wait=30)
+    # Then the outage is raised (well before max_wait), never reported as []
+    assert time.monotonic() - started < 10
+    # And after they come back, receiving works again
+    ns.primary.up()
+    ns.secondary.up()
+    await ns.put("secondary", Message("b", message_id="m2"))
+    deadline = time.monotonic() + 10
+    got: list[ReceivedMessage] = []
+    while not got:
+        assert time.monotonic() < deadline
+        try:
+            got = await receiver.receive(max_messages=10, max_wait=0.2)
+        except NamespaceUnavailable:
+            # The pumps have not noticed yet; retrying at once must not starve them.
+            continue
+    assert [g.message_id for g in got] == ["m2"]
+
+
+async def test_both_down_from_the_start_raises(
+    ns: Namespaces, make_receiver: ReceiverFactory
+) -> None:
+    ns.primary.down()
+    ns.secondary.down()
+    receiver = await make_receiver()
+    with pytest.raises(NamespaceUnavailable):
+        await receiver.receive(max_messages=10, max_wait=30)
+
+
+async def test_run_redelivers_after_a_handler_failure_and_completes(
+    ns: Namespaces, make_receiver: ReceiverFactory
+) -> None:
+    # Given three messages in both namespaces and a handler that fails once on m1
+    ids = ["m0", "m1", "m2"]
+    await send_to_both(ns, *(Message(i, message_id=i) for i in ids))
+    calls: list[str] = []
+    handled: list[str] = []
+
+    async def handler(message: ReceivedMessage) -> None:
+        calls.append(message.message_id)
+        if message.message_id == "m1" and calls.count("m1") == 1:
+            raise RuntimeError("transient handler failure")
+        handled.append(message.message_id)
+
+    receiver = await make_receiver()
+    # When run() handles messages until idle
+    await receiver.run(handler, idle_timeout=1.0)
+    # Then m1 was redelivered once and every id was handled successfully exactly once
+    assert calls.count("m1") == 2
+    assert sorted(handled) == ids
+    assert receiver.stats.abandoned == 1 and receiver.stats.completed == 3
+    # And every copy was settled: nothing is left in either namespace
+    assert ns.count("primary") == ns.count("secondary") == 0
+
+
+async def test_run_with_a_sync_handler(ns: Namespaces, make_receiver: ReceiverFactory) -> None:
+    await ns.put("primary", Message("a", message_id="m1"))
+    seen: list[str] = []
+    receiver = await make_receiver()
+    await receiver.run(lambda m: seen.append(m.message_id), idle_timeout=0.5)
+    assert seen == ["m1"]
+    assert ns.count("primary") == 0
+
+
+async def test_aclose_gives_back_prefetched_messages_at_once(
+    ns: Namespaces, make_receiver: ReceiverFactory, data_dir: Path
+) -> None:
+    # Given five messages with a long lock, one delivered and four prefetched
+    ids = [f"m{i}" for i in range(5)]
+    await ns.put("primary", *(Message(i, message_id=i) for i in ids))
+    receiver = await make_receiver()
+    [first] = await receiver.receive(max_messages=1, max_wait=5)
+    await receiver.complete(first)
+    await wait_for(lambda: receiver.stats.received == 5)
+    # When the receiver closes
+    await receiver.aclose()
+    # Then the prefetched messages are receivable right away (abandoned, not left locked)
+    async with LocalTransport("primary", data_dir=data_dir) as t:
+        again = await t.receive(ENTITY, max_messages=10, max_wait=1.0)
+        assert [r.message_id for r in again] == ids[1:]
+        for r in again:
+            await t.complete(r)
+
+
+async def test_delivery_order_is_kept_across_receives(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given an id done before, and then a batch with its copy in the middle
+    store = tmp_path / "order-dedup.db"
+    await ns.put("primary", Message("x", message_id="x"))
+    earlier = await make_receiver(dedup_store=store)
+    [x] = await earlier.receive(max_messages=1, max_wait=5)
+    await earlier.complete(x)
+    await earlier.aclose()
+    order = ["a", "b", "x", "c", "d", "e"]
+    await ns.put("primary", *(Message(i, message_id=i) for i in order))
+    # When a receiver takes them three at a time
+    receiver = await make_receiver(dedup_store=store)
+    delivered = await receive_until(receiver, lambda: receiver.stats.completed == 5,
+                                    max_messages=3)
+    # Then the first copies come in the order they were sent
+    assert [d.message_id for d in delivered] == ["a", "b", "c", "d", "e"]
+

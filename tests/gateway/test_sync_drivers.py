@@ -1,0 +1,192 @@
+"""GeoSender / GeoReceiver: the sync drivers over the async core (an anyio portal)."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway import (
+    ConfigError,
+    GeoReceiver,
+    GeoSender,
+    Message,
+    NamespaceConfig,
+    ReplicationPolicy,
+    RetryPolicy,
+)
+from gateway.aio import AsyncGeoSender
+from tests.gateway.conftest import ENTITY, Namespaces, wait_for_sync
+
+SECRET = "SECRET123="
+CONNECTION_STRING = (
+    "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;"
+    f"SharedAccessKey={SECRET}"
+)
+FAST = ReplicationPolicy(probe_interval=0.05,
+                         retry=RetryPolicy(initial_backoff=0.001, max_backoff=0.005))
+
+
+@pytest.fixture
+def sender_kw(data_dir: Path, state_dir: Path, ns: Namespaces) -> dict[str, Any]:
+    return {"primary": "local://primary", "secondary": "local://secondary", "entity": ENTITY,
+            "data_dir": data_dir, "state_dir": state_dir, "policy": FAST}
+
+
+@pytest.fixture
+def receiver_kw(data_dir: Path, tmp_path: Path, ns: Namespaces) -> dict[str, Any]:
+    return {"primary": "local://primary", "secondary": "local://secondary", "entity": ENTITY,
+            "data_dir": data_dir, "dedup_store": tmp_path / "dedup.db", "poll_wait": 0.05}
+
+
+def test_send_and_failover(sender_kw: dict[str, Any], receiver_kw: dict[str, Any],
+                           ns: Namespaces) -> None:
+    # Given a sync sender used as a context manager
+    with GeoSender(**sender_kw) as sender:
+        # When it sends, Then the primary takes it
+        first = sender.send(Message("a", message_id="m1"))
+        assert first.namespaces == ("primary",)
+        # When the primary goes down, Then the next send fails over
+        ns.primary.down()
+        second = sender.send_batch([Message("b", message_id="m2")])
+        assert second.namespaces == ("secondary",) and second.failed_over
+        assert sender.roles.active == "secondary"
+    # And a sync receiver gets both, one from each namespace
+    ns.primary.up()
+    with GeoReceiver(**receiver_kw) as receiver:
+        got = []
+        for _ in range(50):
+            for r in receiver.receive(max_messages=10, max_wait=0.2):
+                got.append((r.message_id, r.namespace))
+                receiver.complete(r)
+            if len(got) == 2:
+                break
+        assert sorted(got) == [("m1", "primary"), ("m2", "secondary")]
+        assert receiver.stats.completed == 2
+    assert ns.count("primary") == ns.count("secondary") == 0
+
+
+def test_buffer_then_background_replay(
+    sender_kw: dict[str, Any], ns: Namespaces, tmp_path: Path
+) -> None:
+    # Given a sync sender with a durable queue and both namespaces down
+    with GeoSender(**sender_kw, durable_queue=tmp_path / "buffer.db") as sender:
+        ns.primary.down()
+        ns.secondary.down()
+        results = [sender.send(Message(str(i), message_id=f"m{i}")) for i in range(3)]
+        assert all(r.buffered == ("*/orders",) for r in results)
+        assert sender.backlog == frozenset({"*/orders"})
+        # When the namespaces come back and nobody calls the sender
+        ns.primary.up()
+        ns.secondary.up()
+        # Then its background recovery replays the backlog on its own loop thread
+        wait_for_sync(lambda: sender.backlog == frozenset(), within=15)
+        assert sender.replay() == 0  # nothing left
+    assert anyio.run(ns.drain_ids, "primary") == ["m0", "m1", "m2"]
+
+
+def test_receive_abandon_and_run_with_idle_timeout(
+    sender_kw: dict[str, Any], receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given three messages sent in active mode (a copy in each namespace)
+    ids = ["m0", "m1", "m2"]
+    with GeoSender(**sender_kw, mode="active") as sender:
+        for i in ids:
+            assert sorted(sender.send(Message(i, message_id=i)).namespaces) == [
+                "primary", "secondary"]
+    calls: list[str] = []
+
+    def handler(message: Any) -> None:
+        calls.append(message.message_id)
+        if calls.count("m1") == 1 and message.message_id == "m1":
+            raise RuntimeError("fails once")
+
+    with GeoReceiver(**receiver_kw) as receiver:
+        # When a message is received and abandoned, Then it comes back
+        [first] = receiver.receive(max_messages=1, max_wait=5)
+        receiver.abandon(first)
+        # When run() handles until idle with a handler that fails once on m1
+        receiver.run(handler, idle_timeout=1.0)
+        # Then every id was handled, m1 twice, and every copy was settled
+        assert sorted(set(calls)) == ids
+        assert calls.count("m1") == 2 and calls.count("m0") == calls.count("m2") == 1
+        stats = receiver.stats
+        assert stats.completed == 3 and stats.duplicates_suppressed == 3
+    assert ns.count("primary") == ns.count("secondary") == 0
+
+
+def test_close_twice_and_calls_after_close(
+    sender_kw: dict[str, Any], receiver_kw: dict[str, Any]
+) -> None:
+    # Given a closed sender and receiver
+    sender = GeoSender(**sender_kw)
+    receiver = GeoReceiver(**receiver_kw)
+    sender.close()
+    receiver.close()
+    # When they are closed again, Then nothing happens
+    sender.close()
+    receiver.close()
+    # When they are used after close, Then RuntimeError is raised
+    with pytest.raises(RuntimeError, match="closed"):
+        sender.send(Message("a"))
+    with pytest.raises(RuntimeError, match="closed"):
+        sender.send_batch([Message("a")])
+    with pytest.raises(RuntimeError, match="closed"):
+        sender.replay()
+    with pytest.raises(RuntimeError, match="closed"):
+        receiver.receive(max_wait=0.1)
+    with pytest.raises(RuntimeError, match="closed"):
+        receiver.run(lambda m: None, idle_timeout=0.1)
+
+
+def test_context_manager_exit_closes(sender_kw: dict[str, Any]) -> None:
+    with GeoSender(**sender_kw) as sender:
+        pass
+    with pytest.raises(RuntimeError):
+        sender.send(Message("a"))
+
+
+def test_bad_arguments_raise_and_leave_no_portal_behind(sender_kw: dict[str, Any]) -> None:
+    with pytest.raises(TypeError):
+        GeoSender(**sender_kw, no_such_option=1)
+    with pytest.raises(ConfigError):
+        GeoSender(**{**sender_kw, "mode": "sideways"})
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        assert SECRET not in text
+        assert "SECRET123" not in text
+
+
+def test_secrets_never_appear_in_reprs_or_errors(
+    sender_kw: dict[str, Any], state_dir: Path
+) -> None:
+    # Given a namespace config with a connection string
+    config = NamespaceConfig(connection_string=CONNECTION_STRING)
+    # Then its repr and str hide the key
+    _no_secret(repr(config), str(config))
+    # When a sender is opened with it (sync and async)
+    for role in ("primary", "secondary"):
+        kw = {**sender_kw, role: config}
+        with pytest.raises(ConfigError) as info:
+            GeoSender(**kw)
+        # Then ConfigError is raised and neither its message nor its traceback has the key
+        _no_secret(str(info.value), repr(info.value),
+                   "".join(traceback.format_exception(info.value)))
+        with pytest.raises(ConfigError) as info2:
+            AsyncGeoSender(**kw)
+        _no_secret(str(info2.value), repr(info2.value))
+
+
+def test_sender_repr_with_a_secret_bearing_local_config(sender_kw: dict[str, Any]) -> None:
+    # Given a local namespace config that also carries a connection string
+    config = NamespaceConfig(url="local://primary", connection_string=CONNECTION_STRING)
+    _no_secret(repr(config), str(config))
+    # When a sender is opened with it, Then its repr and str do not show the key
+    with GeoSender(**{**sender_kw, "primary": config}) as sender:
+        assert sender.send(Message("a")).namespaces == ("primary",)
+        _no_secret(repr(sender), str(sender), repr(sender.roles))
