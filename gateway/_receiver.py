@@ -40,6 +40,9 @@ logger = logging.getLogger("geogateway")
 Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
 
 
+_RECHECK_SECONDS = 1.0
+
+
 class StopFlag(Protocol):
     """What ``run(stop=...)`` polls: ``asyncio.Event`` and ``threading.Event`` both fit."""
 
@@ -109,6 +112,8 @@ class AsyncGeoReceiver:
         self._dedup = Deduplicator(store, window=dedup_window, clock=clock)
         self._inbox: deque[ReceivedMessage] = deque()
         self._held: dict[str, list[ReceivedMessage]] = {}
+        self._in_flight: set[str] = set()  # delivered by this receiver, not yet settled
+        self._last_recheck = 0.0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._down: set[str] = set()
@@ -177,6 +182,7 @@ class AsyncGeoReceiver:
                 await asyncio.wait_for(self._arrived.wait(), min(remaining, self._poll_wait))
 
     async def _sort_inbox(self, out: list[ReceivedMessage], max_messages: int) -> None:
+        self._recheck_foreign_holds()
         while self._inbox and len(out) < max_messages:
             # Take no more than there is room for: a claimed copy that did not fit
             # would be pushed back to the front, reversing the order of the rest.
@@ -187,6 +193,7 @@ class AsyncGeoReceiver:
             for received, verdict in zip(take, verdicts, strict=True):
                 if verdict is Verdict.DELIVER and len(out) < max_messages:
                     out.append(received)
+                    self._in_flight.add(received.message_id)
                     self._counts["delivered"] += 1
                 elif verdict is Verdict.DELIVER:
                     # Claimed but no room: give the claim back and keep it for later.
@@ -197,6 +204,17 @@ class AsyncGeoReceiver:
                 else:
                     self._held.setdefault(received.message_id, []).append(received)
 
+    def _recheck_foreign_holds(self) -> None:
+        # A copy held because another *process* is handling its id is settled by
+        # nothing here; look at it again now and then (the other process may have
+        # finished, or died and let its claim expire).
+        now = time.monotonic()
+        if now - self._last_recheck < _RECHECK_SECONDS:
+            return
+        self._last_recheck = now
+        for message_id in [i for i in self._held if i not in self._in_flight]:
+            self._inbox.extendleft(reversed(self._held.pop(message_id)))
+
     async def complete(self, message: ReceivedMessage) -> None:
         """The handler succeeded: record the id as done and settle every copy.
 
@@ -204,6 +222,7 @@ class AsyncGeoReceiver:
         namespace went down, the lock expired) the redelivered copy is suppressed.
         """
         self._dedup.succeeded(message.message_id)
+        self._in_flight.discard(message.message_id)
         self._counts["completed"] += 1
         await self._settle(message, "complete")
         for held in self._held.pop(message.message_id, []):
@@ -212,6 +231,7 @@ class AsyncGeoReceiver:
     async def abandon(self, message: ReceivedMessage) -> None:
         """The handler failed: release the id so a copy may be delivered again."""
         self._dedup.failed(message.message_id)
+        self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
         await self._settle(message, "abandon")
         for held in reversed(self._held.pop(message.message_id, [])):
@@ -223,6 +243,7 @@ class AsyncGeoReceiver:
     ) -> None:
         """Move the message to its namespace's dead-letter sub-queue; the id counts as done."""
         self._dedup.succeeded(message.message_id)
+        self._in_flight.discard(message.message_id)
         transport = self._transports[message.namespace]
         await transport.dead_letter(message, reason=reason, description=description)
         for held in self._held.pop(message.message_id, []):
@@ -250,7 +271,8 @@ class AsyncGeoReceiver:
             except NamespaceUnavailable as exc:
                 logger.warning("receive: %s; retrying", exc)
                 await anyio.sleep(self._poll_wait)
-                batch = []
+                idle_since = time.monotonic()  # an outage is not an idle queue
+                continue
             if not batch:
                 if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
                     return

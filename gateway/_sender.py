@@ -233,6 +233,8 @@ class AsyncGeoSender:
 
     async def replay(self) -> int:
         """Probe down namespaces and replay what can be replayed now; return the count."""
+        if self._closed:
+            raise RuntimeError("this sender is closed")
         return await self._recover_once()
 
     async def aclose(self) -> None:

@@ -1,49 +1,83 @@
-"""The sync drivers: ``GeoSender`` and ``GeoReceiver`` run the async core on a
-private event loop thread (an anyio blocking portal) and block on each call.
+"""The sync drivers' engine: ``GeoSender`` and ``GeoReceiver`` run the async core on
+a private event loop thread and block on each call.
 
 There is one implementation of every decision, in the async core; these classes
 only carry calls across the thread boundary.
+
+The loop thread is a daemon, and a driver that was never closed is closed at
+interpreter exit (``atexit``), so forgetting ``close()`` cannot hang the program.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import atexit
+import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar, cast
-
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from typing import Any, TypeVar
 
 __all__ = ["PortalDriver"]
 
 T = TypeVar("T")
+D = TypeVar("D", bound="PortalDriver")
+
+
+class _LoopThread:
+    """An asyncio event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a sync gateway call cannot be made from its own loop thread")
+        return asyncio.run_coroutine_threadsafe(func(*args), self.loop).result()
+
+    def stop(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self.loop.close()
 
 
 class PortalDriver:
     """Owns one event loop thread; subclasses call the async core through it."""
 
     def __init__(self) -> None:
-        self._portal_cm: contextlib.AbstractContextManager[BlockingPortal] = (
-            start_blocking_portal(backend="asyncio")
-        )
-        self._portal = self._portal_cm.__enter__()
+        self._loop_thread = _LoopThread(f"geogateway-{type(self).__name__}")
         self._portal_closed = False
+        self._closer: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Close at interpreter exit if the user did not; a weak reference so that
+        # the registration does not keep the driver alive.
+        ref = weakref.ref(self)
+        self._atexit = lambda: _close_if_alive(ref)
+        atexit.register(self._atexit)
 
     def _call(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         if self._portal_closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
-        return cast(T, self._portal.call(func, *args))
+        return self._loop_thread.call(func, *args)
 
     def _close_portal(self, aclose: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if self._portal_closed:
             return
+        self._portal_closed = True
+        atexit.unregister(self._atexit)
         try:
-            self._portal.call(aclose)
+            self._loop_thread.call(aclose)
         finally:
-            self._portal_closed = True
-            self._portal_cm.__exit__(None, None, None)
+            self._loop_thread.stop()
 
-    def __enter__(self: T) -> T:
+    def __enter__(self: D) -> D:
         return self
 
     def __exit__(
@@ -56,3 +90,9 @@ class PortalDriver:
 
     def close(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError()
+
+
+def _close_if_alive(ref: weakref.ref[PortalDriver]) -> None:
+    driver = ref()
+    if driver is not None:
+        driver.close()

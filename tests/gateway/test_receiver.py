@@ -272,3 +272,37 @@ async def test_delivery_order_is_kept_across_receives(
     # Then the first copies come in the order they were sent
     assert [d.message_id for d in delivered] == ["a", "b", "c", "d", "e"]
 
+
+
+async def test_a_copy_held_for_another_receiver_is_settled_once_that_one_completes(
+    data_dir: Path, state_dir: Path, ns: Namespaces, make_receiver: ReceiverFactory,
+) -> None:
+    # Given one message with a copy in each namespace, and two receivers sharing one
+    # dedup store (two processes would), each reading only one namespace's copy first
+    async with AsyncGeoSender(primary="local://primary", secondary="local://secondary",
+                              entity=ENTITY, mode="active", data_dir=data_dir,
+                              state_dir=state_dir, recovery=False) as sender:
+        await sender.send(Message(b"once", message_id="only"))
+    first = await make_receiver(secondary="local://spare1")  # reads only primary's copy
+    [delivered] = await first.receive(max_messages=1, max_wait=5)
+    second = await make_receiver(primary="local://spare2")  # reads only secondary's copy
+    got = await second.receive(max_messages=1, max_wait=0.5)
+    # Then the second receiver holds its copy while the first one handles the id
+    assert got == []
+    await wait_for_held(second)
+    # When the first receiver completes it
+    await first.complete(delivered)
+    # Then the second one, looking again, settles its copy as a duplicate: not delivered,
+    # not held forever, and both queues end empty
+    deadline = time.monotonic() + 10
+    while second.stats.duplicates_suppressed < 1 and time.monotonic() < deadline:
+        assert await second.receive(max_messages=1, max_wait=0.2) == []
+    assert (second.stats.duplicates_suppressed, second.stats.held) == (1, 0)
+    assert ns.count("primary") + ns.count("secondary") == 0
+
+
+async def wait_for_held(receiver) -> None:
+    deadline = time.monotonic() + 10
+    while receiver.stats.held < 1:
+        assert time.monotonic() < deadline, "the second copy was never held"
+        assert await receiver.receive(max_messages=1, max_wait=0.1) == []

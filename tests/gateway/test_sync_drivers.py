@@ -190,3 +190,26 @@ def test_sender_repr_with_a_secret_bearing_local_config(sender_kw: dict[str, Any
     with GeoSender(**{**sender_kw, "primary": config}) as sender:
         assert sender.send(Message("a")).namespaces == ("primary",)
         _no_secret(repr(sender), str(sender), repr(sender.roles))
+
+
+def test_a_sender_never_closed_does_not_hang_the_interpreter_at_exit(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    # Given a program that sends and forgets to close its GeoSender
+    script = textwrap.dedent(
+        f"""
+        from gateway import GeoSender
+        s = GeoSender(primary="local://primary", secondary="local://secondary",
+                      entity="q", data_dir={str(tmp_path)!r}, state_dir={str(tmp_path)!r})
+        s.send(b"x")
+        print("sent")
+        """
+    )
+    # When it ends / Then it exits promptly and cleanly, the message sent
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sent" in done.stdout
