@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from durable_queue import DurableQueue
 from gateway._config import GatewayConfig
-from gateway.cli import data_dir_option, fail, out, print_json, print_table, run
+from gateway.cli import data_dir_option, err, fail, out, print_json, print_table, run
 from replication._routing import parse_destination
 
 
@@ -49,6 +50,9 @@ def _resolve(queue_path: Path | None, config_path: Path | None) -> Path:
              "or durable_queue.path in --config", code=2)
     if not queue_path.exists():
         fail(f"no durable queue at {queue_path}: check the path")
+    if queue_path.is_file() and queue_path.stat().st_size == 0:
+        # Opening would turn it into a new queue; an inspection must not write.
+        fail(f"{queue_path} is an empty file, not a durable queue: check the path")
     return queue_path
 
 
@@ -184,13 +188,24 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
                     policy=config.policy if config else None,
                     state_dir=config.state_dir if config else None,
                 ) as sender:
-                    count = await sender.replay()
+                    count = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": count,
                                     "remaining": sorted(sender.backlog)})
         finally:
             q.close()
 
-    run(go())
+    with Progress(
+        TextColumn("replaying {task.description}"), TextColumn("{task.completed:,} sent"),
+        TimeElapsedColumn(), console=err, transient=True, disable=as_json,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def show(destination: str, replayed: int) -> None:
+            if destination not in tasks:
+                tasks[destination] = bar.add_task(destination, total=None)
+            bar.update(tasks[destination], completed=replayed)
+
+        run(go())
     if as_json:
         print_json(results)
     else:

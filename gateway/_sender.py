@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -231,11 +232,16 @@ class AsyncGeoSender:
             except _BacklogCleared:
                 continue  # the replayer caught up while we waited: plan again
 
-    async def replay(self) -> int:
-        """Probe down namespaces and replay what can be replayed now; return the count."""
+    async def replay(self, *, progress: Callable[[str, int], None] | None = None) -> int:
+        """Probe down namespaces and replay what can be replayed now; return the count.
+
+        Args:
+            progress: called as ``progress(destination, replayed_so_far)`` after each
+                batch, for long replays.
+        """
         if self._closed:
             raise RuntimeError("this sender is closed")
-        return await self._recover_once()
+        return await self._recover_once(progress)
 
     async def aclose(self) -> None:
         """Stop the recovery task, then close what this sender opened."""
@@ -409,7 +415,9 @@ class AsyncGeoSender:
                 logger.exception("recovery round failed")
             await self._sleep(self.policy.probe_interval)
 
-    async def _recover_once(self) -> int:
+    async def _recover_once(
+        self, progress: Callable[[str, int], None] | None = None
+    ) -> int:
         for ns in list(self._down):
             try:
                 await self._transports[ns].probe()
@@ -420,12 +428,14 @@ class AsyncGeoSender:
             emit(self._hooks, "on_namespace_up", namespace=ns)
         replayed = 0
         for dest in replayable(sorted(self._backlog), namespaces=self._transports, down=self._down):
-            replayed += await self._replay(dest)
+            replayed += await self._replay(dest, progress)
         if should_fail_back(failback=self.policy.failback, roles=self._roles, down=self._down):
             self._set_roles(self._roles.fail_back(self._clock()))
         return replayed
 
-    async def _replay(self, dest: str) -> int:
+    async def _replay(
+        self, dest: str, progress: Callable[[str, int], None] | None = None
+    ) -> int:
         assert self._queue is not None
         namespace, _ = parse_destination(dest)
         replayer = Replayer(self._queue, dest, owner=self._owner)
@@ -443,7 +453,8 @@ class AsyncGeoSender:
             else:
                 async def send(batch: Sequence[Message]) -> None:
                     await self._send_to(namespace, batch)
-            result = await replayer.adrain(send)
+            report = None if progress is None else functools.partial(progress, dest)
+            result = await replayer.adrain(send, progress=report)
             replayed, seconds = result.replayed, result.seconds
             if result.stopped_by is None and result.remaining == 0:
                 # Caught up: drain what arrived meanwhile with new puts held back,

@@ -287,6 +287,33 @@ def test_queue_commands_on_corrupt_file(run: Run, dirs: dict[str, Path]) -> None
     assert sorted(p.name for p in dirs["tmp"].iterdir()) == before
 
 
+def test_queue_commands_leave_an_empty_file_alone(run: Run, dirs: dict[str, Path]) -> None:
+    # Given an empty file where a queue was expected
+    empty = dirs["tmp"] / "empty.db"
+    empty.write_bytes(b"")
+    empty.chmod(0o644)
+    # When any queue command is pointed at it
+    for command in (["stats"], ["list"], ["export"], ["purge", "--yes"], ["replay"]):
+        result = run("queue", *command, "-q", str(empty))
+        # Then it is one clear error, and the file is neither written nor re-permissioned
+        assert_one_line_error(result, 1, str(empty), "empty file")
+        assert empty.read_bytes() == b""
+        assert empty.stat().st_mode & 0o777 == 0o644
+
+
+def test_queue_replay_reports_progress_and_counts(run: Run, dirs: dict[str, Path]) -> None:
+    # Given three buffered messages and the namespaces back up
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    run("namespace", "up", "primary")
+    run("namespace", "up", "secondary")
+    # When replayed with --json
+    result = ok_json(run("queue", "replay", "-q", str(queue), "--json"))
+    # Then all three were sent and nothing waits any more
+    assert sum(r["replayed"] for r in result) == 3
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 0
+
+
 def test_queue_config_supplies_path(run: Run, dirs: dict[str, Path]) -> None:
     queue = dirs["tmp"] / "buffer.db"
     buffer_three(run, queue)

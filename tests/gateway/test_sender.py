@@ -223,10 +223,12 @@ async def test_passive_both_down_buffers_then_replays_in_order(
     assert primary.calls.count("send") + secondary.calls.count("send") == sends_before
     assert queue.count("*/orders") == 4
     assert ns.count("primary") == ns.count("secondary") == 0
-    # When recovery replays
-    replayed = await sender.replay()
+    # When recovery replays, reporting progress
+    seen: list[tuple[str, int]] = []
+    replayed = await sender.replay(progress=lambda dest, n: seen.append((dest, n)))
     # Then everything lands in order on the active namespace and the backlog clears
     assert replayed == 4
+    assert seen and seen[-1] == ("*/orders", 4)
     assert await ns.drain_ids("primary") == ["m1", "m2", "m3", "m4"]
     assert await ns.drain_ids("secondary") == []
     assert sender.backlog == frozenset()
