@@ -11,7 +11,14 @@ from types import ModuleType
 
 import pytest
 
-PUBLIC_MODULES = ["gateway", "gateway.aio", "gateway.errors", "replication", "durable_queue"]
+PUBLIC_MODULES = [
+    "gateway",
+    "gateway.aio",
+    "gateway.consumer",
+    "gateway.errors",
+    "replication",
+    "durable_queue",
+]
 
 #: Dunder names that are part of the public surface.
 PUBLIC_DUNDERS = {"__version__"}

@@ -112,6 +112,10 @@ class SqliteCheckpointStore(CheckpointStore):
         self._limiter: anyio.CapacityLimiter | None = None
         self._conn: sqlite3.Connection | None = self._open(busy_timeout)
 
+    async def __aenter__(self) -> SqliteCheckpointStore:
+        # Narrows CheckpointStore.__aenter__'s return type for `async with ... as s`.
+        return self
+
     # -- the CheckpointStore interface ---------------------------------------------
 
     async def list_ownership(self, group: ConsumerGroupRef) -> list[Ownership]:
