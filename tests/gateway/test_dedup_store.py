@@ -19,17 +19,10 @@ import pytest
 from gateway._dedup_store import SqliteDedupStore
 from replication import ConfigError, GatewayError
 from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
+from tests.conftest import FakeClock
 
 DELIVER, DUPLICATE, HOLD = Verdict.DELIVER, Verdict.DUPLICATE, Verdict.HOLD
 WINDOW = DedupWindow(seconds=60, count=100)
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -92,7 +85,7 @@ def test_prune_by_time_count_and_expired_claims(store: SqliteDedupStore) -> None
 
 def test_window_persists_across_reopen(path: Path) -> None:
     # Given a deduplicator that handled m1 and crashed while m2 was in flight
-    clock = FakeClock()
+    clock = FakeClock(1_000.0)
     first = Deduplicator(SqliteDedupStore(path, window=WINDOW), lease=10, clock=clock)
     assert first.check_many(["m1", "m2"]) == [DELIVER, DELIVER]
     first.succeeded("m1")

@@ -33,24 +33,6 @@ GROUP = ConsumerGroupRef(
 )
 
 
-class FakeClock:
-    """A wall clock that moves only when told to."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
 def connection_string(port: int, key: str = KEY) -> str:
     return (
         f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={key};"

@@ -29,8 +29,9 @@ from gateway.consumer import (
 )
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
 from replication import ConfigError, OwnershipLost
+from tests.conftest import FakeClock
 
-from .conftest import GROUP, FakeClock
+from .conftest import GROUP
 
 pytestmark = pytest.mark.anyio
 

@@ -6,24 +6,7 @@ from pathlib import Path
 import pytest
 
 from gateway.transports import LocalNamespace, LocalTransport
-
-
-class FakeClock:
-    """A wall clock that moves only when told to."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+from tests.conftest import FakeClock
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ import pytest
 from gateway.transports import EventPosition, LocalNamespace, LocalTransport
 from gateway.transports._local_events import partition_for
 from replication import Message, MessageRejected, OwnershipLost
-
-from .conftest import FakeClock
+from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.anyio
 

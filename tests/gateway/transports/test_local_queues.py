@@ -14,8 +14,7 @@ from gateway.transports import (
     ReceiveMode,
 )
 from replication import ConfigError, Message, MessageRejected
-
-from .conftest import FakeClock
+from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.anyio
 
