@@ -40,6 +40,7 @@ __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
     "busy_retrying",
+    "connect_private",
     "corrupt_message",
     "file_bytes",
     "is_busy",
@@ -213,6 +214,24 @@ def secure_files(path: Path) -> None:
         with contextlib.suppress(FileNotFoundError, PermissionError):
             if os.stat(name).st_mode & 0o077:
                 os.chmod(name, 0o600)
+
+
+def connect_private(path: str | os.PathLike[str], *, busy_timeout: float) -> sqlite3.Connection:
+    """Create ``path`` readable by its owner only (0600) if missing, and open it.
+
+    The connection is in autocommit mode (use :func:`transaction`) and may be used
+    from several threads under the caller's lock. SQLite gives the -wal and -shm
+    files the database file's mode.
+
+    Raises:
+        OSError: the file cannot be created or opened.
+    """
+    # Create the file ourselves so that it never exists with a wider mode.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
+    return sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
 
 
 def transaction(

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from durable_queue._sqlite import busy_retrying, is_busy, transaction
+from durable_queue._sqlite import busy_retrying, connect_private, is_busy, transaction
 from replication._dedup import DEFAULT_DEDUP_WINDOW, DedupStore, DedupWindow, Verdict
 from replication._errors import ConfigError, GatewayError
 
@@ -93,14 +93,9 @@ class SqliteDedupStore(DedupStore):
 
     def _open(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
         try:
-            # Create the file ourselves so that it never exists with a wider mode.
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-            os.chmod(self.path, 0o600)
+            conn = connect_private(self.path, busy_timeout=busy_timeout)
         except OSError as exc:
             raise ConfigError(f"cannot open dedup store {self.path}: {exc.strerror}") from exc
-        conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
         try:
             self._run(lambda: self._setup(conn, synchronous))
         except ConfigError:

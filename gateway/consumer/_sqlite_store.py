@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from durable_queue._sqlite import busy_retrying, is_busy, transaction
+from durable_queue._sqlite import busy_retrying, connect_private, is_busy, transaction
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._store import CheckpointStore
 from replication import ConfigError, GatewayError, OwnershipLost
@@ -299,15 +299,9 @@ class SqliteCheckpointStore(CheckpointStore):
 
     def _open(self, busy_timeout: float) -> sqlite3.Connection:
         try:
-            # Create the file ourselves so that it never exists with a wider mode;
-            # SQLite gives the -wal and -shm files the same mode.
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-            os.chmod(self.path, 0o600)
+            conn = connect_private(self.path, busy_timeout=busy_timeout)
         except OSError as exc:
             raise ConfigError(f"cannot open checkpoint store {self.path}: {exc.strerror}") from exc
-        conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
         try:
             self._retrying(self._setup, conn)
         except ConfigError:
