@@ -98,9 +98,9 @@ def run(coro: Any) -> Any:
 
 def _register() -> None:
     # Subcommands live in their own modules to keep each one small.
-    from gateway import _cli_drill, _cli_namespace, _cli_queue, _cli_send
+    from gateway import _cli_consumer, _cli_drill, _cli_namespace, _cli_queue, _cli_send
 
-    for module in (_cli_drill, _cli_namespace, _cli_queue, _cli_send):
+    for module in (_cli_consumer, _cli_drill, _cli_namespace, _cli_queue, _cli_send):
         module.register(cli)
 
 

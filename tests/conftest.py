@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.azurite import azurite, azurite_port, container
+
+__all__ = ["azurite", "azurite_port", "container"]  # fixtures for every test
+
 
 @pytest.fixture
 def anyio_backend() -> str:

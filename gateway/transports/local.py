@@ -24,6 +24,7 @@ import functools
 import os
 import random
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ __all__ = [
     "LocalNamespace",
     "LocalTransport",
     "NamespaceStatus",
+    "PartitionInfo",
     "default_data_dir",
 ]
 
@@ -87,6 +89,20 @@ class NamespaceStatus:
     latency: float
     lost_replies: float
     path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionInfo:
+    """The newest event of one partition of a partitioned entity.
+
+    All three ``last_*`` are ``None`` while the partition is empty; sequence numbers
+    start at 0, so ``last_sequence_number + 1`` events were ever appended.
+    """
+
+    partition_id: str
+    last_sequence_number: int | None
+    last_offset: int | None
+    last_enqueued_time: float | None
 
 
 class LocalNamespace:
@@ -152,6 +168,40 @@ class LocalNamespace:
             NamespaceUnavailable: the namespace file is corrupt or unreadable.
         """
         return self._store.entities()
+
+    def partition_info(self, entity: str) -> list[PartitionInfo]:
+        """The last sequence number, offset and enqueued time of each partition.
+
+        One read of the namespace file (it is administration: it works while the
+        namespace is down, and takes no owner level).
+
+        Returns:
+            One record per partition, in partition order.
+
+        Raises:
+            MessageRejected: no such partitioned entity.
+            NamespaceUnavailable: the namespace file is corrupt or unreadable.
+        """
+        self._store.partition_ids(entity)  # raises for an unknown or non-partitioned entity
+
+        def txn(conn: sqlite3.Connection) -> list[PartitionInfo]:
+            rows = conn.execute(
+                'SELECT p.partition, p.next_seq, e."offset", e.enqueued_time FROM partitions p '
+                "LEFT JOIN events e ON e.entity = p.entity AND e.partition = p.partition "
+                "AND e.seq = p.next_seq - 1 WHERE p.entity = ? ORDER BY p.partition",
+                (entity,),
+            ).fetchall()
+            return [
+                PartitionInfo(
+                    partition_id=str(partition),
+                    last_sequence_number=next_seq - 1 if next_seq > 0 else None,
+                    last_offset=None if offset is None else int(offset),
+                    last_enqueued_time=None if enqueued is None else float(enqueued),
+                )
+                for partition, next_seq, offset, enqueued in rows
+            ]
+
+        return self._store.db.read(txn)
 
     def down(self) -> None:
         """Take the namespace down for every client, in every process, until :meth:`up`."""

@@ -20,8 +20,9 @@ from azure.storage.blob.aio import ContainerClient
 from gateway.consumer import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._blob_store import BlobCheckpointStore
 from replication import ConfigError, GatewayError, OwnershipLost
+from tests.azurite import connection_string
 
-from .conftest import GROUP, connection_string
+from .conftest import GROUP
 
 pytestmark = pytest.mark.anyio
 
