@@ -14,6 +14,7 @@ from .local import (
     LocalNamespace,
     LocalTransport,
     NamespaceStatus,
+    PartitionInfo,
     default_data_dir,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "LocalTransport",
     "NamespaceStatus",
     "PartitionEvent",
+    "PartitionInfo",
     "ReceiveMode",
     "ReceivedMessage",
     "Transport",
