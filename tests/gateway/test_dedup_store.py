@@ -204,6 +204,7 @@ _CHILD = textwrap.dedent(
                 dedup.failed(mid)  # the handler failed: the broker redelivers
                 waiting.append(mid)
             elif verdict is Verdict.DELIVER:
+                time.sleep(0.002)  # the handler's work: keeps the two runs overlapping
                 delivered.append(mid)
                 dedup.succeeded(mid)
             elif verdict is Verdict.HOLD:
