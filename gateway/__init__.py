@@ -6,6 +6,7 @@ Sync API here; the async twins are in :mod:`gateway.aio`.
 from gateway._client import GeoReceiver, GeoSender
 from gateway._config import DedupConfig, DurableQueueConfig, GatewayConfig, NamespaceConfig
 from gateway._dedup_store import SqliteDedupStore
+from gateway._geo_partitions import GeoPartitionReceiver
 from gateway._hooks import GatewayHooks
 from gateway._receiver import ReceiverStats
 from gateway._sender import SendResult
@@ -38,6 +39,7 @@ __all__ = [
     "GatewayConfig",
     "GatewayError",
     "GatewayHooks",
+    "GeoPartitionReceiver",
     "GeoReceiver",
     "GeoSender",
     "InMemoryDedupStore",

@@ -12,6 +12,7 @@ from gateway.consumer._processor import (
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._sqlite_store import SdkCheckpointStore, SqliteCheckpointStore
 from gateway.consumer._store import CheckpointStore, InMemoryCheckpointStore
+from gateway.consumer._sync import PartitionProcessor, SyncPartitionContext
 
 __all__ = [
     "AsyncPartitionProcessor",
@@ -26,7 +27,9 @@ __all__ = [
     "Ownership",
     "OwnershipManager",
     "PartitionContext",
+    "PartitionProcessor",
     "ProcessorSettings",
     "SdkCheckpointStore",
     "SqliteCheckpointStore",
+    "SyncPartitionContext",
 ]

@@ -1,0 +1,441 @@
+"""Geo-redundant consumption of a partitioned entity: one processor per namespace.
+
+:class:`AsyncGeoPartitionReceiver` runs an
+:class:`~gateway.consumer.AsyncPartitionProcessor` on each namespace (each shares
+that namespace's partitions with the other instances and checkpoints under its own
+``fully_qualified_namespace``) and puts one :class:`~replication.Deduplicator` in
+front of the handler, shared by both. For every event, by ``MessageId``:
+
+- DELIVER: the first copy. The handler runs, retried up to ``handler_retry.attempts``
+  times with a short random exponential backoff (tenacity). On success the id is
+  marked done. When every attempt failed the claim is released (so the copy in the
+  other namespace may still be delivered), the error goes to ``on_error`` and is
+  logged, and the partition moves on: the processor does not read a failed event
+  again in this namespace.
+- DUPLICATE: the id is done; the copy is skipped (``on_duplicate`` hook).
+- HOLD: the other copy is in flight, in this process or another one sharing the
+  dedup store. The partition waits, re-checking, until that copy is done (then
+  this one is a duplicate) or released (then this one is delivered): both copies
+  are never delivered. A crashed holder's claim expires after the dedup lease.
+
+A namespace that is down does not stop the other: its readers log the
+``TransportError`` (``on_error``, the ``on_namespace_down`` hook) and retry.
+``GeoPartitionReceiver`` is the sync twin, a thin driver over the same core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import anyio.to_thread
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from gateway._dedup_store import SqliteDedupStore
+from gateway._factory import NamespaceLike, check_entity, open_transport
+from gateway._hooks import GatewayHooks, emit
+from gateway._receiver import StopFlag
+from gateway._sync import PortalDriver
+from gateway.consumer._balance import BalanceSettings
+from gateway.consumer._processor import (
+    AsyncPartitionProcessor,
+    PartitionContext,
+    ProcessorSettings,
+    StartingPosition,
+)
+from gateway.consumer._sqlite_store import SqliteCheckpointStore
+from gateway.consumer._store import CheckpointStore
+from gateway.transports.base import PartitionEvent, Transport
+from replication import ConfigError, TransportError
+from replication._dedup import Deduplicator, DedupStats, DedupStore, DedupWindow, Verdict
+from replication._policy import RetryPolicy
+
+__all__ = [
+    "DEFAULT_HANDLER_RETRY",
+    "AsyncGeoPartitionReceiver",
+    "GeoPartitionReceiver",
+    "PartitionHandler",
+]
+
+logger = logging.getLogger("geogateway.consumer")
+
+#: A handler of one event: a coroutine function, or a plain one (run in a thread).
+PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
+ErrorCallback = Callable[[PartitionContext | None, BaseException], Awaitable[None]]
+
+#: Three attempts, 0.1 s to 1 s apart, at most 5 s in all.
+DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff=1.0,
+                                    max_delay=5.0)
+
+_FIRST_HOLD_PAUSE = 0.02
+_MAX_HOLD_PAUSE = 0.5
+_RUN_POLL = 0.05
+
+
+class _HoldAbandoned(asyncio.CancelledError):
+    """Raised from the handler of a held copy when the receiver stops.
+
+    A cancellation, not an error: the processor lets it end the reader without
+    counting the event as handled, so the hand-over checkpoint stays before it and
+    the next owner reads it again.
+    """
+
+
+class AsyncGeoPartitionReceiver:
+    """Reads a partitioned entity on both namespaces and delivers each ``MessageId`` once.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace (a different namespace).
+        entity: the partitioned entity (event hub).
+        checkpoint_store: a ``CheckpointStore`` (shared by the instances of the
+            group; the caller closes it) or the path of a SQLite one (closed here).
+            Checkpoints and ownership are kept per namespace.
+        dedup_store: a path (a persistent SQLite window, shareable between
+            processes) or a ``DedupStore``; closed by :meth:`aclose`.
+        consumer_group: the consumer group, the same on both namespaces.
+        instance_id: a stable id; the processors use ``f"{instance_id}@{namespace}"``.
+            Random when omitted.
+        settings: batch, prefetch and checkpoint cadence of both processors.
+        balance: how both ownership managers balance.
+        starting_position: where a partition with no checkpoint starts.
+        hooks: ``on_duplicate``, ``on_namespace_down``, ``on_namespace_up``.
+        data_dir: the directory of local namespaces.
+        dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        handler_retry: attempts and backoff of a failing handler.
+        on_error: ``async (ctx, exc)``, called for a handler that failed every
+            attempt and for read errors (``ctx`` is that partition's context).
+
+    Raises:
+        ConfigError: both namespaces are the same, or a bad entity or option.
+    """
+
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        checkpoint_store: CheckpointStore | str | os.PathLike[str],
+        dedup_store: str | os.PathLike[str] | DedupStore,
+        consumer_group: str = "$Default",
+        instance_id: str | None = None,
+        settings: ProcessorSettings | None = None,
+        balance: BalanceSettings | None = None,
+        starting_position: StartingPosition | None = None,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        dedup_window: DedupWindow | None = None,
+        handler_retry: RetryPolicy = DEFAULT_HANDLER_RETRY,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        self.entity = check_entity(entity)
+        self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
+        self._transports: list[Transport] = []
+        self._owned: list[Transport | CheckpointStore] = []  # what aclose() closes
+        for ns in (primary, secondary):
+            transport, owned = open_transport(ns, data_dir=data_dir)
+            self._transports.append(transport)
+            if owned:
+                self._owned.append(transport)
+        if self._transports[0].namespace == self._transports[1].namespace:
+            raise ConfigError(f"primary and secondary are the same namespace "
+                              f"{self._transports[0].namespace!r}")
+        if isinstance(checkpoint_store, CheckpointStore):
+            self._store = checkpoint_store
+        else:
+            self._store = SqliteCheckpointStore(checkpoint_store)
+            self._owned.append(self._store)
+        dedup = (dedup_store if isinstance(dedup_store, DedupStore)
+                 else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow()))
+        self._dedup = Deduplicator(dedup, window=dedup_window)
+        self.consumer_group = consumer_group
+        self._settings = settings
+        self._balance = balance
+        self._starting_position = starting_position
+        self._instance = instance_id if instance_id is not None else uuid.uuid4().hex[:12]
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(handler_retry.attempts)
+            | stop_after_delay(handler_retry.max_delay),
+            wait=wait_random_exponential(multiplier=handler_retry.initial_backoff,
+                                         max=handler_retry.max_backoff),
+            retry=retry_if_exception_type(Exception),
+            reraise=True,
+            before_sleep=_log_retry,
+        )
+        self._on_error = on_error
+        self._handler: PartitionHandler | None = None
+        self._processors: list[AsyncPartitionProcessor] = []
+        self._stopping = asyncio.Event()
+        self._down: set[str] = set()
+        self._busy = 0
+        self._last_activity = time.monotonic()
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------------
+
+    @property
+    def namespaces(self) -> tuple[str, str]:
+        """The two namespaces, primary first."""
+        return (self._transports[0].namespace, self._transports[1].namespace)
+
+    @property
+    def owned(self) -> dict[str, frozenset[str]]:
+        """The partitions read here now, by namespace (empty while stopped)."""
+        return {p.transport.namespace: p.owned for p in self._processors}
+
+    @property
+    def down(self) -> frozenset[str]:
+        """Namespaces whose reads failed, until an event comes from them again."""
+        return frozenset(self._down)
+
+    @property
+    def dedup_stats(self) -> DedupStats:
+        """The de-duplicator's counters (checks, delivered, duplicates, held)."""
+        return self._dedup.stats
+
+    async def __aenter__(self) -> AsyncGeoPartitionReceiver:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self, handler: PartitionHandler) -> None:
+        """Join the group on both namespaces and handle events in the background.
+
+        Args:
+            handler: ``async (event)`` or a plain function (run in a worker thread).
+
+        Raises:
+            RuntimeError: already started, or closed.
+        """
+        if self._closed or self._processors:
+            raise RuntimeError("this receiver is " + ("closed" if self._closed else "running"))
+        self._handler = handler
+        self._stopping.clear()
+        self._last_activity = time.monotonic()
+        # A processor cannot be restarted after stop(): build new ones each time.
+        self._processors = [self._processor(t) for t in self._transports]
+        for processor in self._processors:
+            await processor.start()
+
+    async def stop(self) -> None:
+        """Leave both groups gracefully: checkpoint, then release every partition.
+
+        An event waiting on HOLD is left unhandled (and not checkpointed): the next
+        owner reads it again, and handles or skips it by then. A handler that is
+        running (or backing off between attempts) is waited for.
+        """
+        self._stopping.set()
+        processors, self._processors = self._processors, []
+        results = await asyncio.gather(*(p.stop() for p in processors), return_exceptions=True)
+        for processor, result in zip(processors, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.warning("stopping the processor of %s failed: %s",
+                               processor.transport.namespace, result)
+
+    async def run(
+        self,
+        handler: PartitionHandler,
+        *,
+        stop: StopFlag | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
+
+        Starts, waits, then :meth:`stop` s (also when cancelled). An outage of both
+        namespaces does not count as idle.
+
+        Args:
+            handler: ``async (event)`` or a plain function (run in a worker thread).
+            stop: anything with ``is_set()``: ``asyncio.Event``, ``threading.Event``.
+            idle_timeout: return after this many seconds without an event.
+        """
+        await self.start(handler)
+        try:
+            while not (stop is not None and stop.is_set()):
+                if self._busy or len(self._down) == len(self._transports):
+                    self._last_activity = time.monotonic()
+                elif (idle_timeout is not None
+                      and time.monotonic() - self._last_activity >= idle_timeout):
+                    return
+                await asyncio.sleep(_RUN_POLL)
+        finally:
+            await self.stop()
+
+    async def aclose(self) -> None:
+        """Stop, then close the de-duplicator and what this receiver opened."""
+        if self._closed:
+            return
+        await self.stop()
+        self._closed = True
+        for resource in self._owned:
+            await resource.aclose()
+        self._dedup.close()
+
+    # -- processing -----------------------------------------------------------------
+
+    def _processor(self, transport: Transport) -> AsyncPartitionProcessor:
+        namespace = transport.namespace
+
+        async def on_error(ctx: PartitionContext | None, exc: BaseException) -> None:
+            await self._error(namespace, ctx, exc)
+
+        return AsyncPartitionProcessor(
+            transport=transport, entity=self.entity, store=self._store,
+            on_event=self._on_event, on_error=on_error,
+            consumer_group=self.consumer_group, settings=self._settings, balance=self._balance,
+            starting_position=self._starting_position,
+            instance_id=f"{self._instance}@{namespace}",
+        )
+
+    async def _on_event(self, ctx: PartitionContext, event: PartitionEvent | None) -> None:
+        if event is None:
+            return  # an idle call (settings.max_wait_time)
+        self._busy += 1
+        try:
+            await self._process(event)
+        finally:
+            self._busy -= 1
+            self._last_activity = time.monotonic()
+
+    async def _process(self, event: PartitionEvent) -> None:
+        if event.namespace in self._down:
+            self._down.discard(event.namespace)
+            emit(self._hooks, "on_namespace_up", namespace=event.namespace)
+        message_id = event.message.message_id
+        verdict = await self._wait_turn(message_id)
+        if verdict is Verdict.DUPLICATE:
+            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            return
+        try:
+            await self._retrying(self._call_handler, event)
+        except Exception:
+            # Release the claim: the copy in the other namespace may be delivered.
+            await anyio.to_thread.run_sync(self._dedup.failed, message_id)
+            raise  # to the processor, which calls on_error and moves on
+        await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+
+    async def _wait_turn(self, message_id: str) -> Verdict:
+        pause = _FIRST_HOLD_PAUSE
+        while True:
+            # The store is SQLite: keep its I/O off the event loop.
+            verdict = await anyio.to_thread.run_sync(self._dedup.check, message_id)
+            if verdict is not Verdict.HOLD:
+                return verdict
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), pause)
+            if self._stopping.is_set():
+                raise _HoldAbandoned(f"stopped while {message_id} was held")
+            pause = min(pause * 1.5, _MAX_HOLD_PAUSE)
+
+    async def _call_handler(self, event: PartitionEvent) -> None:
+        handler = self._handler
+        assert handler is not None
+        if inspect.iscoroutinefunction(handler):
+            await handler(event)
+            return
+        result = await anyio.to_thread.run_sync(handler, event)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _error(
+        self, namespace: str, ctx: PartitionContext | None, exc: BaseException
+    ) -> None:
+        if isinstance(exc, TransportError):
+            if namespace not in self._down:
+                self._down.add(namespace)
+                logger.warning("namespace %s: reading %s failed (%s); retrying",
+                               namespace, self.entity, exc)
+                emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+        else:
+            logger.error("%s: %s", ctx or namespace, exc, exc_info=exc)
+        if self._on_error is not None:
+            await self._on_error(ctx, exc)
+
+
+def _log_retry(state: RetryCallState) -> None:
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    logger.warning("handler failed (attempt %d): %s; retrying", state.attempt_number, exc)
+
+
+async def _open(kwargs: dict[str, Any]) -> AsyncGeoPartitionReceiver:
+    return AsyncGeoPartitionReceiver(**kwargs)
+
+
+class GeoPartitionReceiver(PortalDriver):
+    """Sync twin; takes the same arguments as :class:`AsyncGeoPartitionReceiver`.
+
+    The processors run on the receiver's own event loop thread, and a plain handler
+    runs in a worker thread. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self._core = self._call(_open, kwargs)
+        except BaseException:
+            self._close_portal(_noop)
+            raise
+
+    @property
+    def owned(self) -> dict[str, frozenset[str]]:
+        """The partitions read here now, by namespace."""
+        return self._call(self._owned)
+
+    @property
+    def dedup_stats(self) -> DedupStats:
+        return self._core.dedup_stats
+
+    def start(self, handler: Callable[[PartitionEvent], None]) -> None:
+        """Handle events in the background; see :meth:`AsyncGeoPartitionReceiver.start`."""
+        self._call(self._core.start, handler)
+
+    def stop(self) -> None:
+        """Leave both groups gracefully (checkpoint, release); :meth:`start` may follow."""
+        self._call(self._core.stop)
+
+    def run(
+        self,
+        handler: Callable[[PartitionEvent], None],
+        *,
+        stop: threading.Event | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
+
+        The handler runs in a worker thread, one event per partition at a time; see
+        :meth:`AsyncGeoPartitionReceiver.run`.
+        """
+        self._call(self._run, handler, stop, idle_timeout)
+
+    async def _run(self, handler: Callable[[PartitionEvent], None],
+                   stop: threading.Event | None, idle_timeout: float | None) -> None:
+        await self._core.run(handler, stop=stop, idle_timeout=idle_timeout)
+
+    async def _owned(self) -> dict[str, frozenset[str]]:
+        return self._core.owned
+
+    def close(self) -> None:
+        self._close_portal(self._core.aclose)
+
+
+async def _noop() -> None:
+    return None
