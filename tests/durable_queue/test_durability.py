@@ -59,7 +59,7 @@ def _fill_and_close(path: Path, count: int = 300) -> None:
     assert not Path(f"{path}-wal").exists()  # checkpointed into the main file
 
 
-def _assert_corrupt_and_untouched(path: Path, before: bytes) -> None:
+def expect_corrupt_and_untouched(path: Path, before: bytes) -> None:
     with pytest.raises(QueueCorrupt) as info, DurableQueue(path) as q:
         q.peek(limit=10_000)
         q.stats()
@@ -70,12 +70,12 @@ def _assert_corrupt_and_untouched(path: Path, before: bytes) -> None:
 
 def test_garbage_file_is_corrupt(queue_path: Path) -> None:
     queue_path.write_bytes(os.urandom(8192))
-    _assert_corrupt_and_untouched(queue_path, queue_path.read_bytes())
+    expect_corrupt_and_untouched(queue_path, queue_path.read_bytes())
 
 
 def test_short_garbage_file_is_corrupt(queue_path: Path) -> None:
     queue_path.write_bytes(b"hello")
-    _assert_corrupt_and_untouched(queue_path, b"hello")
+    expect_corrupt_and_untouched(queue_path, b"hello")
 
 
 def test_file_truncated_mid_page_is_corrupt(queue_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_file_truncated_mid_page_is_corrupt(queue_path: Path) -> None:
     size = queue_path.stat().st_size
     with queue_path.open("r+b") as fp:
         fp.truncate(size - 1000)
-    _assert_corrupt_and_untouched(queue_path, queue_path.read_bytes())
+    expect_corrupt_and_untouched(queue_path, queue_path.read_bytes())
 
 
 def test_file_truncated_at_page_boundary_is_corrupt(queue_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_file_truncated_at_page_boundary_is_corrupt(queue_path: Path) -> None:
     size = queue_path.stat().st_size
     with queue_path.open("r+b") as fp:
         fp.truncate(size - 8 * 4096)
-    _assert_corrupt_and_untouched(queue_path, queue_path.read_bytes())
+    expect_corrupt_and_untouched(queue_path, queue_path.read_bytes())
 
 
 def test_damaged_pages_surface_as_queue_corrupt(queue_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_damaged_pages_surface_as_queue_corrupt(queue_path: Path) -> None:
     for offset in range(4 * 4096, len(data), 4096):
         data[offset : offset + 64] = os.urandom(64)
     queue_path.write_bytes(bytes(data))
-    _assert_corrupt_and_untouched(queue_path, bytes(data))
+    expect_corrupt_and_untouched(queue_path, bytes(data))
 
 
 def test_another_sqlite_database_is_not_a_queue(queue_path: Path) -> None:

@@ -7,18 +7,21 @@ give one line on stderr (``error: ...``), a non-zero exit, and never a traceback
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.cli import main
+from tests.gateway.cli_support import (
+    Run,
+    clean_env,
+    expect_one_line_error,
+    in_process,
+    ok_json,
+    run_process,
+)
 
 SECRET = "SECRET123"
 CONN = (
@@ -26,66 +29,16 @@ CONN = (
     f"SharedAccessKey={SECRET}="
 )
 
-Result = tuple[int, str, str]
-Run = Callable[..., Result]
 
 
 @pytest.fixture(autouse=True)
 def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """Temporary data and state directories; no stray GEOGATEWAY_* from the caller."""
-    for name in list(os.environ):
-        if name.startswith("GEOGATEWAY_"):
-            monkeypatch.delenv(name)
-    paths = {"data": tmp_path / "data", "state": tmp_path / "state", "tmp": tmp_path}
-    monkeypatch.setenv("GEOGATEWAY_DATA_DIR", str(paths["data"]))
-    monkeypatch.setenv("GEOGATEWAY_STATE_DIR", str(paths["state"]))
-    return paths
+    return clean_env(monkeypatch, tmp_path)
 
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    """``run(*args)`` -> (exit code, stdout, stderr) of ``geogateway ARGS`` in-process."""
-
-    def go(*args: str, stdin: str = "") -> Result:
-        # Not a terminal: commands that would ask must refuse instead.
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        capsys.readouterr()
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return go
-
-
-def run_process(*args: str, cwd: Path, timeout: float = 60) -> Result:
-    """``python -m gateway.cli ARGS`` in a child process, stdin not a terminal."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "error"},
-    )
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def assert_one_line_error(result: Result, code: int | None = None, *words: str) -> str:
-    """Non-zero exit (``code`` when given), one ``error:`` line on stderr, no traceback."""
-    exit_code, _, err = result
-    assert exit_code != 0, result
-    if code is not None:
-        assert exit_code == code, result
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    for word in words:
-        assert word in lines[0], (word, err)
-    return lines[0]
-
-
-def ok_json(result: Result) -> Any:
-    code, out, _ = result
-    assert code == 0, result
-    return json.loads(out)
+    return in_process(capsys, monkeypatch)
 
 
 def status(run: Run) -> dict[str, dict[str, Any]]:
@@ -204,7 +157,7 @@ def test_send_with_config_uses_its_state_dir(
 def test_send_both_down_without_queue_fails(run: Run) -> None:
     run("namespace", "down", "primary")
     run("namespace", "down", "secondary")
-    assert_one_line_error(run("send", "-e", "orders", "a"), 1, "no durable queue")
+    expect_one_line_error(run("send", "-e", "orders", "a"), 1, "no durable queue")
 
 
 # -- the durable queue --------------------------------------------------------------------
@@ -267,7 +220,7 @@ def test_queue_purge(run: Run, dirs: dict[str, Path]) -> None:
     buffer_three(run, queue)
 
     # Not a terminal and no --yes: refuse, even with a "y" waiting on stdin.
-    assert_one_line_error(run("queue", "purge", "-q", str(queue), stdin="y\n"), 2, "--yes")
+    expect_one_line_error(run("queue", "purge", "-q", str(queue), stdin="y\n"), 2, "--yes")
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
 
     code, out, _ = run("queue", "purge", "-q", str(queue), "--yes")
@@ -282,7 +235,7 @@ def test_queue_commands_on_corrupt_file(run: Run, dirs: dict[str, Path]) -> None
     before = sorted(p.name for p in dirs["tmp"].iterdir())
     for command in (["stats"], ["list"], ["export"], ["purge", "--yes"], ["replay"]):
         result = run("queue", *command, "-q", str(bad))
-        assert_one_line_error(result, 1, str(bad), "corrupt")
+        expect_one_line_error(result, 1, str(bad), "corrupt")
         assert bad.read_bytes() == garbage
     assert sorted(p.name for p in dirs["tmp"].iterdir()) == before
 
@@ -296,7 +249,7 @@ def test_queue_commands_leave_an_empty_file_alone(run: Run, dirs: dict[str, Path
     for command in (["stats"], ["list"], ["export"], ["purge", "--yes"], ["replay"]):
         result = run("queue", *command, "-q", str(empty))
         # Then it is one clear error, and the file is neither written nor re-permissioned
-        assert_one_line_error(result, 1, str(empty), "empty file")
+        expect_one_line_error(result, 1, str(empty), "empty file")
         assert empty.read_bytes() == b""
         assert empty.stat().st_mode & 0o777 == 0o644
 
@@ -384,14 +337,14 @@ def test_drill_table_and_json_file(run: Run, dirs: dict[str, Path]) -> None:
     ],
 )
 def test_bad_input(run: Run, args: list[str], code: int, words: list[str]) -> None:
-    assert_one_line_error(run(*args), code, *words)
+    expect_one_line_error(run(*args), code, *words)
     assert not Path("/nonexistent.db").exists()
 
 
 def test_send_to_a_corrupt_queue_file(run: Run, dirs: dict[str, Path]) -> None:
     bad = dirs["tmp"] / "corrupt.db"
     bad.write_bytes(b"garbage" * 100)
-    assert_one_line_error(
+    expect_one_line_error(
         run("send", "-e", "orders", "--durable-queue", str(bad), "a"), 1, str(bad))
     assert bad.read_bytes() == b"garbage" * 100
 
@@ -405,19 +358,19 @@ def write_config(tmp: Path, text: str) -> Path:
 def test_invalid_toml(run: Run, dirs: dict[str, Path]) -> None:
     config = write_config(dirs["tmp"], "entity = = 'orders'\n")
     for args in (["send", "a"], ["receive"], ["queue", "stats"]):
-        assert_one_line_error(run(*args, "--config", str(config)), 1, str(config), "TOML")
+        expect_one_line_error(run(*args, "--config", str(config)), 1, str(config), "TOML")
 
 
 def test_unknown_config_key(run: Run, dirs: dict[str, Path]) -> None:
     config = write_config(dirs["tmp"], 'primary = "local://primary"\nsecondary = '
                           '"local://secondary"\nentity = "orders"\nbogus = 1\n')
-    assert_one_line_error(run("send", "--config", str(config), "a"), 1, "bogus")
-    assert_one_line_error(run("queue", "stats", "--config", str(config)), 1, "bogus")
+    expect_one_line_error(run("send", "--config", str(config), "a"), 1, "bogus")
+    expect_one_line_error(run("queue", "stats", "--config", str(config)), 1, "bogus")
 
 
 def test_missing_config_file(run: Run, dirs: dict[str, Path]) -> None:
     missing = dirs["tmp"] / "missing.toml"
-    assert_one_line_error(run("send", "--config", str(missing), "a"), 1, str(missing))
+    expect_one_line_error(run("send", "--config", str(missing), "a"), 1, str(missing))
 
 
 # -- secrets ------------------------------------------------------------------------------
@@ -449,7 +402,7 @@ def test_secrets_stay_out_of_output(run: Run, dirs: dict[str, Path]) -> None:
 def test_secret_in_bad_config_stays_out(run: Run, dirs: dict[str, Path]) -> None:
     config = secret_config(dirs["tmp"], bogus=f"SharedAccessKey={SECRET}=")
     result = run("send", "--config", str(config), "hello")
-    assert_one_line_error(result, 1)
+    expect_one_line_error(result, 1)
     assert SECRET not in result[1] + result[2]
 
 
@@ -479,7 +432,7 @@ def test_process_happy_path(dirs: dict[str, Path]) -> None:
     ],
 )
 def test_process_bad_input(dirs: dict[str, Path], args: list[str], code: int) -> None:
-    assert_one_line_error(run_process(*args, cwd=dirs["tmp"]), code)
+    expect_one_line_error(run_process(*args, cwd=dirs["tmp"]), code)
 
 
 def test_process_corrupt_queue_file(dirs: dict[str, Path]) -> None:
@@ -487,7 +440,7 @@ def test_process_corrupt_queue_file(dirs: dict[str, Path]) -> None:
     garbage = os.urandom(4096)
     bad.write_bytes(garbage)
     mode = bad.stat().st_mode
-    assert_one_line_error(run_process("queue", "stats", "-q", str(bad), cwd=dirs["tmp"]), 1,
+    expect_one_line_error(run_process("queue", "stats", "-q", str(bad), cwd=dirs["tmp"]), 1,
                           str(bad))
     assert bad.read_bytes() == garbage and bad.stat().st_mode == mode
     assert not Path(f"{bad}-wal").exists() and not Path(f"{bad}-journal").exists()
@@ -495,14 +448,14 @@ def test_process_corrupt_queue_file(dirs: dict[str, Path]) -> None:
 
 def test_process_bad_config(dirs: dict[str, Path]) -> None:
     config = write_config(dirs["tmp"], "[[[\n")
-    assert_one_line_error(run_process("send", "--config", str(config), "a", cwd=dirs["tmp"]),
+    expect_one_line_error(run_process("send", "--config", str(config), "a", cwd=dirs["tmp"]),
                           1, str(config))
 
 
 def test_process_purge_needs_yes(dirs: dict[str, Path], run: Run) -> None:
     queue = dirs["tmp"] / "buffer.db"
     buffer_three(run, queue)
-    assert_one_line_error(run_process("queue", "purge", "-q", str(queue), cwd=dirs["tmp"]), 2,
+    expect_one_line_error(run_process("queue", "purge", "-q", str(queue), cwd=dirs["tmp"]), 2,
                           "--yes")
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
 

@@ -7,11 +7,7 @@ heartbeats. Lag is checked exactly against the events sent to the local namespac
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +17,6 @@ import anyio
 import pytest
 
 from gateway import cli
-from gateway.cli import main
 from gateway.consumer import (
     BlobCheckpointStore,
     Checkpoint,
@@ -35,26 +30,24 @@ from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.local import PartitionInfo
 from replication import Message, MessageRejected
 from tests.azurite import connection_string
+from tests.gateway.cli_support import (
+    Run,
+    clean_env,
+    expect_one_line_error,
+    in_process,
+    ok_json,
+    run_process,
+)
 
 SECRET = "SECRET123"
 HUB = "telemetry"
 AGE = 100.0  # seconds since the ownership claims were written
 
-Result = tuple[int, str, str]
-Run = Callable[..., Result]
 
 
 @pytest.fixture(autouse=True)
 def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """Temporary data and state directories; no stray GEOGATEWAY_* from the caller."""
-    for name in list(os.environ):
-        if name.startswith("GEOGATEWAY_"):
-            monkeypatch.delenv(name)
-    paths = {"data": tmp_path / "data", "state": tmp_path / "state", "tmp": tmp_path,
-             "store": tmp_path / "checkpoints.db"}
-    monkeypatch.setenv("GEOGATEWAY_DATA_DIR", str(paths["data"]))
-    monkeypatch.setenv("GEOGATEWAY_STATE_DIR", str(paths["state"]))
-    return paths
+    return {**clean_env(monkeypatch, tmp_path), "store": tmp_path / "checkpoints.db"}
 
 
 @pytest.fixture(autouse=True)
@@ -65,45 +58,7 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    """``run(*args)`` -> (exit code, stdout, stderr) of ``geogateway ARGS`` in-process."""
-
-    def go(*args: str) -> Result:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-        capsys.readouterr()
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return go
-
-
-def run_process(*args: str, cwd: Path, timeout: float = 60) -> Result:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "error"},
-    )
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def assert_one_line_error(result: Result, code: int | None = None, *words: str) -> str:
-    exit_code, _, err = result
-    assert exit_code != 0, result
-    if code is not None:
-        assert exit_code == code, result
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    for word in words:
-        assert word in lines[0], (word, err)
-    return lines[0]
-
-
-def ok_json(result: Result) -> Any:
-    code, out, _ = result
-    assert code == 0, result
-    return json.loads(out)
+    return in_process(capsys, monkeypatch)
 
 
 def group(namespace: str) -> dict[str, Any]:
@@ -314,7 +269,7 @@ def test_store_from_env(run: Run, store: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_missing_store_file_is_not_created(run: Run, dirs: dict[str, Path], hub: None) -> None:
     missing = dirs["tmp"] / "missing.db"
-    assert_one_line_error(run("consumer", "status", "--store", str(missing), "-e", HUB), 1,
+    expect_one_line_error(run("consumer", "status", "--store", str(missing), "-e", HUB), 1,
                           "no checkpoint store at", "missing.db")
     assert not missing.exists()
 
@@ -322,16 +277,16 @@ def test_missing_store_file_is_not_created(run: Run, dirs: dict[str, Path], hub:
 def test_corrupt_store_file(run: Run, dirs: dict[str, Path], hub: None) -> None:
     corrupt = dirs["tmp"] / "corrupt.db"
     corrupt.write_bytes(b"this is not a database at all\n" * 200)
-    assert_one_line_error(run("consumer", "status", "--store", str(corrupt), "-e", HUB), 1,
+    expect_one_line_error(run("consumer", "status", "--store", str(corrupt), "-e", HUB), 1,
                           "corrupt.db", "is corrupt or unreadable")
 
     empty = dirs["tmp"] / "empty.db"
     empty.touch()
-    assert_one_line_error(run("consumer", "status", "--store", str(empty), "-e", HUB), 1,
+    expect_one_line_error(run("consumer", "status", "--store", str(empty), "-e", HUB), 1,
                           "empty file")
     assert empty.stat().st_size == 0
 
-    assert_one_line_error(run("consumer", "status", "--store", str(dirs["tmp"]), "-e", HUB),
+    expect_one_line_error(run("consumer", "status", "--store", str(dirs["tmp"]), "-e", HUB),
                           1, "is a directory")
 
 
@@ -345,7 +300,7 @@ def test_corrupt_store_file(run: Run, dirs: dict[str, Path], hub: None) -> None:
     (["-e", HUB, "--store", "x.db", "--namespace", ""], ["namespace name is empty"]),
 ])
 def test_bad_options(run: Run, args: list[str], words: list[str]) -> None:
-    assert_one_line_error(run("consumer", "status", *args), 2, *words)
+    expect_one_line_error(run("consumer", "status", *args), 2, *words)
 
 
 # -- blob store and secrets ---------------------------------------------------------------
@@ -353,7 +308,7 @@ def test_bad_options(run: Run, args: list[str], words: list[str]) -> None:
 
 def test_malformed_connection_string_stays_secret(run: Run, hub: None) -> None:
     bad = f"Foo=bar;AccountKey={SECRET}"
-    line = assert_one_line_error(run("consumer", "status", "-e", HUB, "--container", "c",
+    line = expect_one_line_error(run("consumer", "status", "-e", HUB, "--container", "c",
                                      "--blob-connection-string", bad), 1,
                                  "--blob-connection-string")
     assert SECRET not in line
@@ -384,7 +339,7 @@ def test_blob_store_status(run: Run, hub: None, azurite: str, container: str,
     assert key not in result[1] and key not in result[2]
 
     # Both only from the environment: refused, nothing printed of either
-    line = assert_one_line_error(run("consumer", "status", "-e", HUB, "--container",
+    line = expect_one_line_error(run("consumer", "status", "-e", HUB, "--container",
                                      container), 2, "not both")
     assert key not in line
 
@@ -394,7 +349,7 @@ def test_wrong_key_is_one_line_without_the_key(dirs: dict[str, Path], hub: None,
     wrong = connection_string(azurite_port, key="V1JPTkctS0VZLVNFQ1JFVDEyMw==")
     result = run_process("consumer", "status", "-e", HUB, "--container", container,
                          "--blob-connection-string", wrong, cwd=dirs["tmp"])
-    line = assert_one_line_error(result, 1, "refused the credential")
+    line = expect_one_line_error(result, 1, "refused the credential")
     assert "V1JPTkctS0VZLVNFQ1JFVDEyMw" not in result[1] + result[2]
     assert container in line
 

@@ -1,0 +1,76 @@
+"""Helpers shared by the CLI tests: run ``geogateway`` in-process or as a process,
+and check its one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli import main
+
+Result = tuple[int, str, str]
+Run = Callable[..., Result]
+
+
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
+    """Temporary data and state directories; no stray GEOGATEWAY_* from the caller."""
+    for name in list(os.environ):
+        if name.startswith("GEOGATEWAY_"):
+            monkeypatch.delenv(name)
+    paths = {"data": tmp_path / "data", "state": tmp_path / "state", "tmp": tmp_path}
+    monkeypatch.setenv("GEOGATEWAY_DATA_DIR", str(paths["data"]))
+    monkeypatch.setenv("GEOGATEWAY_STATE_DIR", str(paths["state"]))
+    return paths
+
+
+def in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    """``run(*args)`` -> (exit code, stdout, stderr) of ``geogateway ARGS`` in-process."""
+
+    def go(*args: str, stdin: str = "") -> Result:
+        # Not a terminal: commands that would ask must refuse instead.
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        capsys.readouterr()
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return go
+
+
+def run_process(*args: str, cwd: Path, timeout: float = 60) -> Result:
+    """``python -m gateway.cli ARGS`` in a child process, stdin not a terminal."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def expect_one_line_error(result: Result, code: int | None = None, *words: str) -> str:
+    """Non-zero exit (``code`` when given), one ``error:`` line on stderr, no traceback."""
+    exit_code, _, err = result
+    assert exit_code != 0, result
+    if code is not None:
+        assert exit_code == code, result
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    for word in words:
+        assert word in lines[0], (word, err)
+    return lines[0]
+
+
+def ok_json(result: Result) -> Any:
+    code, out, _ = result
+    assert code == 0, result
+    return json.loads(out)
