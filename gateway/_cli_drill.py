@@ -45,8 +45,9 @@ def show_report(report: DrillReport) -> None:
 
 
 @click.command()
-@click.option("--mode", type=click.Choice(["passive", "active"]), default="passive",
-              show_default=True, help="Replication mode.")
+@click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
+              help="Replication mode of the sender [default: passive; active for the "
+                   "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="How many messages to send.")
 @click.option("--scenario", type=click.Choice([s.value for s in Scenario]),
@@ -60,7 +61,7 @@ def show_report(report: DrillReport) -> None:
               help="Keep the drill's namespaces and queue here (default: a temporary dir).")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds to wait for replay and delivery after the last send.")
-def drill(mode: str, messages: int, scenario: str, batch_size: int, json_path: Path | None,
+def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_path: Path | None,
           data_dir: Path | None, settle_timeout: float) -> None:
     """Run a failover drill on two embedded namespaces and print the report.
 

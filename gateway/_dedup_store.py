@@ -13,6 +13,17 @@ writer; a crash mid-transaction rolls back on the next open) and is created with
 mode 0600 (SQLite gives the ``-wal`` and ``-shm`` files the same mode), because
 message ids can be business data.
 
+Transactional inbox
+-------------------
+:meth:`SqliteDedupStore.finish_with_effect` runs the application's own writes (into
+tables it owns *in this same file*) and the done mark in one ``BEGIN IMMEDIATE``
+transaction. A handler whose only effect is such writes is then exactly-once: a
+process killed at any point leaves either the rows and the mark, or neither (and the
+copy is delivered again, after the claim's lease). With a handler whose effect lives
+elsewhere (an HTTP call, another database), a crash between that effect and the mark
+re-delivers the message: at-least-once. The application creates its tables through
+a connection of its own (or in an effect); the file stays a dedup store.
+
 ``synchronous="NORMAL"`` (the default) does not fsync every commit: after a power
 loss (not a process crash) the last few done marks may be lost and those messages
 delivered again. Use ``"FULL"`` when that matters more than throughput.
@@ -24,7 +35,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from durable_queue._sqlite import busy_retrying, connect_private, is_busy, transaction
 from replication._dedup import DEFAULT_DEDUP_WINDOW, DedupStore, DedupWindow, Verdict
@@ -220,6 +231,53 @@ class SqliteDedupStore(DedupStore):
             )
 
         self._write(body)
+
+    def finish_with_effect(
+        self,
+        message_id: str,
+        *,
+        owner: str,
+        now: float,
+        effect: Callable[[sqlite3.Connection], None] | Callable[[Any], None],
+    ) -> bool:
+        """The transactional inbox: ``effect(conn)`` and the done mark in ONE transaction.
+
+        Inside one ``BEGIN IMMEDIATE`` transaction on this store's connection: if
+        ``message_id`` is already done within the window, nothing is run (False);
+        otherwise ``effect(conn)`` runs (the application's writes into its own tables
+        in this file), the id is recorded as done at ``now`` and ``owner``'s claim
+        ends (True). If ``effect`` raises, both its writes and the mark are rolled
+        back and the exception propagates (the claim is kept; release it with
+        ``finish(..., succeeded=False)``).
+
+        ``effect`` must write only through ``conn`` and must not commit, roll back or
+        close it; it may be called again after a rollback, when the whole transaction
+        is retried because another process held the file's lock. It runs under this
+        store's lock and SQLite's write lock: every other writer of the file waits.
+
+        Raises:
+            GatewayError: SQLite failed (including an ``sqlite3`` error raised by
+                ``effect``, e.g. a constraint violation), or the file stayed locked.
+            ConfigError: ``effect`` ended the transaction itself.
+        """
+        cutoff = now - self.window.seconds
+
+        def body(conn: sqlite3.Connection) -> bool:
+            done = conn.execute(
+                "SELECT 1 FROM done WHERE message_id = ? AND done_at > ?", (message_id, cutoff)
+            ).fetchone()
+            if done is None:
+                effect(conn)
+                if not conn.in_transaction:
+                    raise ConfigError("the effect of finish_with_effect must not commit or "
+                                      "roll back the store's transaction")
+                conn.execute("INSERT OR REPLACE INTO done VALUES (?, ?)", (message_id, now))
+            conn.execute(
+                "DELETE FROM claims WHERE message_id = ? AND owner = ?", (message_id, owner)
+            )
+            return done is None
+
+        return self._write(body)
 
     def peek(self, message_id: str, *, now: float) -> Verdict:
         """See :meth:`replication.DedupStore.peek`; reads only."""

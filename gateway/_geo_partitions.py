@@ -18,6 +18,23 @@ front of the handler, shared by both. For every event, by ``MessageId``:
   this one is a duplicate) or released (then this one is delivered): both copies
   are never delivered. A crashed holder's claim expires after the dedup lease.
 
+Effects and the done mark: at-least-once or exactly-once
+---------------------------------------------------------
+With a normal handler the id is marked done *after* the handler returned, in a
+separate transaction: a process killed between the handler's side effect and the
+mark re-delivers the message later (to this group, after the claim's lease), so the
+effect is **at-least-once** and the handler should be idempotent.
+
+With ``transactional=True`` (:meth:`AsyncGeoPartitionReceiver.start` / ``run``) the
+handler is an *inbox handler* ``(event, conn) -> None``: it runs in a worker thread
+inside the dedup store's ``BEGIN IMMEDIATE`` transaction that marks the id done
+(:meth:`gateway.SqliteDedupStore.finish_with_effect`), and writes its effect into
+tables of its own in the dedup store's SQLite file through ``conn``. The effect and
+the mark commit together or not at all, so effects are **exactly-once**: a crash
+rolls both back and the message is delivered again; a copy whose id is already
+done is skipped inside the transaction. Inbox handlers of all partitions (and all
+processes sharing the file) are serialized by SQLite's write lock: keep them short.
+
 A namespace that is down does not stop the other: its readers log the
 ``TransportError`` (``on_error``, the ``on_namespace_down`` hook) and retry.
 ``GeoPartitionReceiver`` is the sync twin, a thin driver over the same core.
@@ -27,14 +44,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
+import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import anyio.to_thread
 from tenacity import (
@@ -69,6 +88,7 @@ __all__ = [
     "DEFAULT_HANDLER_RETRY",
     "AsyncGeoPartitionReceiver",
     "GeoPartitionReceiver",
+    "InboxHandler",
     "PartitionHandler",
 ]
 
@@ -76,6 +96,10 @@ logger = logging.getLogger("geogateway.consumer")
 
 #: A handler of one event: a coroutine function, or a plain one (run in a thread).
 PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
+#: An inbox handler (``transactional=True``): a plain function of the event and the
+#: dedup store's connection, run in a worker thread inside the transaction that marks
+#: the event's id done; it writes its effect through ``conn`` and must not commit.
+InboxHandler = Callable[[PartitionEvent, sqlite3.Connection], None]
 ErrorCallback = Callable[[PartitionContext | None, BaseException], Awaitable[None]]
 
 #: Three attempts, 0.1 s to 1 s apart, at most 5 s in all.
@@ -119,6 +143,9 @@ class AsyncGeoPartitionReceiver:
         data_dir: the directory of local namespaces.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
         handler_retry: attempts and backoff of a failing handler.
+        dedup_lease: seconds a claim protects a copy in flight; a crashed process's
+            messages are delivered again after this (keep it above the time a
+            handler takes).
         on_error: ``async (ctx, exc)``, called for a handler that failed every
             attempt and for read errors (``ctx`` is that partition's context).
 
@@ -144,6 +171,7 @@ class AsyncGeoPartitionReceiver:
         dedup_window: DedupWindow | None = None,
         handler_retry: RetryPolicy = DEFAULT_HANDLER_RETRY,
         on_error: ErrorCallback | None = None,
+        dedup_lease: float = 60.0,
     ) -> None:
         self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
@@ -164,7 +192,7 @@ class AsyncGeoPartitionReceiver:
             self._owned.append(self._store)
         dedup = (dedup_store if isinstance(dedup_store, DedupStore)
                  else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow()))
-        self._dedup = Deduplicator(dedup, window=dedup_window)
+        self._dedup = Deduplicator(dedup, window=dedup_window, lease=dedup_lease)
         self.consumer_group = consumer_group
         self._settings = settings
         self._balance = balance
@@ -180,7 +208,8 @@ class AsyncGeoPartitionReceiver:
             before_sleep=_log_retry,
         )
         self._on_error = on_error
-        self._handler: PartitionHandler | None = None
+        self._handler: PartitionHandler | InboxHandler | None = None
+        self._transactional = False
         self._processors: list[AsyncPartitionProcessor] = []
         self._stopping = asyncio.Event()
         self._down: set[str] = set()
@@ -216,18 +245,34 @@ class AsyncGeoPartitionReceiver:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def start(self, handler: PartitionHandler) -> None:
+    async def start(
+        self, handler: PartitionHandler | InboxHandler, *, transactional: bool = False
+    ) -> None:
         """Join the group on both namespaces and handle events in the background.
 
         Args:
-            handler: ``async (event)`` or a plain function (run in a worker thread).
+            handler: ``async (event)`` or a plain function (run in a worker thread);
+                with ``transactional``, an :data:`InboxHandler` ``(event, conn)``.
+            transactional: run the handler inside the dedup store's transaction that
+                marks the id done, so that its writes through ``conn`` and the mark
+                commit together: exactly-once effects (see the module docstring).
 
         Raises:
             RuntimeError: already started, or closed.
+            ConfigError: ``transactional`` with a coroutine handler, or with a dedup
+                store that has no ``finish_with_effect``.
         """
         if self._closed or self._processors:
             raise RuntimeError("this receiver is " + ("closed" if self._closed else "running"))
+        if transactional:
+            if inspect.iscoroutinefunction(handler):
+                raise ConfigError("an inbox handler (transactional=True) is a plain "
+                                  "function (event, conn): it runs in a worker thread")
+            if not self._dedup.transactional:
+                raise ConfigError("transactional=True needs a dedup store with "
+                                  "finish_with_effect, such as SqliteDedupStore")
         self._handler = handler
+        self._transactional = transactional
         self._stopping.clear()
         self._last_activity = time.monotonic()
         # A processor cannot be restarted after stop(): build new ones each time.
@@ -252,10 +297,11 @@ class AsyncGeoPartitionReceiver:
 
     async def run(
         self,
-        handler: PartitionHandler,
+        handler: PartitionHandler | InboxHandler,
         *,
         stop: StopFlag | None = None,
         idle_timeout: float | None = None,
+        transactional: bool = False,
     ) -> None:
         """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
 
@@ -266,8 +312,9 @@ class AsyncGeoPartitionReceiver:
             handler: ``async (event)`` or a plain function (run in a worker thread).
             stop: anything with ``is_set()``: ``asyncio.Event``, ``threading.Event``.
             idle_timeout: return after this many seconds without an event.
+            transactional: ``handler`` is an inbox handler; see :meth:`start`.
         """
-        await self.start(handler)
+        await self.start(handler, transactional=transactional)
         try:
             while not (stop is not None and stop.is_set()):
                 if self._busy or len(self._down) == len(self._transports):
@@ -324,13 +371,26 @@ class AsyncGeoPartitionReceiver:
         if verdict is Verdict.DUPLICATE:
             emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
             return
+        ran = True
         try:
-            await self._retrying(self._call_handler, event)
+            if self._transactional:
+                ran = await self._retrying(self._call_inbox, event)
+            else:
+                await self._retrying(self._call_handler, event)
         except Exception:
             # Release the claim: the copy in the other namespace may be delivered.
             await anyio.to_thread.run_sync(self._dedup.failed, message_id)
             raise  # to the processor, which calls on_error and moves on
-        await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+        if not self._transactional:
+            await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+        elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
+            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+
+    async def _call_inbox(self, event: PartitionEvent) -> bool:
+        handler = cast(InboxHandler, self._handler)
+        effect = functools.partial(handler, event)
+        return await anyio.to_thread.run_sync(
+            self._dedup.succeeded_with, event.message.message_id, effect)
 
     async def _wait_turn(self, message_id: str) -> Verdict:
         pause = _FIRST_HOLD_PAUSE
@@ -346,7 +406,7 @@ class AsyncGeoPartitionReceiver:
             pause = min(pause * 1.5, _MAX_HOLD_PAUSE)
 
     async def _call_handler(self, event: PartitionEvent) -> None:
-        handler = self._handler
+        handler = cast(PartitionHandler, self._handler)
         assert handler is not None
         if inspect.iscoroutinefunction(handler):
             await handler(event)
@@ -404,9 +464,10 @@ class GeoPartitionReceiver(PortalDriver):
     def dedup_stats(self) -> DedupStats:
         return self._core.dedup_stats
 
-    def start(self, handler: Callable[[PartitionEvent], None]) -> None:
+    def start(self, handler: Callable[[PartitionEvent], None] | InboxHandler, *,
+              transactional: bool = False) -> None:
         """Handle events in the background; see :meth:`AsyncGeoPartitionReceiver.start`."""
-        self._call(self._core.start, handler)
+        self._call(functools.partial(self._core.start, handler, transactional=transactional))
 
     def stop(self) -> None:
         """Leave both groups gracefully (checkpoint, release); :meth:`start` may follow."""
@@ -414,21 +475,24 @@ class GeoPartitionReceiver(PortalDriver):
 
     def run(
         self,
-        handler: Callable[[PartitionEvent], None],
+        handler: Callable[[PartitionEvent], None] | InboxHandler,
         *,
         stop: threading.Event | None = None,
         idle_timeout: float | None = None,
+        transactional: bool = False,
     ) -> None:
         """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
 
         The handler runs in a worker thread, one event per partition at a time; see
         :meth:`AsyncGeoPartitionReceiver.run`.
         """
-        self._call(self._run, handler, stop, idle_timeout)
+        self._call(self._run, handler, stop, idle_timeout, transactional)
 
-    async def _run(self, handler: Callable[[PartitionEvent], None],
-                   stop: threading.Event | None, idle_timeout: float | None) -> None:
-        await self._core.run(handler, stop=stop, idle_timeout=idle_timeout)
+    async def _run(self, handler: Callable[[PartitionEvent], None] | InboxHandler,
+                   stop: threading.Event | None, idle_timeout: float | None,
+                   transactional: bool) -> None:
+        await self._core.run(handler, stop=stop, idle_timeout=idle_timeout,
+                             transactional=transactional)
 
     async def _owned(self) -> dict[str, frozenset[str]]:
         return self._core.owned

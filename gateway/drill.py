@@ -4,6 +4,10 @@ A drill runs a sender and a de-duplicating receiver on two embedded namespaces,
 injects a scenario while messages flow (through the same control files that
 ``geogateway namespace down`` writes), lets the durable queue replay, and reports
 what arrived. It passes only when nothing was lost and no duplicate was delivered.
+
+The ``consumer-*`` scenarios instead run several receiver processes on a
+partitioned entity and crash, add or remove them mid-run; see
+:mod:`gateway._drill_consumers`.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class Scenario(enum.Enum):
     BOTH_DOWN = "both-down"  # primary down at 30%, secondary at 35%, both up at 60%
     FLAPPING = "flapping"  # primary down and up every 10% from 20% to 80%
     LOST_REPLIES = "lost-replies"  # 30% of primary's sends land but time out, 30% to 60%
+    # Receiver processes on a partitioned entity (gateway._drill_consumers):
+    CONSUMER_CRASH = "consumer-crash"  # 3 workers; one SIGKILLed at 40% delivered
+    CONSUMER_SCALE = "consumer-scale"  # 2 workers; a 3rd joins at 30%, one leaves at 60%
 
     @classmethod
     def parse(cls, value: Scenario | str) -> Scenario:
@@ -131,7 +138,7 @@ Progress = Callable[[str, int, int], None]
 
 async def run_drill(
     *,
-    mode: Mode | str = Mode.PASSIVE,
+    mode: Mode | str | None = None,
     scenario: Scenario | str = Scenario.PRIMARY_OUTAGE,
     messages: int = 10_000,
     batch_size: int = 1,
@@ -142,7 +149,8 @@ async def run_drill(
     """Run one drill and return its report.
 
     Args:
-        mode: passive or active replication.
+        mode: passive or active replication of the sender (default: active for the
+            ``consumer-*`` scenarios, passive for the others).
         scenario: what fails while messages flow.
         messages: how many messages to send.
         batch_size: messages per ``send_batch`` call.
@@ -151,10 +159,22 @@ async def run_drill(
         settle_timeout: how long to wait for replay and delivery after the last send.
         progress: called as ``progress(phase, done, total)``.
     """
-    mode, scenario = Mode.parse(mode), Scenario.parse(scenario)
+    scenario = Scenario.parse(scenario)
+    consumers = scenario in (Scenario.CONSUMER_CRASH, Scenario.CONSUMER_SCALE)
+    if mode is None:
+        mode = Mode.ACTIVE if consumers else Mode.PASSIVE
+    mode = Mode.parse(mode)
     if messages < 1 or batch_size < 1:
         raise ValueError("messages and batch_size must be >= 1")
     with _workdir(data_dir) as root:
+        if consumers:
+            from gateway._drill_consumers import run_consumer_drill  # imports this module
+
+            return await run_consumer_drill(
+                mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
+                root=root, settle_timeout=settle_timeout,
+                progress=progress or (lambda phase, done, total: None),
+            )
         return await _Drill(mode, scenario, messages, batch_size, root, progress).run(
             settle_timeout
         )

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from replication._dedup_front import HashWindow
 from replication._dedup_types import (
@@ -29,6 +30,7 @@ from replication._dedup_types import (
     DedupStats,
     DedupStore,
     DedupWindow,
+    TransactionalDedupStore,
     Verdict,
 )
 from replication._errors import ConfigError
@@ -40,6 +42,7 @@ __all__ = [
     "DedupWindow",
     "Deduplicator",
     "InMemoryDedupStore",
+    "TransactionalDedupStore",
     "Verdict",
 ]
 
@@ -251,6 +254,54 @@ class Deduplicator:
                 self._front.add(self._front.hash(message_id), now)
             self._done_since_prune += len(ids)
             self._maybe_prune(now)
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the store supports :meth:`succeeded_with` (a transactional inbox)."""
+        return isinstance(self._store, TransactionalDedupStore)
+
+    def succeeded_with(self, message_id: str, effect: Callable[[Any], None]) -> bool:
+        """Run the handler's ``effect`` and mark ``message_id`` done in ONE store transaction.
+
+        The transactional inbox: ``effect(handle)`` gets the store's transactional
+        handle (for ``SqliteDedupStore``, its ``sqlite3.Connection`` inside
+        ``BEGIN IMMEDIATE``) and writes the application's data through it. Both commit
+        together or neither does, so a crash between "the effect" and "the mark" cannot
+        happen and the effect is exactly-once, not at-least-once as with
+        :meth:`succeeded` after a handler with its own side effects. The store skips the
+        effect when the id is already done (e.g. this claim's lease ran out and the
+        other copy was handled meanwhile).
+
+        The effect may be run again after a rollback (e.g. the store retries a
+        transaction that found the file locked): it must act only through the handle.
+        The store's transaction is held while it runs, so keep it short.
+
+        Returns:
+            True when the effect was committed; False when the id was already done
+            and the effect was skipped (the caller should count a duplicate).
+
+        Raises:
+            ConfigError: the store has no ``finish_with_effect``.
+            Exception: whatever ``effect`` raised (nothing was kept; the claim stays,
+                so call :meth:`failed` to release it), or the store's error.
+        """
+        store = self._store
+        if not isinstance(store, TransactionalDedupStore):
+            raise ConfigError(f"{type(store).__name__} has no finish_with_effect: a "
+                              "transactional inbox needs a store such as SqliteDedupStore")
+        # The store serializes its own transactions; the effect runs outside this
+        # deduplicator's lock, so that check() of other partitions is not blocked.
+        now = self._clock()
+        ran = store.finish_with_effect(message_id, owner=self._owner, now=now, effect=effect)
+        with self._lock:
+            self._inflight.pop(message_id, None)
+            self._front.add(self._front.hash(message_id), now)
+            if ran:
+                self._done_since_prune += 1
+            else:
+                self._duplicates += 1
+            self._maybe_prune(now)
+        return ran
 
     def failed(self, message_id: str) -> None:
         """The handler failed: release the claim so that another copy may be delivered."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from replication._errors import ConfigError
 
@@ -14,6 +14,7 @@ __all__ = [
     "DedupStats",
     "DedupStore",
     "DedupWindow",
+    "TransactionalDedupStore",
     "Verdict",
 ]
 
@@ -120,3 +121,29 @@ class DedupStore(Protocol):
         """:meth:`finish` for several ids (one round trip where the store can)."""
         for message_id in message_ids:
             self.finish(message_id, owner=owner, succeeded=succeeded, now=now)
+
+
+@runtime_checkable
+class TransactionalDedupStore(Protocol):
+    """An optional extension of :class:`DedupStore`: the transactional inbox.
+
+    A store that also keeps the application's data (e.g. one SQLite file) can run the
+    handler's writes and the "done" mark of a ``MessageId`` in one transaction, so
+    that a crash leaves either both or neither: the effect happens exactly once.
+    :meth:`replication.Deduplicator.succeeded_with` uses it.
+    """
+
+    def finish_with_effect(
+        self, message_id: str, *, owner: str, now: float, effect: Callable[[Any], None]
+    ) -> bool:
+        """In one transaction: unless ``message_id`` is already done within the window,
+        call ``effect(handle)`` (``handle`` is the store's own transactional handle,
+        e.g. a ``sqlite3.Connection``), record the id as done at ``now`` and end
+        ``owner``'s claim. If ``effect`` raises, nothing of it and no mark is kept.
+
+        Returns:
+            True when the effect ran and was committed with the mark; False when the
+            id was already done (another copy's effect committed first) and the
+            effect was not run.
+        """
+        raise NotImplementedError  # pragma: no cover

@@ -1,0 +1,113 @@
+"""One receiver process of the consumer drills (``consumer-crash``, ``consumer-scale``).
+
+Run as ``python -m gateway._drill_consumer --root DIR --worker NAME``. It runs an
+:class:`~gateway.aio.AsyncGeoPartitionReceiver` on the partitioned entity
+``drill-events`` of the local namespaces ``primary`` and ``secondary`` under
+``DIR/namespaces``, sharing ``DIR/checkpoints.db`` (ownership and checkpoints) and
+``DIR/dedup.db`` (the de-dup window) with the other workers, and records each delivery
+with an *inbox handler* (``transactional=True``) in the table ``drill_delivered`` of
+the dedup file, in the same transaction as the done mark::
+
+    INSERT INTO drill_delivered (message_id, worker, at, count) VALUES (?, ?, ?, 1)
+    ON CONFLICT (message_id) DO UPDATE SET count = count + 1
+
+so a second delivery of an id is *counted*, not hidden. It prints ``ready`` once its
+signal handlers are installed. SIGTERM (or SIGINT) stops it
+gracefully: checkpoint, release the partitions, close, then write its de-dup counters
+to ``DIR/stats/NAME.json``. A SIGKILLed worker writes nothing; its partitions are
+re-owned once its heartbeat expires, and its in-flight claims after the lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+from gateway._geo_partitions import AsyncGeoPartitionReceiver, InboxHandler
+from gateway.consumer._balance import BalanceSettings
+from gateway.consumer._processor import ProcessorSettings
+from gateway.transports.base import PartitionEvent
+from replication._policy import RetryPolicy
+
+__all__ = ["DRILL_BALANCE", "DRILL_LEASE", "DRILL_SETTINGS", "ENTITY", "PARTITIONS",
+           "create_delivered_table", "main"]
+
+ENTITY = "drill-events"
+PARTITIONS = 4
+NAMESPACES = ("primary", "secondary")
+
+#: Fast balancing for a drill: a cycle every 0.2 s while anything moves, a heartbeat
+#: every 0.5 s, and a worker whose heartbeat is 2 s old is dead (its partitions are
+#: claimed at the next poll). Production keeps the defaults (12 s expiry).
+DRILL_BALANCE = BalanceSettings(interval=0.2, idle_interval=0.5, heartbeat_interval=0.5,
+                                heartbeat_expiry=2.0, fence_margin=0.3, settle_cycles=2)
+#: Short reads, and a checkpoint every 20 events or second.
+DRILL_SETTINGS = ProcessorSettings(max_batch_size=50, poll_wait=0.1,
+                                   checkpoint_every_events=20, checkpoint_every_seconds=1.0)
+#: A killed worker's in-flight ids are claimable again after 3 s (default 60 s).
+DRILL_LEASE = 3.0
+_RETRY = RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5, max_delay=10.0)
+
+_DELIVERED_TABLE = """
+CREATE TABLE IF NOT EXISTS drill_delivered (
+    message_id TEXT PRIMARY KEY,
+    worker TEXT NOT NULL,
+    at REAL NOT NULL,
+    count INTEGER NOT NULL DEFAULT 1
+)"""
+
+
+def create_delivered_table(conn: sqlite3.Connection) -> None:
+    """Create ``drill_delivered`` in the dedup file (after the store created it)."""
+    conn.execute(_DELIVERED_TABLE)
+
+
+def _record(worker: str) -> InboxHandler:
+    def handle(event: PartitionEvent, conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO drill_delivered (message_id, worker, at, count) VALUES (?, ?, ?, 1)"
+            " ON CONFLICT (message_id) DO UPDATE SET count = count + 1",
+            (event.message.message_id, worker, time.time()),
+        )
+    return handle
+
+
+async def run_worker(root: Path, worker: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print("ready", flush=True)  # the drill signals this process only from now on
+    receiver = AsyncGeoPartitionReceiver(
+        primary="local://primary", secondary="local://secondary", entity=ENTITY,
+        data_dir=root / "namespaces", checkpoint_store=root / "checkpoints.db",
+        dedup_store=root / "dedup.db", instance_id=worker, settings=DRILL_SETTINGS,
+        balance=DRILL_BALANCE, handler_retry=_RETRY, dedup_lease=DRILL_LEASE,
+    )
+    async with receiver:
+        handler = _record(worker)
+        await receiver.run(handler, stop=stop, transactional=True)
+        stats = receiver.dedup_stats
+    out = root / "stats"
+    out.mkdir(exist_ok=True)
+    tmp = out / f"{worker}.json.tmp"
+    tmp.write_text(json.dumps({"worker": worker, "delivered": stats.delivered,
+                               "duplicates": stats.duplicates, "held": stats.held}))
+    tmp.replace(out / f"{worker}.json")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gateway._drill_consumer")
+    parser.add_argument("--root", type=Path, required=True, help="the drill's directory")
+    parser.add_argument("--worker", required=True, help="this worker's instance id")
+    args = parser.parse_args(argv)
+    asyncio.run(run_worker(args.root, args.worker))
+
+
+if __name__ == "__main__":
+    main()
