@@ -11,6 +11,7 @@ from replication._dedup import (
     DedupStore,
     DedupWindow,
     InMemoryDedupStore,
+    TransactionalDedupStore,
     Verdict,
 )
 from replication._errors import (
@@ -51,6 +52,7 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
+    "TransactionalDedupStore",
     "TransportError",
     "Verdict",
 ]
