@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import tenacity
 
-from replication import DurableQueueError, QueueCorrupt
+from replication import ConfigError, DurableQueueError, GatewayError, QueueCorrupt
 
 T = TypeVar("T")
 
@@ -46,6 +46,7 @@ __all__ = [
     "is_busy",
     "mapped_errors",
     "open_connection",
+    "open_private_store",
     "secure_files",
     "transaction",
     "translate",
@@ -232,6 +233,44 @@ def connect_private(path: str | os.PathLike[str], *, busy_timeout: float) -> sql
     return sqlite3.connect(
         path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )
+
+
+def open_private_store(
+    path: str,
+    *,
+    kind: str,
+    busy_timeout: float,
+    retrying: tenacity.Retrying,
+    setup: Callable[[sqlite3.Connection], None],
+    corrupt: Callable[[sqlite3.DatabaseError], Exception],
+) -> sqlite3.Connection:
+    """Open a project SQLite store (created 0600) and run ``setup`` on it, retried
+    while busy; every failure is one error naming the file.
+
+    Args:
+        kind: what the file is, for messages ("dedup store", "checkpoint store").
+        corrupt: the error to raise for a damaged or foreign file.
+
+    Raises:
+        ConfigError: the file cannot be opened, or ``setup`` refused it.
+        GatewayError: the file stayed locked past ``retrying``'s limit.
+        Exception: what ``corrupt`` returns, for a damaged or foreign file.
+    """
+    try:
+        conn = connect_private(path, busy_timeout=busy_timeout)
+    except OSError as exc:
+        raise ConfigError(f"cannot open {kind} {path}: {exc.strerror}") from exc
+    try:
+        retrying(setup, conn)
+    except ConfigError:
+        conn.close()
+        raise
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if is_busy(exc):
+            raise GatewayError(f"{kind} {path} stayed locked: {exc}") from exc
+        raise corrupt(exc) from exc
+    return conn
 
 
 def transaction(

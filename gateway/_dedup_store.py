@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from durable_queue._sqlite import busy_retrying, connect_private, is_busy, transaction
+from durable_queue._sqlite import busy_retrying, is_busy, open_private_store, transaction
 from replication._dedup import DEFAULT_DEDUP_WINDOW, DedupStore, DedupWindow, Verdict
 from replication._errors import ConfigError, GatewayError
 
@@ -103,23 +103,13 @@ class SqliteDedupStore(DedupStore):
         self._conn: sqlite3.Connection | None = self._open(synchronous.upper(), busy_timeout)
 
     def _open(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
-        try:
-            conn = connect_private(self.path, busy_timeout=busy_timeout)
-        except OSError as exc:
-            raise ConfigError(f"cannot open dedup store {self.path}: {exc.strerror}") from exc
-        try:
-            self._run(lambda: self._setup(conn, synchronous))
-        except ConfigError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if is_busy(exc):
-                raise GatewayError(f"dedup store {self.path} stayed locked: {exc}") from exc
-            raise ConfigError(
+        return open_private_store(
+            self.path, kind="dedup store", busy_timeout=busy_timeout, retrying=self._retrying,
+            setup=lambda conn: self._setup(conn, synchronous),
+            corrupt=lambda exc: ConfigError(
                 f"dedup store {self.path} is corrupt or unreadable ({exc}): move it aside"
-            ) from exc
-        return conn
+            ),
+        )
 
     def _setup(self, conn: sqlite3.Connection, synchronous: str) -> None:
         conn.execute("PRAGMA journal_mode=WAL")

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from durable_queue._sqlite import busy_retrying, connect_private, is_busy, transaction
+from durable_queue._sqlite import busy_retrying, is_busy, open_private_store, transaction
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._store import CheckpointStore
 from replication import ConfigError, GatewayError, OwnershipLost
@@ -298,21 +298,10 @@ class SqliteCheckpointStore(CheckpointStore):
         )
 
     def _open(self, busy_timeout: float) -> sqlite3.Connection:
-        try:
-            conn = connect_private(self.path, busy_timeout=busy_timeout)
-        except OSError as exc:
-            raise ConfigError(f"cannot open checkpoint store {self.path}: {exc.strerror}") from exc
-        try:
-            self._retrying(self._setup, conn)
-        except ConfigError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if is_busy(exc):
-                raise GatewayError(f"checkpoint store {self.path} stayed locked: {exc}") from exc
-            raise self._corrupt(exc) from exc
-        return conn
+        return open_private_store(
+            self.path, kind="checkpoint store", busy_timeout=busy_timeout,
+            retrying=self._retrying, setup=self._setup, corrupt=self._corrupt,
+        )
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode=WAL")
