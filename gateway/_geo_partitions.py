@@ -280,8 +280,11 @@ class AsyncGeoPartitionReceiver:
         for processor in self._processors:
             await processor.start()
 
-    async def stop(self) -> None:
-        """Leave both groups gracefully: checkpoint, then release every partition.
+    async def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave both groups gracefully: hand every partition over (checkpoint, then
+        release), handling events until another instance is ready to take each.
+        ``handover_timeout`` bounds that wait (default ``BalanceSettings.handover_timeout``;
+        0 releases at once).
 
         An event waiting on HOLD is left unhandled (and not checkpointed): the next
         owner reads it again, and handles or skips it by then. A handler that is
@@ -289,7 +292,9 @@ class AsyncGeoPartitionReceiver:
         """
         self._stopping.set()
         processors, self._processors = self._processors, []
-        results = await asyncio.gather(*(p.stop() for p in processors), return_exceptions=True)
+        results = await asyncio.gather(
+            *(p.stop(handover_timeout=handover_timeout) for p in processors),
+            return_exceptions=True)
         for processor, result in zip(processors, results, strict=True):
             if isinstance(result, BaseException):
                 logger.warning("stopping the processor of %s failed: %s",
@@ -469,9 +474,10 @@ class GeoPartitionReceiver(PortalDriver):
         """Handle events in the background; see :meth:`AsyncGeoPartitionReceiver.start`."""
         self._call(functools.partial(self._core.start, handler, transactional=transactional))
 
-    def stop(self) -> None:
-        """Leave both groups gracefully (checkpoint, release); :meth:`start` may follow."""
-        self._call(self._core.stop)
+    def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave both groups gracefully (hand over: checkpoint, release); :meth:`start`
+        may follow. See :meth:`AsyncGeoPartitionReceiver.stop`."""
+        self._call(functools.partial(self._core.stop, handover_timeout=handover_timeout))
 
     def run(
         self,

@@ -11,13 +11,16 @@ Rules, in order:
 * Liveness comes from heartbeats, so an instance that owns nothing is counted. An
   owner with no heartbeat at all (an ``azure-eventhub`` consumer, an old record)
   is alive while its record is younger than ``ownership_expiry``. A heartbeat
-  under ``<id>#left`` newer than ``<id>``'s own is a graceful leave.
+  under ``<id>#leaving`` newer than ``<id>``'s own means it is leaving: it keeps
+  its partitions (and reads them) until it hands them over, but its target is
+  zero. One under ``<id>#left`` newer than both means it has left.
 * Targets: with P partitions and N live instances each gets P // N, and P % N of
   them get one more. Every instance ranks the live ids the same way (those already
   holding more first, then by id), so all agree on who gets the extra one.
 * Never take a partition from a live owner. An instance over its target hands
   partitions over itself, and only to instances that are polling now (their
   heartbeat is recent), so a released partition is picked up within one cycle.
+  A leaving instance hands everything to whoever polls now, even over its share.
 * Orphans (no record, released, dead or departed owner) go first to whoever needs
   them; what nobody active needs is claimed by whoever sees it first, so a crashed
   instance's partitions are re-owned at the first poll after its heartbeat expires.
@@ -33,10 +36,20 @@ from dataclasses import dataclass, field
 from gateway.consumer._records import ConsumerGroupRef, Heartbeat, Ownership
 from replication import ConfigError
 
-__all__ = ["LEFT_SUFFIX", "BalanceDecision", "BalanceSettings", "BalanceView", "balance"]
+__all__ = [
+    "LEAVING_SUFFIX",
+    "LEFT_SUFFIX",
+    "BalanceDecision",
+    "BalanceSettings",
+    "BalanceView",
+    "balance",
+]
 
 LEFT_SUFFIX = "#left"
 """A heartbeat under ``instance_id + LEFT_SUFFIX`` marks a graceful leave."""
+LEAVING_SUFFIX = "#leaving"
+"""Heartbeats under ``instance_id + LEAVING_SUFFIX``: handing its partitions over."""
+SUFFIXES = (LEFT_SUFFIX, LEAVING_SUFFIX)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +77,9 @@ class BalanceSettings:
         fence_margin: an instance whose last heartbeat write is older than
             ``heartbeat_expiry - fence_margin`` drops its partitions itself, before
             others may claim them.
+        handover_timeout: how long a graceful stop keeps reading its partitions
+            while it waits for the others to take them over; whatever is still
+            held then is checkpointed and released for anyone to claim.
 
     Raises:
         ConfigError: a value is not positive, or the heartbeat settings could let a
@@ -77,10 +93,11 @@ class BalanceSettings:
     ownership_expiry: float = 180.0
     settle_cycles: int = 3
     fence_margin: float = 1.0
+    handover_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("interval", "idle_interval", "heartbeat_interval", "heartbeat_expiry",
-                     "ownership_expiry", "fence_margin"):
+                     "ownership_expiry", "fence_margin", "handover_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(f"BalanceSettings.{name} must be a number, got {value!r}")
@@ -132,8 +149,16 @@ def live_instances(
     view: BalanceView, *, me: str, now: float, settings: BalanceSettings
 ) -> tuple[str, ...]:
     """The ids that count for fair shares, sorted: fresh heartbeats, heartbeat-less
-    owners of fresh records, and ``me``."""
-    return tuple(sorted(_liveness(view, now, settings) | {me}))
+    owners of fresh records, and ``me``; not those leaving."""
+    alive, leaving = _liveness(view, now, settings)
+    return tuple(sorted((alive - leaving) | {me}))
+
+
+def leaving_instances(
+    view: BalanceView, *, now: float, settings: BalanceSettings
+) -> tuple[str, ...]:
+    """The ids still alive but handing their partitions over (a graceful stop)."""
+    return tuple(sorted(_liveness(view, now, settings)[1]))
 
 
 def balance(
@@ -145,6 +170,7 @@ def balance(
     settings: BalanceSettings,
     held: Mapping[str, str] | None = None,
     active: Collection[str] | None = None,
+    leaving: bool = False,
 ) -> BalanceDecision:
     """Decide one instance's claims, renewals and hand-overs for this cycle.
 
@@ -158,23 +184,32 @@ def balance(
         active: instances known to be polling fast now (the driver sees their
             heartbeats come every cycle); by default, those whose heartbeat is
             younger than two intervals.
+        leaving: ``me`` is stopping: its target is zero, it claims nothing and
+            hands what it holds to active instances that need partitions.
 
     Returns:
         The decision; deterministic for a given view, ``now`` and rng state.
     """
     held = held or {}
-    alive = _liveness(view, now, settings) | {me}
-    live = tuple(sorted(alive))
+    alive, departing = _liveness(view, now, settings)
+    alive.add(me)
+    departing = departing | {me} if leaving else departing - {me}
+    live = tuple(sorted(alive - departing))
     pids = tuple(sorted(set(view.partition_ids)))
     records = {o.partition_id: o for o in view.ownerships if o.partition_id in set(pids)}
     owner_of = {p: o.owner_id for p, o in records.items() if _held(o, alive, view, now, settings)}
-    counts = {x: 0 for x in live}
+    counts = {x: 0 for x in alive}
     for owner in owner_of.values():
         counts[owner] += 1
-    targets = _targets(len(pids), live, counts)
+    targets = _targets(len(pids), live, counts) if live else {}
+    targets.update(dict.fromkeys(departing, 0))
     active = set(_active(view, now, settings) if active is None else active) | {me}
     deficit = {x: max(0, targets[x] - counts[x]) for x in live}
     wanted_by_active = sum(d for x, d in deficit.items() if x != me and x in active)
+    if leaving and any(x in active for x in live):
+        # Whoever polls now takes all of it, over its share if need be; it hands
+        # the surplus on as the others wake up. A stop does not wait for them all.
+        wanted_by_active = counts[me]
 
     mine = sorted(p for p, o in owner_of.items() if o == me)
     renewals = tuple(
@@ -189,7 +224,8 @@ def balance(
         renewals = tuple(r for r in renewals if r.partition_id not in releases)
 
     orphans = [p for p in pids if p not in owner_of]
-    take = min(len(orphans), max(deficit[me], len(orphans) - wanted_by_active))
+    take = 0 if leaving else min(len(orphans),
+                                 max(deficit[me], len(orphans) - wanted_by_active))
     claims = tuple(
         _claim(view.group, records.get(p), p, me) for p in sorted(rng.sample(orphans, take))
     )
@@ -200,15 +236,24 @@ def balance(
                            live=live, targets=targets, settled=settled)
 
 
-def _liveness(view: BalanceView, now: float, settings: BalanceSettings) -> set[str]:
+def _liveness(
+    view: BalanceView, now: float, settings: BalanceSettings
+) -> tuple[set[str], set[str]]:
+    """(alive, leaving): leaving ones are alive, still hold their partitions, and
+    want none."""
     beats: dict[str, float] = {}
-    left: dict[str, float] = {}
+    marks: dict[str, dict[str, float]] = {s: {} for s in SUFFIXES}
     for hb in view.heartbeats:
         at = hb.last_modified_time if hb.last_modified_time is not None else -math.inf
-        if hb.instance_id.endswith(LEFT_SUFFIX):
-            left[hb.instance_id[: -len(LEFT_SUFFIX)]] = at
+        for suffix in SUFFIXES:
+            if hb.instance_id.endswith(suffix):
+                marks[suffix][hb.instance_id[: -len(suffix)]] = at
+                break
         else:
             beats[hb.instance_id] = at
+    left, leaving_at = marks[LEFT_SUFFIX], marks[LEAVING_SUFFIX]
+    leaving = {x for x, at in leaving_at.items() if at > beats.get(x, -math.inf)}
+    beats.update({x: leaving_at[x] for x in leaving})
     alive = {
         x for x, at in beats.items()
         if now - at <= settings.heartbeat_expiry and left.get(x, -math.inf) < at
@@ -219,7 +264,7 @@ def _liveness(view: BalanceView, now: float, settings: BalanceSettings) -> set[s
             at = o.last_modified_time if o.last_modified_time is not None else -math.inf
             if now - at <= settings.ownership_expiry:
                 alive.add(o.owner_id)
-    return alive
+    return alive, leaving & alive
 
 
 def _held(o: Ownership, alive: set[str], view: BalanceView, now: float,

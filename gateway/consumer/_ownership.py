@@ -7,6 +7,12 @@ claims in one ``claim_ownership`` batch. While anything moves, full cycles run e
 instance goes idle: it heartbeats every ``heartbeat_interval`` and, on its turn
 (instances take turns, one every ``idle_interval`` for the whole group), lists the
 heartbeats only; a change of members wakes it into full cycles again.
+
+A graceful ``stop()`` hands over without a gap: it announces the leave (a
+``#leaving`` heartbeat), keeps reading while the others notice and come to fast
+cycles, and releases each partition (checkpoint first) only to an instance that
+will claim it within one interval. Partitions nobody takes within
+``handover_timeout`` are released for anyone.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.consumer._balance import (
+    LEAVING_SUFFIX,
     LEFT_SUFFIX,
+    SUFFIXES,
     BalanceDecision,
     BalanceSettings,
     BalanceView,
@@ -83,9 +91,9 @@ class OwnershipManager:
         on_lost: PartitionCallback = _nothing,
     ) -> None:
         instance_id = uuid.uuid4().hex if instance_id is None else instance_id
-        if not instance_id or instance_id.endswith(LEFT_SUFFIX):
+        if not instance_id or instance_id.endswith(SUFFIXES):
             raise ConfigError(f"instance_id must be non-empty and not end with "
-                              f"{LEFT_SUFFIX!r}: {instance_id!r}")
+                              f"{' or '.join(map(repr, SUFFIXES))}: {instance_id!r}")
         self._store = store
         self._group = group
         self._partition_source = partition_ids
@@ -105,6 +113,7 @@ class OwnershipManager:
         self._live: tuple[str, ...] = ()
         self._settled_cycles = 0
         self._stopping = False
+        self._leaving = False
         self._beats: dict[str, tuple[float, ...]] = {}  # last distinct heartbeat times
 
     @property
@@ -154,7 +163,11 @@ class OwnershipManager:
             The decision taken, or None if the store failed (retried next cycle).
         """
         try:
-            await self._beat()
+            # Heartbeats every cycle say "I poll now, hand me partitions". Once the
+            # group looks settled they stop (back to every heartbeat_interval), so
+            # by the time this instance goes idle nobody takes it for a fast poller.
+            if self._settled_cycles == 0 or self._clock() >= self._next_beat:
+                await self._beat()
             view = await self._read_view()
         except Exception:
             _LOGGER.warning("%s: store unavailable, retrying next cycle", self._me,
@@ -164,7 +177,8 @@ class OwnershipManager:
         now = self._clock()
         decision = balance(view, me=self._me, now=now, rng=self._rng,
                            settings=self._settings, held=self._held,
-                           active=self._polling_now(view.heartbeats, now))
+                           active=self._polling_now(view.heartbeats, now),
+                           leaving=self._leaving)
         self._live = decision.live
         for pid in decision.lost:
             await self._drop(pid, self._on_lost)
@@ -173,13 +187,38 @@ class OwnershipManager:
         self._settled_cycles = self._settled_cycles + 1 if decision.settled else 0
         return decision
 
-    async def stop(self) -> None:
-        """Hand everything over: checkpoint (``before_release``), release, leave.
+    async def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave gracefully, handing every partition over without a gap.
+
+        Announces the leave and keeps reading (full cycles every ``interval``)
+        while the other instances notice and come to fast cycles; each partition is
+        handed over (``before_release``: stop reading, checkpoint; then release)
+        only to an instance that needs it and polls now, so it is read again within
+        about one interval. With no other live instance, or once ``handover_timeout``
+        (default ``settings.handover_timeout``) has passed, what is still held is
+        handed over for anyone to claim. Then the leave is recorded.
 
         Call it after the task running ``run()`` was cancelled or has returned; a
         store error is logged and the records are left to expire.
+
+        Args:
+            handover_timeout: seconds to wait for takers; 0 releases everything at once.
         """
         self._stopping = True
+        self._leaving = True
+        if handover_timeout is None:
+            handover_timeout = self._settings.handover_timeout
+        deadline = self._clock() + handover_timeout
+        while self._held and self._clock() < deadline:
+            decision = await self.run_once()
+            if decision is None or not set(decision.live) - {self._me}:
+                break  # the store fails, or there is nobody else to hand over to
+            now = self._clock()
+            await self._fence(now)
+            wake = min(now + self._settings.interval, deadline)
+            if self._held:
+                wake = min(wake, self._fence_deadline() + 1e-6)
+            await self._sleep(max(0.0, wake - now))
         await self._hand_over(tuple(sorted(self._held)))
         try:
             await self._store.heartbeat(self._heartbeat(self._me + LEFT_SUFFIX))
@@ -214,7 +253,8 @@ class OwnershipManager:
         sent = self._clock()
         # A failed heartbeat is retried after one interval, not at once.
         self._next_beat = sent + self._settings.interval
-        await self._store.heartbeat(self._heartbeat(self._me))
+        me = self._me + LEAVING_SUFFIX if self._leaving else self._me
+        await self._store.heartbeat(self._heartbeat(me))
         self._last_beat_sent = sent
         self._next_beat = sent + self._settings.heartbeat_interval
 
@@ -289,8 +329,10 @@ class OwnershipManager:
     def _polling_now(self, beats: Sequence[Heartbeat], now: float) -> set[str]:
         # An instance in fast cycles heartbeats every cycle, an idle one every
         # heartbeat_interval: two beats close together mean it polls now, so a
-        # partition handed over to it will not wait for its idle turn.
+        # partition handed over to it will not wait for its idle turn. (An instance
+        # about to go idle stops beating every cycle settle_cycles - 1 cycles early.)
         fast = 2 * self._settings.interval
+        recent = 1.5 * self._settings.interval
         active = set()
         for hb in beats:
             if hb.last_modified_time is None:
@@ -299,7 +341,7 @@ class OwnershipManager:
             if not seen or seen[-1] != hb.last_modified_time:
                 seen = (*seen[-1:], hb.last_modified_time)
                 self._beats[hb.instance_id] = seen
-            if len(seen) == 2 and seen[1] - seen[0] <= fast and now - seen[1] <= fast:
+            if len(seen) == 2 and seen[1] - seen[0] <= fast and now - seen[1] <= recent:
                 active.add(hb.instance_id)
         return active
 

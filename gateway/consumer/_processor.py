@@ -215,15 +215,24 @@ class AsyncPartitionProcessor:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.manager.run())
 
-    async def stop(self) -> None:
-        """Leave gracefully: checkpoint, close and release every owned partition, so the
-        next owner starts exactly where this one stopped."""
+    async def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave gracefully: hand every owned partition over, so the next owner
+        starts exactly where this one stopped.
+
+        Partitions are read and handled until another instance is ready to take
+        them; each is then checkpointed, closed (``SHUTDOWN``) and released. See
+        ``OwnershipManager.stop``.
+
+        Args:
+            handover_timeout: the longest wait for takers (default
+                ``BalanceSettings.handover_timeout``); 0 releases at once.
+        """
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-            await self.manager.stop()
+            await self.manager.stop(handover_timeout=handover_timeout)
 
     async def checkpoint(self, partition_id: str, event: PartitionEvent) -> None:
         """Write a fenced checkpoint at ``event``.

@@ -10,6 +10,7 @@ fencing and checkpointing are the async core's; nothing here decides anything.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 import time
@@ -151,10 +152,15 @@ class PartitionProcessor(PortalDriver):
         """Join the group and process owned partitions in the background."""
         self._call(self._core.start)
 
-    def stop(self) -> None:
-        """Leave gracefully (checkpoint, close, release every partition), then shut
-        down the driver's loop thread. Safe to call twice."""
-        self._close_portal(self._core.stop)
+    def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave gracefully (hand every partition over: checkpoint, close, release),
+        then shut down the driver's loop thread. Safe to call twice.
+
+        Args:
+            handover_timeout: the longest wait for another instance to take the partitions
+                (default ``BalanceSettings.handover_timeout``); 0 releases at once.
+        """
+        self._close_portal(functools.partial(self._core.stop, handover_timeout=handover_timeout))
 
     def close(self) -> None:
         """The same as :meth:`stop`."""

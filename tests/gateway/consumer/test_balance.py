@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.consumer._balance import (
+    LEAVING_SUFFIX,
     LEFT_SUFFIX,
     BalanceDecision,
     BalanceSettings,
@@ -212,6 +213,96 @@ def test_a_leave_marker_makes_the_leaver_not_live():
     d = balance(store.view(), me="a", now=NOW + 0.2, rng=rng, settings=S)
     assert d.live == ("a",)
     assert len(d.claims) == 4
+
+
+def _balanced_group(partitions: int, names: list[str], rng: random.Random) -> CasStore:
+    store = CasStore(partitions)
+    for x in names:
+        store.beat(x)
+    for _ in range(3):
+        for x in names:
+            store.apply(x, decide(store, x, rng))
+    return store
+
+
+def test_a_leaving_instance_keeps_its_partitions_until_it_hands_them_over():
+    # Given "b" announced its leave (a #leaving beat newer than its own)
+    rng = random.Random(7)
+    store = _balanced_group(6, ["a", "b", "c"], rng)
+    store.beat("b" + LEAVING_SUFFIX, at=NOW + 0.1)
+    theirs = {p for p, o in store.owners().items() if o == "b"}
+    # When "a" decides, Then "b" is not live for shares and nobody claims from it
+    d = balance(store.view(), me="a", now=NOW + 0.2, rng=rng, settings=S, active=())
+    assert d.live == ("a", "c") and d.targets["b"] == 0
+    assert not {c.partition_id for c in d.claims} & theirs
+    assert not d.settled  # "a" needs more, so it keeps cycling fast
+    # and once its leave is recorded (#left newer still), they are orphans
+    store.beat("b" + LEFT_SUFFIX, at=NOW + 0.3)
+    d = balance(store.view(), me="a", now=NOW + 0.4, rng=rng, settings=S, active=())
+    assert {c.partition_id for c in d.claims} == theirs
+
+
+def test_the_leaver_hands_everything_to_whoever_polls_now_and_claims_nothing():
+    rng = random.Random(8)
+    store = _balanced_group(9, ["a", "b", "c"], rng)
+    store.records["8"] = replace(store.records["8"], owner_id="")  # an orphan
+    mine = {p for p, o in store.owners().items() if o == "b"}
+    # With nobody polling fast, nothing goes
+    d = balance(store.view(), me="b", now=NOW, rng=rng, settings=S, active=(),
+                leaving=True)
+    assert d.releases == () and d.claims == () and d.targets["b"] == 0
+    # With one instance polling (even if it is at its share), all of it goes to it
+    d = balance(store.view(), me="b", now=NOW, rng=rng, settings=S, active=("c",),
+                leaving=True)
+    assert set(d.releases) == mine and d.claims == ()
+    # and that instance claims all of it, over its share
+    for pid in d.releases:
+        store.write(replace(store.records[pid], owner_id=""))
+    d = balance(store.view(), me="c", now=NOW, rng=rng, settings=S, active=("c",))
+    assert {c.partition_id for c in d.claims} == mine | {"8"}
+
+
+def test_a_heartbeat_newer_than_the_leave_announcement_is_a_restart():
+    rng = random.Random(9)
+    store = _balanced_group(4, ["a", "b"], rng)
+    store.beat("b" + LEAVING_SUFFIX, at=NOW + 0.1)
+    store.beat("b", at=NOW + 0.2)  # restarted under its static id
+    d = balance(store.view(), me="a", now=NOW + 0.3, rng=rng, settings=S)
+    assert d.live == ("a", "b") and d.targets == {"a": 2, "b": 2}
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenario, st.data())
+def test_a_graceful_leave_moves_every_partition_once_without_two_owners(case, data):
+    # Given a balanced group in which one instance starts leaving
+    partitions, n, rng = case
+    names = [f"i{k}" for k in range(n + 1)]
+    store = _balanced_group(partitions, names, rng)
+    leaver = data.draw(st.sampled_from(names))
+    store.beat(leaver + LEAVING_SUFFIX, at=NOW + 0.1)
+    stay = [x for x in names if x != leaver]
+    now = NOW + 0.2
+    # When everyone cycles, in any order, each seeing any set of fast pollers
+    for _ in range(4):
+        for x in data.draw(st.permutations(names)):
+            active = data.draw(st.sets(st.sampled_from(stay)))
+            view = store.view()
+            owners = {o.partition_id: o.owner_id for o in view.ownerships}
+            d = balance(view, me=x, now=now, rng=rng, settings=S, active=active,
+                        leaving=x == leaver)
+            # Then nobody claims what another holds, and the leaver claims nothing
+            assert all(owners.get(c.partition_id, "") in ("", x) for c in d.claims)
+            assert x != leaver or not d.claims
+            store.apply(x, d)
+    # and once everyone polls fast, the leaver ends with nothing, the rest balanced
+    for _ in range(3):
+        for x in names:
+            store.apply(x, balance(store.view(), me=x, now=now, rng=rng, settings=S,
+                                   active=stay, leaving=x == leaver))
+    assert leaver not in store.owners().values()
+    assert set(store.owners()) == set(store.pids)
+    c = counts(store, stay)
+    assert max(c) - min(c) <= 1
 
 
 def test_static_membership_renews_records_that_still_name_me():

@@ -24,11 +24,14 @@ S = BalanceSettings()
 class Log:
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.stamp: dict[str, dict[str, float]] = {}  # "name.kind" -> pid -> time
 
     def hooks(self, name: str) -> dict[str, Any]:
         def record(kind: str) -> Any:
             async def hook(pid: str) -> None:
                 self.events.append((f"{name}.{kind}", pid))
+                if f"{name}.{kind}" in self.stamp:
+                    self.stamp[f"{name}.{kind}"][pid] = asyncio.get_running_loop().time()
             return hook
         return {f"on_{k}" if k != "before_release" else k: record(k)
                 for k in ("claimed", "before_release", "released", "lost")}
@@ -106,25 +109,102 @@ def test_a_crashed_instances_partitions_are_re_owned_after_its_heartbeat_expires
     virtual(main())
 
 
-def test_graceful_stop_checkpoints_releases_and_another_takes_over_on_its_turn():
+def test_graceful_stop_keeps_reading_until_a_polling_instance_takes_each_partition():
     async def main() -> None:
         g = Group()
         a, b = g.start("a"), g.start("b")
         await g.until(lambda: len(a.owned) == 2 and a.idle and b.idle, 10)
         mine = set(a.owned)
-        # When "a" stops gracefully
+        released: dict[str, float] = {}
+        claimed: dict[str, float] = {}
+        g.log.stamp = {"a.released": released, "b.claimed": claimed}
+        # When "a" stops gracefully while "b" is idle
         await g.cancel("a")
+        began = g.loop.time()
         await a.stop()
-        # Then each partition was checkpointed before its release
+        took = g.loop.time() - began
+        # Then "a" kept its partitions until "b" noticed (on its idle turn), so the
+        # stop took a while, but less than a heartbeat expiry
+        assert S.interval < took < S.heartbeat_expiry + S.interval
+        # each partition was checkpointed before its release
         kinds = [(k, p) for k, p in g.log.events if k.startswith("a.") and p in mine]
         for pid in mine:
             assert kinds.index(("a.before_release", pid)) < kinds.index(("a.released", pid))
         assert not a.owned
-        assert all(o.owner_id != "a" for o in await g.store.list_ownership(GROUP))
-        # and "b" takes them at its next turn, long before a heartbeat expiry
-        took = await g.until(lambda: len(b.owned) == 4, 2 * S.idle_interval + S.interval)
-        assert took < S.heartbeat_expiry
+        # and "b" read each one again within one interval of its release
+        await g.until(lambda: len(b.owned) == 4, S.interval + 0.5)
+        for pid in mine:
+            assert 0 <= claimed[pid] - released[pid] <= S.interval + 0.1, (claimed, released)
+        assert all(o.owner_id != "a" for o in await g.store.list_ownership(GROUP)
+                   if o.partition_id in mine)
         await g.close()
+    virtual(main())
+
+
+def test_a_leaving_instance_is_not_stolen_from_and_gets_no_share():
+    async def main() -> None:
+        g = Group()
+        a, b = g.start("a"), g.start("b")
+        await g.until(lambda: len(a.owned) == 2 and a.idle and b.idle, 10)
+        await g.cancel("a")
+        # "a" announces its leave but hands nothing over (no taker polls yet)
+        a._leaving = True
+        decision = await a.run_once()
+        assert decision is not None and decision.targets["a"] == 0
+        assert decision.live == ("b",) and not decision.releases
+        # "b", running its own cycles, waits for the hand-over instead of stealing
+        for _ in range(20):
+            assert not a.owned & b.owned and len(a.owned) == 2
+            await asyncio.sleep(0.5)
+        await g.close()
+    virtual(main())
+
+
+def test_a_stop_with_nobody_to_take_over_releases_at_once():
+    async def main() -> None:
+        g = Group()
+        a = g.start("a")
+        await g.until(lambda: len(a.owned) == 4, 10)
+        await g.cancel("a")
+        began = g.loop.time()
+        await a.stop()
+        assert g.loop.time() - began < S.interval
+        assert not a.owned
+        assert all(o.owner_id == "" for o in await g.store.list_ownership(GROUP))
+    virtual(main())
+
+
+@pytest.mark.parametrize("handover_timeout", [0.0, 3.0])
+def test_a_stop_releases_what_nobody_took_once_the_handover_timeout_passes(
+    handover_timeout: float,
+):
+    async def main() -> None:
+        g = Group()
+        a, b = g.start("a"), g.start("b")
+        await g.until(lambda: len(a.owned) == 2 and a.idle and b.idle, 10)
+        await g.cancel("b")  # a crash: "b" still looks alive for a while
+        await g.cancel("a")
+        began = g.loop.time()
+        await a.stop(handover_timeout=handover_timeout)
+        took = g.loop.time() - began
+        assert handover_timeout <= took < handover_timeout + S.interval
+        assert not a.owned
+        records = {o.partition_id: o.owner_id for o in await g.store.list_ownership(GROUP)}
+        assert [records[p] for p in sorted(records) if records[p] != "b"] == ["", ""]
+    virtual(main())
+
+
+def test_a_stop_waits_no_longer_than_a_dead_peers_heartbeat_expiry():
+    async def main() -> None:
+        g = Group()
+        a, b = g.start("a"), g.start("b")
+        await g.until(lambda: len(a.owned) == 2 and a.idle and b.idle, 10)
+        await g.cancel("b")
+        await g.cancel("a")
+        began = g.loop.time()
+        await a.stop()  # the default timeout (30 s) is longer than the expiry
+        assert g.loop.time() - began <= S.heartbeat_expiry + S.interval
+        assert not a.owned
     virtual(main())
 
 
@@ -251,6 +331,7 @@ def test_steady_state_store_traffic_is_heartbeats_and_one_list_per_idle_turn():
     virtual(main())
 
 
-def test_instance_id_must_not_look_like_a_leave_marker():
+@pytest.mark.parametrize("instance_id", ["x#left", "x#leaving", ""])
+def test_instance_id_must_not_look_like_a_leave_marker(instance_id: str):
     with pytest.raises(ConfigError):
-        OwnershipManager(InMemoryCheckpointStore(), GROUP, PIDS, instance_id="x#left")
+        OwnershipManager(InMemoryCheckpointStore(), GROUP, PIDS, instance_id=instance_id)
