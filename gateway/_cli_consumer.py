@@ -20,9 +20,12 @@ from click.core import ParameterSource
 
 from gateway.cli import data_dir_option, fail, out, print_json, print_table, run
 from gateway.consumer._balance import (
+    LEAVING_SUFFIX,
     LEFT_SUFFIX,
+    SUFFIXES,
     BalanceSettings,
     BalanceView,
+    leaving_instances,
     live_instances,
 )
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
@@ -140,11 +143,17 @@ def _local_partitions(name: str, entity: str, data_dir: Path | None) -> _Local:
 
 
 def _instances(
-    ownerships: list[Ownership], heartbeats: list[Heartbeat], alive: set[str], now: float
+    ownerships: list[Ownership], heartbeats: list[Heartbeat], alive: set[str],
+    leaving: set[str], now: float,
 ) -> list[dict[str, Any]]:
-    beats = {h.instance_id: h for h in heartbeats if not h.instance_id.endswith(LEFT_SUFFIX)}
+    beats = {h.instance_id: h for h in heartbeats if not h.instance_id.endswith(SUFFIXES)}
     left = {h.instance_id[: -len(LEFT_SUFFIX)]: h for h in heartbeats
             if h.instance_id.endswith(LEFT_SUFFIX)}
+    for h in heartbeats:  # a leaving instance heartbeats under <id>#leaving
+        if h.instance_id.endswith(LEAVING_SUFFIX):
+            x = h.instance_id[: -len(LEAVING_SUFFIX)]
+            if x in leaving:
+                beats[x] = h
     owned: dict[str, int] = {}
     for o in ownerships:
         if o.owner_id:
@@ -158,6 +167,7 @@ def _instances(
             "instance_id": instance,
             "alive": instance in alive,
             "heartbeat_age_seconds": None if at is None else round(max(0.0, now - at), 3),
+            "leaving": instance in leaving,
             "left": gone is not None and (at is None or (gone.last_modified_time or 0) >= at),
             "partitions": owned.get(instance, 0),
         })
@@ -176,7 +186,8 @@ def _report_namespace(
     view = BalanceView(group=group, partition_ids=tuple(infos or ()),
                        ownerships=tuple(ownerships), heartbeats=tuple(heartbeats))
     # "" is never an owner (it is a released record), so it stands in for "me".
-    alive = set(live_instances(view, me="", now=now, settings=settings)) - {""}
+    leaving = set(leaving_instances(view, now=now, settings=settings))
+    alive = (set(live_instances(view, me="", now=now, settings=settings)) | leaving) - {""}
     with_heartbeat = {h.instance_id for h in heartbeats}
     records = {o.partition_id: o for o in ownerships}
     marks = {c.partition_id: c for c in checkpoints}
@@ -217,7 +228,7 @@ def _report_namespace(
     if not ownerships and not checkpoints and not heartbeats:
         report.notes.append(f"the store has nothing for consumer group "
                             f"{group.consumer_group!r} of {entity!r} on {name}")
-    report.instances = _instances(ownerships, heartbeats, alive, now)
+    report.instances = _instances(ownerships, heartbeats, alive, leaving, now)
     return report
 
 
@@ -328,7 +339,8 @@ def _last(row: _Partition) -> str | int | None:
 
 def _summary(ns: _Namespace) -> str:
     def who(instances: list[dict[str, Any]]) -> str:
-        return ", ".join(f"{i['instance_id']} owns {i['partitions']}" for i in instances)
+        return ", ".join(f"{i['instance_id']} owns {i['partitions']}"
+                         + (" (leaving)" if i.get("leaving") else "") for i in instances)
 
     alive, dead = ns.alive, [i for i in ns.instances if not i["alive"]]
     text = f"{ns.namespace} ({ns.state}): {len(alive)} instance(s) alive"

@@ -216,6 +216,22 @@ def test_released_partition(run: Run, store: Path) -> None:
     assert code == 0 and "(released)" in out
 
 
+def test_a_leaving_instance_is_shown_alive_and_leaving(run: Run, store: Path) -> None:
+    async def announce() -> None:
+        async with SqliteCheckpointStore(store) as s:
+            await s.heartbeat(Heartbeat(**group("primary"), instance_id="proc-b#leaving"))
+
+    anyio.run(announce)
+    report = ok_json(run("consumer", "status", "--store", str(store), "-e", HUB, "--json",
+                         "--namespace", "primary"))
+    [ns] = report["namespaces"]
+    assert {i["instance_id"]: (i["alive"], i["leaving"]) for i in ns["instances"]} == {
+        "proc-a": (True, False), "proc-b": (True, True), "proc-c": (False, False)}
+    assert by_partition(report, "primary")["2"]["owner_alive"] is True
+    code, out, _ = run("consumer", "status", "--store", str(store), "-e", HUB)
+    assert code == 0 and "proc-b owns 1 (leaving)" in out
+
+
 def test_namespace_down_shows_store_rows(run: Run, store: Path, dirs: dict[str, Path]) -> None:
     assert run("namespace", "down", "primary")[0] == 0
     report = ok_json(run("consumer", "status", "--store", str(store), "-e", HUB, "--json"))
