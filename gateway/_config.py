@@ -24,6 +24,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
+    "KINDS",
     "DedupConfig",
     "DurableQueueConfig",
     "GatewayConfig",
@@ -32,6 +33,9 @@ __all__ = [
 
 ENV_PREFIX = "GEOGATEWAY_"
 
+KINDS = ("servicebus", "eventhubs")
+"""What an Azure namespace is used as: Service Bus queues, or Event Hubs."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class NamespaceConfig:
@@ -39,18 +43,25 @@ class NamespaceConfig:
 
     Args:
         url: ``local://NAME`` for an embedded namespace, or ``sb://HOST`` /
-            a fully qualified namespace for Azure.
+            a fully qualified namespace for Azure (signed in with
+            ``DefaultAzureCredential`` when there is no connection string).
         connection_string: an Azure connection string; kept out of every repr.
-        name: the name the gateway uses for it (defaults to the local name or host).
+        name: the name the gateway uses for it (defaults to the local name, or the
+            host, with its port when it has one).
+        kind: for Azure, ``"servicebus"`` (queues; the default) or ``"eventhubs"``.
     """
 
     url: str = ""
     connection_string: str | None = field(default=None, repr=False)
     name: str = ""
+    kind: str = "servicebus"
 
     def __post_init__(self) -> None:
         if not self.url and not self.connection_string:
             raise ConfigError("a namespace needs a url (local://NAME) or a connection_string")
+        if self.kind not in KINDS:
+            raise ConfigError(f"unknown namespace kind {self.kind!r}: use "
+                              f"{' or '.join(map(repr, KINDS))}")
         if self.connection_string and not self.url:
             object.__setattr__(self, "url", _endpoint_of(self.connection_string))
         parts = urlsplit(self.url if "://" in self.url else f"sb://{self.url}")
@@ -63,15 +74,18 @@ class NamespaceConfig:
                 "or a connection string"
             )
         if not self.name:
-            object.__setattr__(self, "name", parts.netloc if self.is_local else parts.hostname)
+            name = parts.netloc if self.is_local else parts.hostname or ""
+            if not self.is_local and parts.port:
+                name += f":{parts.port}"
+            object.__setattr__(self, "name", name)
 
     @classmethod
-    def parse(cls, value: str) -> NamespaceConfig:
+    def parse(cls, value: str, *, kind: str = "servicebus") -> NamespaceConfig:
         """Read ``local://NAME``, ``sb://HOST`` or an ``Endpoint=...`` connection string."""
         value = value.strip()
         if value.lower().startswith("endpoint="):
-            return cls(connection_string=value)
-        return cls(url=value)
+            return cls(connection_string=value, kind=kind)
+        return cls(url=value, kind=kind)
 
     @property
     def is_local(self) -> bool:
@@ -82,9 +96,18 @@ class NamespaceConfig:
         """The embedded namespace's name (``local://NAME``)."""
         return urlsplit(self.url).netloc
 
+    @property
+    def fully_qualified_namespace(self) -> str:
+        """The Azure host (with ``:port`` when the url has one)."""
+        parts = urlsplit(self.url if "://" in self.url else f"sb://{self.url}")
+        host = parts.hostname or ""
+        return f"{host}:{parts.port}" if parts.port else host
+
     def __repr__(self) -> str:
         secret = ", connection_string=***" if self.connection_string else ""
-        return f"NamespaceConfig(name={self.name!r}, url={redact(self.url)!r}{secret})"
+        kind = "" if self.is_local else f", kind={self.kind!r}"
+        return (f"NamespaceConfig(name={self.name!r}, url={redact(self.url)!r}{kind}"
+                f"{secret})")
 
     __str__ = __repr__
 
@@ -93,8 +116,7 @@ def _endpoint_key(namespace: NamespaceConfig) -> tuple[str, str]:
     """What identifies the namespace itself, whatever name it is given."""
     if namespace.is_local:
         return ("local", namespace.local_name)
-    url = namespace.url if "://" in namespace.url else f"sb://{namespace.url}"
-    return ("azure", urlsplit(url).hostname or "")
+    return ("azure", namespace.fully_qualified_namespace)
 
 
 def _endpoint_of(connection_string: str) -> str:
@@ -202,6 +224,7 @@ _ENV_KEYS = {
     "STATE_DIR": ("state_dir",),
     "DURABLE_QUEUE": ("durable_queue", "path"),
     "DEDUP_STORE": ("dedup", "path"),
+    "KIND": ("kind",),
 }
 
 
@@ -213,6 +236,8 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         if keys[0] in ("primary", "secondary"):
             parsed = NamespaceConfig.parse(value)
             data[keys[0]] = {"url": parsed.url, "connection_string": parsed.connection_string}
+            if not parsed.connection_string:
+                del data[keys[0]]["connection_string"]
         elif keys[0] == "failback":
             data["failback"] = value.strip().lower() in ("1", "true", "yes", "on")
         elif len(keys) == 2:
@@ -225,7 +250,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
 
 _TOP_KEYS = {
     "primary", "secondary", "entity", "mode", "failback", "probe_interval",
-    "data_dir", "state_dir", "retry", "durable_queue", "dedup",
+    "data_dir", "state_dir", "retry", "durable_queue", "dedup", "kind",
 }
 
 
@@ -251,9 +276,10 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
     queue = _section(data, "durable_queue", {"path", "max_messages", "max_bytes", "synchronous"},
                      source)
     dedup = _section(data, "dedup", {"path", "window_seconds", "window_count"}, source)
+    kind = data.get("kind", "servicebus")
     return GatewayConfig(
-        primary=_namespace(data["primary"], "primary", source),
-        secondary=_namespace(data["secondary"], "secondary", source),
+        primary=_namespace(data["primary"], "primary", source, kind),
+        secondary=_namespace(data["secondary"], "secondary", source, kind),
         entity=data["entity"],
         policy=policy,
         durable_queue=DurableQueueConfig(
@@ -291,16 +317,22 @@ def _section(data: dict[str, Any], name: str, known: set[str], source: str) -> d
     return section
 
 
-def _namespace(value: Any, role: str, source: str) -> NamespaceConfig:
+def _namespace(value: Any, role: str, source: str, kind: Any) -> NamespaceConfig:
     if isinstance(value, str):
-        return NamespaceConfig.parse(value)
+        if not isinstance(kind, str):
+            raise ConfigError(f"kind in {source} must be 'servicebus' or 'eventhubs'")
+        return NamespaceConfig.parse(value, kind=kind)
     if not isinstance(value, dict):
         raise ConfigError(f"{role} in {source} must be a url, a connection string or a table")
-    _reject_unknown(value, {"url", "connection_string", "name"}, f"[{role}]", source)
+    _reject_unknown(value, {"url", "connection_string", "name", "kind"}, f"[{role}]", source)
+    kind = value.get("kind", kind)
+    if not isinstance(kind, str):
+        raise ConfigError(f"kind of {role} in {source} must be 'servicebus' or 'eventhubs'")
     return NamespaceConfig(
         url=value.get("url") or "",
         connection_string=value.get("connection_string"),
         name=value.get("name") or "",
+        kind=kind,
     )
 
 

@@ -497,3 +497,37 @@ def test_sender_rejects_an_entity_that_cannot_name_a_queue(tmp_path, entity):
             primary="local://primary", secondary="local://secondary", entity=entity,
             data_dir=tmp_path, state_dir=tmp_path,
         )
+
+
+# -- Azure namespace kinds and emulated namespaces ------------------------------------------
+
+
+def test_azure_namespaces_are_service_bus_unless_the_kind_says_event_hubs(tmp_path):
+    text = (f'primary = "{CONN}"\nsecondary = {{ url = "sb://y.servicebus.windows.net", '
+            'kind = "eventhubs" }\nentity = "o"\n')
+    config = GatewayConfig.load(write(tmp_path, text), env={})
+    assert (config.primary.kind, config.secondary.kind) == ("servicebus", "eventhubs")
+    both = GatewayConfig.load(write(tmp_path, "kind = 'eventhubs'\n" + text), env={})
+    assert both.primary.kind == "eventhubs"
+    env = GatewayConfig.load(write(tmp_path, text), env={"GEOGATEWAY_KIND": "eventhubs"})
+    assert env.primary.kind == "eventhubs" and env.secondary.kind == "eventhubs"
+    assert "kind='eventhubs'" in repr(config.secondary) and SECRET not in repr(config.primary)
+
+
+@pytest.mark.parametrize("kind", ["kafka", "", "ServiceBus"])
+def test_an_unknown_kind_is_a_config_error(tmp_path, kind):
+    message = load_error(write(tmp_path, MINIMAL + f"kind = '{kind}'\n"))
+    assert "unknown namespace kind" in message and "'servicebus' or 'eventhubs'" in message
+
+
+def test_two_emulated_namespaces_on_one_host_differ_by_port(tmp_path):
+    def conn(port: int) -> str:
+        return (f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;"
+                f"SharedAccessKey={SECRET}=;UseDevelopmentEmulator=true")
+
+    text = f'primary = "{conn(5672)}"\nsecondary = "{conn(5673)}"\nentity = "o"\n'
+    config = GatewayConfig.load(write(tmp_path, text), env={})
+    assert (config.primary.name, config.secondary.name) == ("127.0.0.1:5672", "127.0.0.1:5673")
+    assert config.primary.fully_qualified_namespace == "127.0.0.1:5672"
+    assert "same namespace" in load_error(
+        write(tmp_path, f'primary = "{conn(5672)}"\nsecondary = "{conn(5672)}"\nentity = "o"\n'))
