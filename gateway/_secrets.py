@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
-__all__ = ["redact"]
+__all__ = ["RedactingFormatter", "redact"]
 
 # Key=value pairs of Azure connection strings and SAS tokens that are secret.
 _SECRET_PAIRS = re.compile(
@@ -19,3 +20,12 @@ def redact(text: str) -> str:
     """Return ``text`` with every secret value replaced by ``***``."""
     text = _SECRET_PAIRS.sub(lambda m: f"{m.group(1)}=***", text)
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}***@", text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter that passes every formatted record, tracebacks included, through
+    :func:`redact`, so a library that logs a connection string or a SAS token (the Azure
+    SDKs do at debug level) cannot put it on the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))

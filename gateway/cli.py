@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gateway._secrets import redact
+from gateway._secrets import RedactingFormatter, redact
 from replication import GatewayError
 
 __all__ = ["main"]
@@ -54,11 +54,16 @@ def data_dir_option(func: F) -> F:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="geogateway", prog_name="geogateway")
-@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
+@click.option("-v", "--verbose", count=True,
+              help="Log more (-v info, -vv debug, -vvv the Azure SDKs' debug too).")
 def cli(verbose: int) -> None:
     """Keep sending and receiving while a whole namespace is down."""
     level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    # The SDKs' debug output is AMQP frame traces: only on request (-vvv).
+    logging.getLogger("azure").setLevel(level if verbose >= 3 else max(level, logging.INFO))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,9 +103,16 @@ def run(coro: Any) -> Any:
 
 def _register() -> None:
     # Subcommands live in their own modules to keep each one small.
-    from gateway import _cli_consumer, _cli_drill, _cli_namespace, _cli_queue, _cli_send
+    from gateway import (
+        _cli_consumer,
+        _cli_drill,
+        _cli_emulator,
+        _cli_namespace,
+        _cli_queue,
+        _cli_send,
+    )
 
-    for module in (_cli_consumer, _cli_drill, _cli_namespace, _cli_queue, _cli_send):
+    for module in (_cli_consumer, _cli_drill, _cli_emulator, _cli_namespace, _cli_queue, _cli_send):
         module.register(cli)
 
 

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from replication import ConfigError, Message, MessageRejected
+from replication import ConfigError, GatewayError, Message, MessageRejected
 
 from . import _local_events as events
 from ._local_db import Database
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
-__all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "Store"]
+__all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Store"]
 
 DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
@@ -74,6 +74,16 @@ class _Entity:
     lock_duration: float
     max_delivery_count: int
     max_message_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionState:
+    """The first and last events of one partition; the ``last_*`` are None while it is empty."""
+
+    first_sequence_number: int
+    last_sequence_number: int | None
+    last_offset: int | None
+    last_enqueued_time: float | None
 
 
 def _props(message: Message) -> str | None:
@@ -211,23 +221,25 @@ class Store:
             raise MessageRejected(f"cannot send to the dead-letter sub-queue {entity!r}: "
                                   "send to the queue itself")
 
-        def txn(conn: sqlite3.Connection) -> None:
-            e = self._entity(conn, entity, create=True)
-            for m in messages:
-                if m.size > e.max_message_size:
-                    raise MessageRejected(
-                        f"message {m.message_id} is {m.size} bytes, over the "
-                        f"{e.max_message_size}-byte limit of {entity!r}: make it smaller"
-                    )
-            if e.kind is EntityKind.QUEUE:
-                conn.executemany(_INSERT, [
-                    (entity, m.message_id, m.body, m.partition_key, _props(m), now)
-                    for m in messages
-                ])
-            else:
-                events.append(conn, entity, e.partitions, messages, now,
-                              self._round_robin.__next__)
-        self.db.write(txn)
+        self.db.write(lambda conn: self._send(conn, entity, messages, now))
+
+    def _send(self, conn: sqlite3.Connection, entity: str, messages: Sequence[Message],
+              now: float) -> None:
+        e = self._entity(conn, entity, create=True)
+        for m in messages:
+            if m.size > e.max_message_size:
+                raise MessageRejected(
+                    f"message {m.message_id} is {m.size} bytes, over the "
+                    f"{e.max_message_size}-byte limit of {entity!r}: make it smaller"
+                )
+        if e.kind is EntityKind.QUEUE:
+            conn.executemany(_INSERT, [
+                (entity, m.message_id, m.body, m.partition_key, _props(m), now)
+                for m in messages
+            ])
+        else:
+            events.append(conn, entity, e.partitions, messages, now,
+                          self._round_robin.__next__)
 
     # -- queues -----------------------------------------------------------------
 
@@ -394,3 +406,166 @@ class Store:
             found = self.db.write(lambda conn: fenced(conn, True))
         assert found is not None
         return found
+
+    # -- by lock token and name (the AMQP emulator) ------------------------------
+
+    def find(self, name: str) -> _Entity | None:
+        """The entity called ``name``, matched case-insensitively as Service Bus does."""
+        def txn(conn: sqlite3.Connection) -> _Entity | None:
+            row = conn.execute("SELECT name FROM entities WHERE name = ? COLLATE NOCASE "
+                               "ORDER BY name = ? DESC LIMIT 1", (name, name)).fetchone()
+            return None if row is None else self._lookup(conn, row[0])
+        found = self._entities.get(name)
+        return found if found is not None else self.db.read(txn)
+
+    def settle_tokens(self, entity: str, settlements: Sequence[tuple[str, str, str, str]],
+                      now: float) -> list[bool]:
+        """Settle deliveries of ``entity`` (a queue or its DLQ) by lock token, in one transaction.
+
+        Each settlement is (lock token, action, reason, description), the action one of
+        ``complete``, ``abandon``, ``dead_letter`` or ``release`` (an abandon that does
+        not count as a delivery: the message never reached an application). Returns,
+        for each, False when its lock is lost (expired, settled or unknown).
+        """
+        def txn(conn: sqlite3.Connection) -> list[bool]:
+            q = self._queue_of(conn, entity)
+            return [self._settle_token(conn, q, entity, *s, now) for s in settlements]
+        return self.db.write(txn)
+
+    def _settle_token(self, conn: sqlite3.Connection, q: _Entity, entity: str, lock_token: str,
+                      action: str, reason: str, description: str, now: float) -> bool:
+        row = conn.execute(
+            "SELECT seq, properties, delivery_count FROM messages "
+            "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
+            (lock_token, entity, now),
+        ).fetchone()
+        if row is None:
+            return False
+        seq, props, count = row
+        in_dlq = entity.endswith(DEAD_LETTER_SUFFIX)
+        if action == "complete":
+            conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
+        elif action == "dead_letter" and not in_dlq:  # in the DLQ it is an abandon
+            self._dead_letter_rows(conn, entity, [(seq, props)], reason, description)
+        elif action == "abandon" and not in_dlq and count >= q.max_delivery_count:
+            self._dead_letter_rows(
+                conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
+                f"Message could not be consumed after {count} delivery attempts.",
+            )
+        else:
+            uncount = 1 if action == "release" and count > 0 else 0
+            conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
+                         "delivery_count = delivery_count - ? WHERE seq = ?", (uncount, seq))
+        return True
+
+    def renew_locks(self, entity: str, lock_tokens: Sequence[str],
+                    now: float) -> list[float | None]:
+        """Extend each lock by the queue's lock duration; None for a lost lock."""
+        def txn(conn: sqlite3.Connection) -> list[float | None]:
+            until = now + self._queue_of(conn, entity).lock_duration
+            out: list[float | None] = []
+            for token in lock_tokens:
+                cur = conn.execute(
+                    "UPDATE messages SET locked_until = ? WHERE lock_token = ? AND entity = ? "
+                    "AND locked_until > ?", (until, token, entity, now))
+                out.append(until if cur.rowcount else None)
+            return out
+        return self.db.write(txn)
+
+    def peek(self, entity: str, *, from_sequence: int, max_messages: int) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` messages from ``from_sequence`` on, locked or not, unchanged."""
+        def txn(conn: sqlite3.Connection) -> list[ReceivedMessage]:
+            self._queue_of(conn, entity)
+            rows = conn.execute(
+                "SELECT seq, message_id, body, partition_key, properties, enqueued_time, "
+                "delivery_count FROM messages WHERE entity = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                (entity, from_sequence, max_messages)).fetchall()
+            return [
+                ReceivedMessage(
+                    message=Message(body=body, message_id=mid, partition_key=key,
+                                    properties=json.loads(props) if props else {}),
+                    namespace=self.namespace, entity=entity, lock_token=None,
+                    sequence_number=seq, delivery_count=count, enqueued_time=enqueued,
+                    locked_until=None)
+                for seq, mid, body, key, props, enqueued, count in rows
+            ]
+        return self.db.read(txn)
+
+    def send_many(self, batches: Sequence[tuple[str, str | None, Sequence[Message]]],
+                  now: float) -> list[GatewayError | None]:
+        """Append several batches in one transaction, each all or none (a savepoint).
+
+        A batch is (entity, partition id or None, messages); a partition id sends to
+        that partition of a partitioned entity. Returns each batch's error or None.
+        """
+        def one(conn: sqlite3.Connection, entity: str, partition_id: str | None,
+                messages: Sequence[Message]) -> None:
+            if entity.endswith(DEAD_LETTER_SUFFIX):
+                raise MessageRejected(f"cannot send to the dead-letter sub-queue {entity!r}: "
+                                      "send to the queue itself")
+            if partition_id is None:
+                self._send(conn, entity, messages, now)
+            else:
+                self._send_partition(conn, entity, partition_id, messages, now)
+
+        def txn(conn: sqlite3.Connection) -> list[GatewayError | None]:
+            results: list[GatewayError | None] = []
+            for batch in batches:
+                conn.execute("SAVEPOINT batch")
+                try:
+                    one(conn, *batch)
+                except GatewayError as exc:
+                    conn.execute("ROLLBACK TO batch")
+                    results.append(exc)
+                else:
+                    results.append(None)
+                conn.execute("RELEASE batch")
+            return results
+
+        if len(batches) == 1:  # no savepoint needed: the transaction is the batch
+            try:
+                self.db.write(lambda conn: one(conn, *batches[0]))
+            except GatewayError as exc:
+                return [exc]
+            return [None]
+        return self.db.write(txn)
+
+    def _send_partition(self, conn: sqlite3.Connection, entity: str, partition_id: str,
+                        messages: Sequence[Message], now: float) -> None:
+        e, p = self._partitioned(conn, entity, partition_id)
+        for m in messages:
+            if m.size > e.max_message_size:
+                raise MessageRejected(
+                    f"message {m.message_id} is {m.size} bytes, over the "
+                    f"{e.max_message_size}-byte limit of {entity!r}: make it smaller")
+        seq, offset = conn.execute(
+            "SELECT next_seq, next_offset FROM partitions WHERE entity = ? AND partition = ?",
+            (entity, p)).fetchone()
+        rows: list[tuple[Any, ...]] = []
+        for m in messages:
+            rows.append((entity, p, seq, offset, m.message_id, m.body, m.partition_key,
+                         _props(m), now))
+            seq, offset = seq + 1, offset + max(1, len(m.body))  # as events.append does
+        conn.executemany(
+            'INSERT INTO events (entity, partition, seq, "offset", message_id, body, '
+            "partition_key, properties, enqueued_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows)
+        conn.execute("UPDATE partitions SET next_seq = ?, next_offset = ? "
+                     "WHERE entity = ? AND partition = ?", (seq, offset, entity, p))
+
+    def partition_state(self, entity: str, partition_id: str) -> PartitionState:
+        """The first and last events of one partition (one read)."""
+        def txn(conn: sqlite3.Connection) -> PartitionState:
+            _, p = self._partitioned(conn, entity, partition_id)
+            first = conn.execute("SELECT MIN(seq) FROM events WHERE entity = ? AND partition = ?",
+                                 (entity, p)).fetchone()[0]
+            row = conn.execute(
+                'SELECT seq, "offset", enqueued_time FROM events WHERE entity = ? AND '
+                "partition = ? ORDER BY seq DESC LIMIT 1", (entity, p)).fetchone()
+            if row is None:
+                return PartitionState(first_sequence_number=events.latest_sequence(conn, entity, p),
+                                      last_sequence_number=None, last_offset=None,
+                                      last_enqueued_time=None)
+            return PartitionState(first_sequence_number=first, last_sequence_number=row[0],
+                                  last_offset=row[1], last_enqueued_time=row[2])
+        return self.db.read(txn)

@@ -49,6 +49,7 @@ __all__ = [
     "NamespaceStatus",
     "PartitionInfo",
     "default_data_dir",
+    "namespace_files",
 ]
 
 T = TypeVar("T")
@@ -78,6 +79,15 @@ def _paths(name: str, data_dir: str | os.PathLike[str] | None) -> tuple[str, str
     directory = os.fspath(data_dir) if data_dir is not None else default_data_dir()
     base = os.path.join(directory, name)
     return base + ".db", base + ".control.json"
+
+
+def namespace_files(name: str, data_dir: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """The namespace file and the control file of local namespace ``name``.
+
+    Raises:
+        ConfigError: a bad name.
+    """
+    return _paths(name, data_dir)
 
 
 @dataclass(frozen=True, kw_only=True)

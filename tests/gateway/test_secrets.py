@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 
-from gateway._secrets import redact
+from gateway._secrets import RedactingFormatter, redact
 
 SECRET = "SECRETVALUE123"
 
@@ -87,3 +90,17 @@ def test_credentials_inside_a_url_are_redacted():
     for secret in ("SECRET", "hunter2", "TOKEN9"):
         assert secret not in cleaned
     assert "@x/" in cleaned and "@host/q" in cleaned
+
+
+def test_log_records_and_their_tracebacks_are_redacted() -> None:
+    # Given a record whose message and exception carry a SAS token and a key
+    try:
+        raise RuntimeError("put-token SharedAccessSignature sr=x&sig=TOKENSIG&se=1 failed")
+    except RuntimeError:
+        record = logging.LogRecord("azure.x", logging.DEBUG, __file__, 1,
+                                   "conn %s", ("SharedAccessKey=KEYVALUE",), sys.exc_info())
+    # When it is formatted for the terminal
+    text = RedactingFormatter("%(levelname)s %(name)s: %(message)s").format(record)
+    # Then neither secret is there, and the rest of the line is
+    assert "TOKENSIG" not in text and "KEYVALUE" not in text
+    assert text.startswith("DEBUG azure.x: conn SharedAccessKey=***") and "RuntimeError" in text

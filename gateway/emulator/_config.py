@@ -1,0 +1,156 @@
+"""What an emulator serves: namespaces and their entities, from options or a TOML file.
+
+A config file looks like::
+
+    host = "127.0.0.1"            # optional
+    key_name = "RootManageSharedAccessKey"   # optional; the key itself never goes here
+
+    [namespaces]
+    primary = 5672
+    secondary = 5673
+
+    [[queue]]
+    name = "orders"
+    lock_duration = 30.0          # seconds; optional
+    max_delivery_count = 10       # optional
+    max_message_size = 1048576    # bytes; optional
+
+    [[event_hub]]
+    name = "telemetry"
+    partitions = 4
+
+Every entity is declared in every namespace served.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from replication import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["EmulatorConfig", "EventHubSpec", "QueueSpec", "load_config", "parse_event_hub",
+           "parse_namespace"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueSpec:
+    """A Service Bus queue to declare (the local namespace's queue settings)."""
+
+    name: str
+    lock_duration: float = 30.0
+    max_delivery_count: int = 10
+    max_message_size: int = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventHubSpec:
+    """An event hub to declare (a partitioned entity of the local namespace)."""
+
+    name: str
+    partitions: int = 4
+    max_message_size: int = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorConfig:
+    """The parts of an emulator's configuration a config file may hold."""
+
+    namespaces: dict[str, int] = field(default_factory=dict)
+    queues: tuple[QueueSpec, ...] = ()
+    event_hubs: tuple[EventHubSpec, ...] = ()
+    host: str | None = None
+    key_name: str | None = None
+
+
+def parse_namespace(spec: str) -> tuple[str, int]:
+    """``NAME=PORT`` (PORT 0 = any free port) → (name, port).
+
+    Raises:
+        ConfigError: not NAME=PORT, or a port outside 0..65535.
+    """
+    name, sep, port = spec.partition("=")
+    if not sep or not name or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"bad namespace {spec!r}: expected NAME=PORT, e.g. primary=5672 "
+                          "(port 0 picks a free one)")
+    return name, int(port)
+
+
+def parse_event_hub(spec: str) -> EventHubSpec:
+    """``NAME:PARTITIONS`` → an :class:`EventHubSpec`.
+
+    Raises:
+        ConfigError: not NAME:PARTITIONS with 1 to 1024 partitions.
+    """
+    name, sep, count = spec.rpartition(":")
+    if not sep or not name or not count.isdigit() or not 1 <= int(count) <= 1024:
+        raise ConfigError(f"bad event hub {spec!r}: expected NAME:PARTITIONS with 1 to 1024 "
+                          "partitions, e.g. telemetry:4")
+    return EventHubSpec(name=name, partitions=int(count))
+
+
+def _spec(cls: type[Any], raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(raw) - set(known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    if not isinstance(raw.get("name"), str) or not raw["name"]:
+        raise ConfigError(f"{where}: 'name' (a non-empty string) is required")
+    for key, value in raw.items():
+        kind = float if known[key].type == "float" else int if known[key].type == "int" else str
+        ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
+        if not ok or isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} must be a {kind.__name__}, got {value!r}")
+    return cls(**raw)
+
+
+def load_config(path: str | Path) -> EmulatorConfig:
+    """Read an emulator config file (see the module docstring).
+
+    Raises:
+        ConfigError: a missing or malformed file, an unknown key, a bad value.
+    """
+    try:
+        with open(path, "rb") as fp:
+            data = tomllib.load(fp)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    unknown = set(data) - {"namespaces", "queue", "event_hub", "host", "key_name"}
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown keys {sorted(unknown)}")
+    namespaces = data.get("namespaces", {})
+    if not isinstance(namespaces, dict) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 65535
+            for p in namespaces.values()):
+        raise ConfigError(f"config file {path}: [namespaces] maps names to ports (0..65535)")
+    for key in ("host", "key_name"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(f"config file {path}: {key} must be a string")
+    return EmulatorConfig(
+        namespaces=dict(namespaces),
+        queues=tuple(_spec(QueueSpec, q, f"{path} [[queue]]") for q in _list(data, "queue")),
+        event_hubs=tuple(_spec(EventHubSpec, h, f"{path} [[event_hub]]")
+                         for h in _list(data, "event_hub")),
+        host=data.get("host"),
+        key_name=data.get("key_name"),
+    )
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ConfigError(f"'{key}' must be an array of tables ([[{key}]])")
+    return value

@@ -1,0 +1,210 @@
+"""Event hubs over the local namespace's partitioned entities.
+
+Readers attach to ``<hub>/ConsumerGroups/<group>/Partitions/<id>`` and start where
+the link's selector filter says (``amqp.annotation.x-opt-offset > '-1'`` and the
+like). Owner levels (the ``com.microsoft:epoch`` link property) work as on Event
+Hubs: a reader with an equal or higher level takes the partition and the old reader
+is detached with ``amqp:link:stolen``; a lower level, or none while a level is held,
+is refused with the same condition. The level is also recorded in the namespace
+file, so readers in other processes (``local://``) are fenced too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from gateway.transports._local_store import EntityKind
+from gateway.transports.base import EventPosition
+from replication import GatewayError, Message, MessageRejected, OwnershipLost
+
+from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, encode_message, split_batch
+from ._codec import Array, Described, Int, Long, Timestamp
+from ._convert import event_message, to_local
+from ._links import Delivery, Link, OutgoingLink, Terminus
+from ._management import Reply, app_property, status
+from ._servicebus import QueueWriter, _first
+
+if TYPE_CHECKING:
+    from ._namespace import Namespace
+
+__all__ = ["HubWriter", "PartitionReader", "manage_hub", "parse_position"]
+
+STOLEN = "amqp:link:stolen"
+_LOG = logging.getLogger("gateway.emulator")
+_SELECTOR = re.compile(
+    r"\s*amqp\.annotation\.x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>|=)\s*'([^']*)'\s*",
+    re.IGNORECASE)
+_MAX_READ = 300
+_IDLE_POLL = 1.0
+
+
+def parse_position(filters: Any) -> EventPosition:
+    """The starting position a receiver link's source filter asks for.
+
+    Raises:
+        ValueError: a selector this emulator does not understand.
+    """
+    for value in (filters or {}).values():
+        expression = value.value if isinstance(value, Described) else value
+        if not isinstance(expression, str):
+            continue
+        match = _SELECTOR.fullmatch(expression)
+        if match is None:
+            raise ValueError(f"unsupported selector filter {expression!r}")
+        field, op, text = match.group(1).lower(), match.group(2), match.group(3)
+        inclusive = op != ">"
+        if field == "offset" and text == "@latest":
+            return EventPosition(latest=True)
+        if field == "offset" and text == "-1":
+            return EventPosition.earliest()
+        if not text.lstrip("-").isdigit():
+            raise ValueError(f"bad value {text!r} in selector filter {expression!r}")
+        number = int(text)
+        if field == "offset":
+            return EventPosition(offset=number, inclusive=inclusive)
+        if field == "sequence-number":
+            return EventPosition(sequence_number=number, inclusive=inclusive)
+        return EventPosition(enqueued_time=number / 1000, inclusive=inclusive)
+    return EventPosition.earliest()
+
+
+class HubWriter(QueueWriter):
+    """A sender link to an event hub (round robin or by partition key) or one partition."""
+
+    def convert(self, delivery: Delivery) -> list[Message]:
+        outer = decode_message(delivery.payload)
+        key = (outer.message_annotations or {}).get("x-opt-partition-key")
+        inner = split_batch(outer) if delivery.message_format == BATCH_FORMAT else [outer]
+        return [to_local(m, key=key if isinstance(key, str) else None) for m in inner]
+
+
+class PartitionReader(Terminus):
+    """A receiver link on one partition of an event hub, for one consumer group."""
+
+    def __init__(self, namespace: Namespace, hub: str, group: str, partition_id: str,
+                 position: EventPosition, epoch: int | None) -> None:
+        self.namespace = namespace
+        self.hub, self.group, self.partition_id = hub, group, partition_id
+        self.position = position
+        self.epoch = epoch
+        self.key = (hub, group.lower(), partition_id)
+        self._wake = asyncio.Event()
+        self.link: OutgoingLink | None = None
+
+    def claim(self, link: OutgoingLink) -> str | None:
+        """Take the partition for this reader; the refusal's description if it may not."""
+        readers: list[PartitionReader] = self.namespace.owners.setdefault(self.key, [])
+        top = max((r.epoch for r in readers if r.epoch is not None), default=None)
+        if top is not None and (self.epoch is None or self.epoch < top):
+            return (f"Receiver '{link.name}' with epoch '{self.epoch}' cannot be created: a "
+                    f"receiver with epoch '{top}' already exists on partition "
+                    f"{self.partition_id} of {self.hub!r} (consumer group {self.group!r})")
+        self.link = link
+        if self.epoch is not None:
+            for old in list(readers):
+                old.stolen(link, self.epoch)
+        readers.append(self)
+        self.namespace.spawn(self._pump(link))
+        return None
+
+    def stolen(self, by: OutgoingLink, epoch: int) -> None:
+        """Detach this reader's link: a reader with epoch ``epoch`` took the partition."""
+        if self.link is not None:
+            self.link.detach(STOLEN, (
+                f"New receiver '{by.name}' with higher epoch of '{epoch}' is created hence "
+                f"current receiver '{self.link.name}' with epoch '{self.epoch}' is getting "
+                "disconnected"))
+
+    def on_credit(self, link: OutgoingLink) -> None:
+        self._wake.set()
+
+    def on_detach(self, link: Link) -> None:
+        readers = self.namespace.owners.get(self.key, [])
+        if self in readers:
+            readers.remove(self)
+        self._wake.set()
+
+    async def _pump(self, link: OutgoingLink) -> None:
+        try:
+            await self._deliver(link)
+        except Exception:
+            _LOG.exception("delivering to %r failed", link.address)
+            link.detach("amqp:internal-error", "the emulator failed")
+
+    async def _deliver(self, link: OutgoingLink) -> None:
+        ns = self.namespace
+        while link.state != "detached":
+            if not link.can_send():
+                link.drained()
+                self._wake.clear()
+                waits = [self._wake.wait()]
+                if link.credit > 0:
+                    waits.append(link.session.window_open.wait())
+                await _first(waits, None)
+                continue
+            changed = ns.changed(self.hub)
+            try:
+                events = await ns.run(
+                    ns.store.read, self.hub, self.partition_id, position=self.position,
+                    max_events=min(link.credit, _MAX_READ), owner_level=self.epoch,
+                    consumer_group=self.group)
+            except OwnershipLost as exc:
+                link.detach(STOLEN, str(exc))
+                return
+            except GatewayError as exc:
+                link.detach("amqp:internal-error", str(exc))
+                return
+            _LOG.debug("read %s/%s from %s: %d events", self.hub, self.partition_id,
+                       self.position, len(events))
+            if not events:
+                link.drained()
+                self._wake.clear()
+                await _first([changed.wait(), self._wake.wait()], _IDLE_POLL)
+                continue
+            await ns.delay()
+            for event in events:
+                tag = event.sequence_number.to_bytes(8, "big")
+                link.send(tag, encode_message(event_message(event)), settled=True)
+            self.position = EventPosition(sequence_number=events[-1].sequence_number)
+            await link.session.connection.drain()
+
+
+async def manage_hub(namespace: Namespace, request: AmqpMessage) -> Reply:
+    """The Event Hubs ``READ`` operations on an event hub or one of its partitions."""
+    operation, kind = app_property(request, "operation"), app_property(request, "type")
+    name = app_property(request, "name")
+    if operation != "READ" or kind not in ("com.microsoft:eventhub", "com.microsoft:partition"):
+        return Reply(properties=status(501, f"operation {operation!r} on {kind!r} is not "
+                                            "emulated"))
+    entity = await namespace.run(namespace.store.find, str(name or ""))
+    if entity is None or entity.kind is not EntityKind.PARTITIONED:
+        return Reply(properties=status(
+            404, f"The messaging entity '{namespace.name}:eventhub:{name}' could not be found"))
+    if kind == "com.microsoft:eventhub":
+        return Reply(properties=status(200, "OK"), value={
+            "name": entity.name,
+            "type": "com.microsoft:eventhub",
+            "created_at": Timestamp(round(namespace.created * 1000)),
+            "partition_count": Int(entity.partitions),
+            "partition_ids": Array(tuple(str(p) for p in range(entity.partitions)), "string"),
+        })
+    pid = str(app_property(request, "partition"))
+    try:
+        state = await namespace.run(namespace.store.partition_state, entity.name, pid)
+    except MessageRejected as exc:
+        return Reply(properties=status(404, str(exc)))
+    last = state.last_sequence_number
+    return Reply(properties=status(200, "OK"), value={
+        "name": entity.name,
+        "type": "com.microsoft:partition",
+        "partition": pid,
+        "begin_sequence_number": Long(state.first_sequence_number),
+        "last_enqueued_sequence_number": Long(-1 if last is None else last),
+        "last_enqueued_offset": str(-1 if state.last_offset is None else state.last_offset),
+        "last_enqueued_time_utc": Timestamp(round((state.last_enqueued_time or 0) * 1000)),
+        "is_partition_empty": last is None,
+    })
+

@@ -1,0 +1,194 @@
+"""The emulator: several namespaces, each on its own port, in one event loop or thread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any
+
+from replication import ConfigError
+
+from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
+from ._config import EventHubSpec, QueueSpec
+from ._namespace import Namespace
+
+__all__ = ["Emulator", "EmulatorThread"]
+
+
+def _queues(queues: Iterable[str | QueueSpec]) -> list[QueueSpec]:
+    return [q if isinstance(q, QueueSpec) else QueueSpec(name=q) for q in queues]
+
+
+def _hubs(hubs: Mapping[str, int] | Iterable[EventHubSpec]) -> list[EventHubSpec]:
+    if isinstance(hubs, Mapping):
+        return [EventHubSpec(name=n, partitions=p) for n, p in hubs.items()]
+    return list(hubs)
+
+
+class Emulator:
+    """Service Bus / Event Hubs namespaces that the unmodified Azure SDKs connect to.
+
+    Each namespace is served over AMQP (no TLS) on its own port, and keeps its
+    entities in the local namespace of the same name (``local://NAME`` sees the same
+    queues and event hubs). Clients use :meth:`connection_string`.
+
+    Args:
+        namespaces: namespace name → port (0 picks a free port).
+        data_dir: the local namespaces' data directory (default: ``$GEOGATEWAY_DATA_DIR``
+            or the platform's, see :func:`gateway.transports.default_data_dir`).
+        queues: queues to declare in every namespace (names or :class:`QueueSpec`).
+        event_hubs: event hubs to declare in every namespace (name → partition count,
+            or :class:`EventHubSpec`).
+        key_name: the shared access policy clients sign their tokens with.
+        key: its key (default: the well-known development key, :data:`DEFAULT_KEY`).
+        host: the address to listen on.
+
+    Raises:
+        ConfigError: no namespace, a bad name or port, or two namespaces on one port.
+    """
+
+    def __init__(self, namespaces: Mapping[str, int], *,
+                 data_dir: str | os.PathLike[str] | None = None,
+                 queues: Iterable[str | QueueSpec] = (),
+                 event_hubs: Mapping[str, int] | Iterable[EventHubSpec] = (),
+                 key_name: str = DEFAULT_KEY_NAME, key: str = DEFAULT_KEY,
+                 host: str = "127.0.0.1") -> None:
+        if not namespaces:
+            raise ConfigError("an emulator serves at least one namespace")
+        fixed = [p for p in namespaces.values() if p]
+        if len(fixed) != len(set(fixed)):
+            raise ConfigError(f"two namespaces on one port: {dict(namespaces)}")
+        if not key or not key_name:
+            raise ConfigError("the key and the key name must not be empty")
+        directory = None if data_dir is None else os.fspath(data_dir)
+        qs, hs = _queues(queues), _hubs(event_hubs)
+        self.host = host
+        self.key_name = key_name
+        self._key = key
+        self._namespaces = {
+            name: Namespace(name, port, host=host, data_dir=directory, key_name=key_name,
+                            key=key, queues=qs, event_hubs=hs)
+            for name, port in namespaces.items()
+        }
+        self._started = False
+
+    async def __aenter__(self) -> Emulator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None,
+                        exc: BaseException | None = None,
+                        tb: TracebackType | None = None) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Create the declared entities and start listening.
+
+        Raises:
+            ConfigError: a port is in use, or an entity exists with other settings.
+        """
+        try:
+            for ns in self._namespaces.values():
+                await ns.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self._started = True
+
+    async def aclose(self) -> None:
+        """Close every connection and listener. Safe to call twice."""
+        namespaces = list(self._namespaces.values())
+        await asyncio.gather(*(ns.aclose() for ns in namespaces), return_exceptions=True)
+        self._started = False
+
+    @property
+    def namespaces(self) -> list[str]:
+        """The names of the namespaces served."""
+        return list(self._namespaces)
+
+    def port(self, name: str) -> int:
+        """The port namespace ``name`` listens on (the one chosen when 0 was asked)."""
+        return self._get(name).port
+
+    def connection_string(self, name: str, *, redact_key: bool = False) -> str:
+        """The connection string of namespace ``name`` for the Azure SDKs.
+
+        Args:
+            redact_key: write ``SharedAccessKey=***`` (for printing a secret key).
+        """
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        key = "***" if redact_key else self._key
+        return (f"Endpoint=sb://{host}:{self.port(name)};SharedAccessKeyName={self.key_name};"
+                f"SharedAccessKey={key};UseDevelopmentEmulator=true")
+
+    def _get(self, name: str) -> Namespace:
+        try:
+            return self._namespaces[name]
+        except KeyError:
+            raise ConfigError(f"no namespace {name!r}: this emulator serves "
+                              f"{sorted(self._namespaces)}") from None
+
+
+class EmulatorThread:
+    """Runs an :class:`Emulator` on its own event loop in a background thread.
+
+    For synchronous code and tests: ``with EmulatorThread(Emulator(...)) as emu:``
+    starts it and returns once every namespace listens; leaving stops it.
+    """
+
+    def __init__(self, emulator: Emulator) -> None:
+        self.emulator = emulator
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+
+    def __enter__(self) -> Emulator:
+        self.start()
+        return self.emulator
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the thread; return once the emulator listens.
+
+        Raises:
+            ConfigError: the emulator could not start (a port in use, ...).
+        """
+        ready: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True,
+                                        name="geogateway-emulator")
+        self._thread.start()
+        ready.result()
+
+    def stop(self) -> None:
+        """Stop the emulator and wait for the thread. Safe to call twice."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stop.set)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self, ready: Future[None]) -> None:
+        asyncio.run(self._main(ready))
+
+    async def _main(self, ready: Future[None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        try:
+            await self.emulator.start()
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
+        try:
+            await self._stop.wait()
+        finally:
+            await self.emulator.aclose()
