@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 
 from gateway._config import NamespaceConfig
 from gateway.transports.base import Transport
 from replication import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.transports.eventhubs import EventHubsTransport
+    from gateway.transports.servicebus import ServiceBusTransport
 
 __all__ = ["NamespaceLike", "check_entity", "default_state_dir", "open_transport"]
 
@@ -36,7 +41,7 @@ def open_transport(
     """Return ``(transport, owned)``; ``owned`` means the caller must close it.
 
     Raises:
-        ConfigError: an unusable url or a kind of namespace this version cannot open.
+        ConfigError: an unusable url or connection string.
     """
     if isinstance(namespace, Transport):
         return namespace, False
@@ -47,7 +52,12 @@ def open_transport(
         from gateway.transports.local import LocalTransport
 
         return LocalTransport(config.local_name, data_dir=data_dir), True
-    raise ConfigError(
-        f"namespace {config.name!r}: Azure namespaces are not supported by this version "
-        "of geogateway yet; use local://NAME"
-    )
+    # The SDK transports are imported only when an Azure namespace is opened.
+    cls: type[ServiceBusTransport] | type[EventHubsTransport]
+    if config.kind == "eventhubs":
+        from gateway.transports.eventhubs import EventHubsTransport as cls
+    else:
+        from gateway.transports.servicebus import ServiceBusTransport as cls
+    if config.connection_string:
+        return cls.from_connection_string(config.connection_string, name=config.name), True
+    return cls(config.fully_qualified_namespace, name=config.name), True

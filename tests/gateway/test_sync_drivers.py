@@ -163,15 +163,19 @@ def _no_secret(*texts: str) -> None:
 
 
 def test_secrets_never_appear_in_reprs_or_errors(
-    sender_kw: dict[str, Any], state_dir: Path
+    sender_kw: dict[str, Any], state_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a namespace config with a connection string
     config = NamespaceConfig(connection_string=CONNECTION_STRING)
     # Then its repr and str hide the key
     _no_secret(repr(config), str(config))
-    # When a sender is opened with it (sync and async)
+    # When a connection string without an endpoint is given (sync and async)
+    broken = f"SharedAccessKeyName=k;SharedAccessKey={SECRET}"
+    with pytest.raises(ConfigError) as info0:
+        NamespaceConfig(connection_string=broken)
+    _no_secret(str(info0.value), "".join(traceback.format_exception(info0.value)))
     for role in ("primary", "secondary"):
-        kw = {**sender_kw, role: config}
+        kw = {**sender_kw, role: f"ftp://user:{SECRET}@x.servicebus.windows.net"}
         with pytest.raises(ConfigError) as info:
             GeoSender(**kw)
         # Then ConfigError is raised and neither its message nor its traceback has the key
@@ -180,6 +184,18 @@ def test_secrets_never_appear_in_reprs_or_errors(
         with pytest.raises(ConfigError) as info2:
             AsyncGeoSender(**kw)
         _no_secret(str(info2.value), repr(info2.value))
+    # When an unreachable Azure namespace is the primary (nothing listens on port 1)
+    unreachable = NamespaceConfig(connection_string=(
+        "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;"
+        f"SharedAccessKey={SECRET};UseDevelopmentEmulator=true"))
+    caplog.set_level("DEBUG")
+    with GeoSender(**{**sender_kw, "primary": unreachable}) as sender:
+        result = sender.send(Message("a"))
+        # Then the send fails over to the secondary, and no repr or log line has the key
+        assert result.namespaces == ("secondary",)
+        _no_secret(repr(sender), str(sender), repr(sender.roles), repr(result))
+    assert "failover" in caplog.text
+    _no_secret(caplog.text)
 
 
 def test_sender_repr_with_a_secret_bearing_local_config(sender_kw: dict[str, Any]) -> None:

@@ -1,0 +1,704 @@
+"""A :class:`Transport` on an Azure Event Hubs namespace (``azure.eventhub.aio``).
+
+Entities are event hubs. One producer client per event hub is opened on first use
+and kept until :meth:`~EventHubsTransport.aclose`.
+
+Sending: messages without a ``partition_key`` go round robin; the others are sent
+with ``partition_key=`` (the service hashes it to a partition), one SDK batch per
+key or more when a key's messages exceed the size limit. Per key, order is kept.
+All batches are built before the first is sent, so a message too large raises
+``MessageRejected`` with nothing sent; when a later batch fails after earlier ones
+landed, a transient failure is raised as ``OperationTimeout``. ``message_id``,
+body and properties map to the ``EventData``'s; an event without a ``message_id``
+(from another producer) reads as ``"eh-<partition>-<sequence number>"``.
+
+Reading is pull-style on top of the SDK's push-style ``receive_batch``: one
+background receive per (event hub, consumer group, partition) fills a buffer of
+up to ``buffer_size`` events, and :meth:`~EventHubsTransport.read_partition` takes
+from it. A call that continues where the previous one left off (the sequence
+number of the last event returned, exclusive, as ``EventPosition`` is used by the
+consumer) keeps that receive; any other position or owner level restarts it
+(the old receive stops in the background: the SDK stops one in one-second steps).
+An error ends the background receive; the next call returns the events buffered
+before it, then raises it. ``max_wait=0`` returns what is buffered, so the first
+read of a new position may be empty. The SDK's receive retries a lost connection
+without telling anyone; so a read that finds nothing after ``idle_check_interval``
+seconds of silence asks the namespace for the partition's properties, and raises
+``NamespaceUnavailable`` if it does not answer. Events the SDK delivers again after
+such a reconnect (sequence numbers already buffered) are dropped.
+``PartitionEvent.offset`` is the SDK's string offset parsed as an int, or -1 when
+it is not a whole number (possible on namespaces with geo-replication): position
+by sequence number then.
+
+Errors are mapped at this boundary (:func:`_map`), most specific first::
+
+    SDK exception                                       geogateway error
+    --------------------------------------------------  ---------------------------------
+    any EventHubError with condition amqp:link:stolen   OwnershipLost  (1)
+      or a message about a (higher) epoch
+    OwnershipLostError (checkpoint stores)              OwnershipLost
+    OperationTimeoutError (send timed out)              OperationTimeout
+    EventDataError (the SDK refused the event)          MessageRejected
+    AuthenticationError, token refused                  MessageRejected  (2)
+      (status 401/403/404, unauthorized-access)
+    AuthenticationError, otherwise                      NamespaceUnavailable  (2)
+    EventHubError with a known AMQP condition           not-found, unauthorized-access,
+      (ConnectError, ConnectionLostError,               message-size-exceeded, argument-
+      EventDataSendError, ...)                          error, argument-out-of-range, not-
+                                                        allowed: MessageRejected; timeout:
+                                                        OperationTimeout; server-busy,
+                                                        resource-limit-exceeded, internal-
+                                                        error: NamespaceUnavailable
+    EventHubError with a status code                    408 OperationTimeout, 400/401/403/
+      (management requests)                             404/413 MessageRejected, 429/5xx
+                                                        NamespaceUnavailable
+    EventHubError wrapping an azure.core error          ClientAuthenticationError:
+      (a credential that failed)                        MessageRejected; other:
+                                                        NamespaceUnavailable
+    ConnectError, ConnectionLostError,                  NamespaceUnavailable
+      EventDataSendError, ClientClosedError, other
+    azure.core ClientAuthenticationError                MessageRejected
+    azure.core ServiceRequestError/ResponseError,       NamespaceUnavailable
+      other AzureError
+    TimeoutError (also no answer in operation_timeout)  OperationTimeout
+    OSError (socket errors)                             NamespaceUnavailable
+    ValueError, TypeError (SDK validation: an event     MessageRejected
+      too large, no such partition)
+    anything else                                       NamespaceUnavailable
+
+(1) a reader with a higher owner level took the partition. The service also
+disconnects a reader without an owner level then, which raises OwnershipLost too.
+(2) a token the service refused is permanent; one that could not be obtained or
+put in time (the SDK's "Authorization timeout") means the namespace is not answering.
+
+Connection strings and keys never appear in reprs, logs or error messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.core.credentials_async import AsyncTokenCredential
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.eventhub import EventData, EventDataBatch, parse_connection_string
+from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient, PartitionContext
+from azure.eventhub.exceptions import (
+    AuthenticationError,
+    EventDataError,
+    EventHubError,
+    OperationTimeoutError,
+    OwnershipLostError,
+)
+
+from replication import (
+    ConfigError,
+    GatewayError,
+    Message,
+    MessageRejected,
+    NamespaceUnavailable,
+    OperationTimeout,
+    TransportError,
+)
+
+from ._sdk_common import (
+    CLOSE_TIMEOUT,
+    GRACE,
+    Outcome,
+    SdkOptions,
+    SdkTransport,
+    amqp_properties,
+    body_bytes,
+    build_error,
+    builtin_outcome,
+    check_entity,
+    condition_outcome,
+    connection_string_parts,
+    epoch_seconds,
+    find_status_code,
+    host_of,
+    parse_offset,
+    properties_from,
+    starting_position,
+    status_outcome,
+    text_or_none,
+    walk,
+)
+from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
+
+__all__ = ["EventHubsOptions", "EventHubsTransport"]
+
+logger = logging.getLogger(__name__)
+Credential = AsyncTokenCredential | AzureSasCredential | AzureNamedKeyCredential
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventHubsOptions(SdkOptions):
+    """Options of :class:`EventHubsTransport` (see :class:`SdkOptions` for the rest).
+
+    Args:
+        prefetch: events the SDK asks for ahead on each partition link.
+        buffer_size: events a background partition receive holds for
+            ``read_partition`` before it pauses.
+        idle_check_interval: after this many seconds without news from the
+            namespace, a ``read_partition`` that found nothing asks the namespace
+            for the partition's properties (the SDK's receive retries a lost
+            connection silently, so an outage would otherwise look like an idle
+            partition).
+    """
+
+    prefetch: int = 300
+    buffer_size: int = 1000
+    idle_check_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("prefetch", "buffer_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
+        value = self.idle_check_interval
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"idle_check_interval must be a number of seconds > 0, "
+                              f"not {value!r}")
+
+
+# -- error mapping ----------------------------------------------------------------------
+
+
+def _stolen(exc: BaseException) -> bool:
+    error = getattr(exc, "error", None)
+    return condition_outcome(error) is Outcome.OWNERSHIP_LOST or "epoch" in str(exc).lower()
+
+
+def _core_outcome(exc: BaseException) -> Outcome | None:
+    if isinstance(exc, ClientAuthenticationError):
+        return Outcome.REJECTED
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return Outcome.UNAVAILABLE
+    if isinstance(exc, HttpResponseError):
+        return status_outcome(exc.status_code) or Outcome.UNAVAILABLE
+    if isinstance(exc, AzureError):
+        return Outcome.UNAVAILABLE
+    return None
+
+
+def _outcome(exc: BaseException) -> Outcome:
+    if isinstance(exc, OwnershipLostError):
+        return Outcome.OWNERSHIP_LOST
+    if not isinstance(exc, EventHubError):
+        return _core_outcome(exc) or builtin_outcome(exc) or Outcome.UNAVAILABLE
+    if _stolen(exc):
+        return Outcome.OWNERSHIP_LOST
+    if isinstance(exc, OperationTimeoutError):
+        return Outcome.TIMEOUT
+    if isinstance(exc, EventDataError):
+        return Outcome.REJECTED
+    if isinstance(exc, AuthenticationError):
+        refused = (status_outcome(find_status_code(exc)) is Outcome.REJECTED
+                   or condition_outcome(exc.error) is Outcome.REJECTED
+                   or any(isinstance(e, ClientAuthenticationError) for e in walk(exc)))
+        return Outcome.REJECTED if refused else Outcome.UNAVAILABLE
+    found = condition_outcome(exc.error) or status_outcome(find_status_code(exc))
+    if found is not None:
+        return found
+    # The SDK wraps what failed inside it (a credential's error, say) in EventHubError.
+    for inner in list(walk(exc))[1:]:
+        found = _core_outcome(inner)
+        if found is not None:
+            return found
+    return Outcome.UNAVAILABLE
+
+
+def _map(exc: BaseException, namespace: str, *, action: str = "operation",
+         secrets: Sequence[str] = ()) -> GatewayError:
+    """The geogateway error for an exception raised by ``azure-eventhub``.
+
+    See the table in the module docstring. The message names ``action`` and the
+    namespace and quotes the SDK's text with secrets removed.
+    """
+    return build_error(_outcome(exc), exc, namespace=namespace, action=action, secrets=secrets)
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+def _outgoing(message: Message) -> EventData:
+    event = EventData(message.body)
+    event.message_id = message.message_id
+    properties = amqp_properties(message.properties)
+    if properties:
+        event.properties = properties  # type: ignore[assignment]
+    return event
+
+
+def _incoming(event: EventData, *, namespace: str, entity: str,
+              partition_id: str) -> PartitionEvent:
+    sequence_number = event.sequence_number if event.sequence_number is not None else -1
+    message_id = text_or_none(event.message_id) or f"eh-{partition_id}-{sequence_number}"
+    message = Message(body_bytes(event.body), message_id=message_id,
+                      partition_key=text_or_none(event.partition_key),
+                      properties=properties_from(event.properties))
+    return PartitionEvent(message=message, namespace=namespace, entity=entity,
+                          partition_id=partition_id, sequence_number=sequence_number,
+                          offset=parse_offset(event.offset),
+                          enqueued_time=epoch_seconds(event.enqueued_time) or 0.0)
+
+
+def _by_key(messages: Sequence[Message]) -> dict[str | None, list[Message]]:
+    groups: dict[str | None, list[Message]] = {}
+    for message in messages:
+        groups.setdefault(message.partition_key, []).append(message)
+    return groups
+
+
+async def _batches(producer: EventHubProducerClient,
+                   messages: Sequence[Message]) -> list[EventDataBatch]:
+    """Pack ``messages`` into batches: one partition key per batch, in order per key.
+
+    Raises (SDK):
+        ValueError: one event does not fit in an empty batch.
+    """
+    batches: list[EventDataBatch] = []
+    for key, group in _by_key(messages).items():
+        batch = await producer.create_batch(partition_key=key)
+        batches.append(batch)
+        for message in group:
+            try:
+                batch.add(_outgoing(message))
+            except ValueError:
+                if len(batch) == 0:
+                    raise  # too large on its own
+                batch = await producer.create_batch(partition_key=key)
+                batches.append(batch)
+                batch.add(_outgoing(message))
+    return batches
+
+
+# -- pull-style partition reading ----------------------------------------------------------
+
+
+class _Reader:
+    """One background ``receive_batch`` of a partition, feeding a buffer."""
+
+    def __init__(self, client: EventHubConsumerClient, *, entity: str, partition_id: str,
+                 position: EventPosition, owner_level: int | None,
+                 options: EventHubsOptions, namespace: str) -> None:
+        self.client = client
+        self.entity, self.partition_id = entity, partition_id
+        self.owner_level = owner_level
+        self.position = position  # where the caller continues
+        self.last: PartitionEvent | None = None
+        self.events: deque[PartitionEvent] = deque()
+        self.error: BaseException | None = None
+        self.lock = asyncio.Lock()
+        self._namespace = namespace
+        self._limit = options.buffer_size
+        self._high = -1  # the highest sequence number buffered
+        self.heard = time.monotonic()  # when the SDK last delivered (or the receive began)
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        start, inclusive = starting_position(position)
+        self.task = asyncio.get_running_loop().create_task(client.receive_batch(
+            self._on_batch, partition_id=partition_id, starting_position=start,
+            starting_position_inclusive=inclusive, owner_level=owner_level,
+            max_batch_size=options.prefetch, prefetch=options.prefetch,
+            on_error=self._on_error))
+        self.task.add_done_callback(self._ended)
+
+    def continues(self, position: EventPosition, owner_level: int | None) -> bool:
+        """Whether a read at ``position`` continues where this receive stands."""
+        # A pending error does not end the match: take() raises it first.
+        if owner_level != self.owner_level:
+            return False
+        if position == self.position:
+            return True
+        last = self.last
+        if last is None:
+            return False
+        if position.sequence_number is not None:
+            return position.sequence_number == last.sequence_number + int(position.inclusive)
+        return (position.offset is not None and not position.inclusive and last.offset >= 0
+                and position.offset == last.offset)
+
+    async def _on_batch(self, context: PartitionContext, batch: list[EventData]) -> None:
+        while len(self.events) >= self._limit and self.error is None:
+            # Back-pressure: the SDK's callback waits, its prefetch stops asking.
+            self._room.clear()
+            await self._room.wait()
+        for event in batch:
+            incoming = _incoming(event, namespace=self._namespace, entity=self.entity,
+                                 partition_id=self.partition_id)
+            # After a silent reconnect the SDK may start over: never hand out an event twice.
+            if incoming.sequence_number > self._high:
+                self._high = incoming.sequence_number
+                self.events.append(incoming)
+        self.heard = time.monotonic()
+        self._arrived.set()
+
+    async def _on_error(self, context: PartitionContext, error: Exception) -> None:
+        if self.error is None:
+            self.error = error
+        self._arrived.set()
+        # Stop here: the SDK would restart the receive at its first position later.
+        self.task.cancel()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and self.error is None:
+            self.error = task.exception() or ConnectionError("the partition receive ended")
+        self._arrived.set()
+
+    async def take(self, max_events: int, max_wait: float) -> list[PartitionEvent]:
+        """Up to ``max_events`` buffered events, waiting up to ``max_wait`` for the first.
+
+        Raises:
+            BaseException: the SDK error that ended the receive (unmapped), once the
+                events buffered before it are taken.
+        """
+        with anyio.move_on_after(max_wait):
+            while not self.events and self.error is None:
+                self._arrived.clear()
+                await self._arrived.wait()
+        taken = [self.events.popleft() for _ in range(min(max_events, len(self.events)))]
+        if taken:
+            self._room.set()
+            self.last = taken[-1]
+            self.position = EventPosition(sequence_number=self.last.sequence_number)
+            return taken
+        if self.error is not None:
+            raise self.error
+        return []
+
+    async def stop(self) -> None:
+        """Stop the receive and close its client (each within ``CLOSE_TIMEOUT``)."""
+        self.task.cancel()
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            await asyncio.wait([self.task])
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await self.client.close()
+            except Exception as exc:  # the reader is dropped either way; say why it failed
+                logger.debug("closing the receive of partition %s of %r failed: %r",
+                             self.partition_id, self.entity, exc)
+
+
+def _default_credential() -> AsyncTokenCredential:
+    try:
+        # Imported here: azure-identity is needed only without a connection string.
+        identity = importlib.import_module("azure.identity.aio")
+    except ImportError as exc:
+        raise ConfigError("an Event Hubs namespace without a connection string or credential "
+                          "needs azure-identity: pip install azure-identity") from exc
+    return cast(AsyncTokenCredential, identity.DefaultAzureCredential())
+
+
+class EventHubsTransport(SdkTransport):
+    """A :class:`Transport` on an Event Hubs namespace (see the module docstring).
+
+    Args:
+        fully_qualified_namespace: ``NAME.servicebus.windows.net``.
+        credential: an Azure credential; default ``DefaultAzureCredential()`` from
+            azure-identity (created here, closed by :meth:`aclose`).
+        name: the namespace's name in the gateway; default the host name.
+        **options: :class:`EventHubsOptions` fields: ``retry_total=1``,
+            ``retry_backoff_factor=0.1``, ``retry_backoff_max=0.5``,
+            ``retry_mode="exponential"``, ``operation_timeout=2.0``,
+            ``probe_timeout=2.0``, ``probe_entity=None``, ``prefetch=300``,
+            ``buffer_size=1000``, ``idle_check_interval=1.0``.
+
+    Raises:
+        ConfigError: an unknown option or bad value; azure-identity is missing.
+    """
+
+    _owned_credential: AsyncTokenCredential | None = None
+
+    def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,
+                 name: str | None = None, **options: Any) -> None:
+        opts = EventHubsOptions.from_options(options, what="EventHubsTransport")
+        if not isinstance(fully_qualified_namespace, str) or not fully_qualified_namespace:
+            raise ConfigError("fully_qualified_namespace must be a host name such as "
+                              "NAME.servicebus.windows.net")
+        owned = _default_credential() if credential is None else None
+        cred = cast(Credential, owned if owned is not None else credential)
+        kwargs = opts.client_kwargs()
+
+        def producer(entity: str) -> EventHubProducerClient:
+            return EventHubProducerClient(fully_qualified_namespace, entity, cred, **kwargs)
+
+        def consumer(entity: str, group: str) -> EventHubConsumerClient:
+            return EventHubConsumerClient(fully_qualified_namespace, entity, group, cred, **kwargs)
+
+        self._setup(host=host_of(fully_qualified_namespace), name=name, options=opts,
+                    producer=producer, consumer=consumer, secrets=(), entity=None)
+        self._owned_credential = owned  # closed by aclose
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, *, name: str | None = None,
+                               **options: Any) -> EventHubsTransport:
+        """A transport from a connection string (``Endpoint=sb://...;SharedAccessKey...``).
+
+        ``UseDevelopmentEmulator=true`` connects without TLS, as the SDK does.
+
+        Raises:
+            ConfigError: a malformed connection string (never quoted), or a bad option.
+        """
+        opts = EventHubsOptions.from_options(options, what="EventHubsTransport")
+        parts = connection_string_parts(conn_str)
+        try:
+            parse_connection_string(conn_str)
+        except (ValueError, TypeError) as exc:
+            detail = _map(exc, name or parts.host, action="configure", secrets=parts.secrets)
+            raise ConfigError(f"unusable Event Hubs connection string: {detail}") from None
+        kwargs = opts.client_kwargs()
+
+        def producer(entity: str) -> EventHubProducerClient:
+            return EventHubProducerClient.from_connection_string(
+                conn_str, eventhub_name=entity, **kwargs)
+
+        def consumer(entity: str, group: str) -> EventHubConsumerClient:
+            return EventHubConsumerClient.from_connection_string(
+                conn_str, group, eventhub_name=entity, **kwargs)
+
+        self = cls.__new__(cls)
+        self._setup(host=parts.host, name=name, options=opts, producer=producer,
+                    consumer=consumer, secrets=parts.secrets, entity=parts.entity)
+        return self
+
+    def _setup(self, *, host: str, name: str | None, options: EventHubsOptions,
+               producer: Callable[[str], EventHubProducerClient],
+               consumer: Callable[[str, str], EventHubConsumerClient],
+               secrets: tuple[str, ...], entity: str | None) -> None:
+        self._name(host=host, name=name, secrets=secrets, entity=entity)
+        self.options = options
+        self._new_producer = producer
+        self._new_consumer = consumer
+        self._producers: dict[str, EventHubProducerClient] = {}
+        self._readers: dict[tuple[str, str, str], _Reader] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> EventHubsTransport:
+        return self
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _outcome(self, exc: BaseException) -> Outcome:
+        return _outcome(exc)
+
+    def _producer(self, entity: str) -> EventHubProducerClient:
+        producer = self._producers.get(entity)
+        if producer is None:
+            try:
+                producer = self._new_producer(entity)
+            except (ValueError, TypeError) as exc:
+                raise self._map(exc, f"open {entity!r}") from exc
+            self._producers[entity] = producer
+        return producer
+
+    def _bound(self) -> float:
+        return self.options.operation_timeout + GRACE
+
+    # -- Transport ------------------------------------------------------------------------
+
+    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+        """Send messages to an event hub (see the module docstring for batching).
+
+        Raises:
+            NamespaceUnavailable: the namespace is down; nothing was sent.
+            OperationTimeout: no answer in ``operation_timeout``, or a later batch
+                failed after earlier ones landed.
+            MessageRejected: a message is too large, the event hub does not exist,
+                or access is refused; nothing was sent.
+        """
+        check_entity(entity)
+        if not messages:
+            return
+        self._last_entity = entity
+        action = f"send to {entity!r}"
+        producer = self._producer(entity)
+        batches = await self._call(action, lambda: _batches(producer, messages),
+                                   seconds=self._bound())
+        for index, batch in enumerate(batches):
+            send = functools.partial(producer.send_batch, batch,
+                                     timeout=self.options.operation_timeout)
+            try:
+                await self._call(action, send, seconds=self._bound())
+            except TransportError as exc:
+                if index == 0:
+                    raise
+                raise OperationTimeout(
+                    f"{action} on namespace {self.namespace!r} failed after {index} of "
+                    f"{len(batches)} batches landed: a retry may deliver duplicates ({exc})",
+                    namespace=self.namespace) from exc
+
+    async def receive(self, entity: str, *, max_messages: int = 1, max_wait: float = 0.0,
+                      mode: ReceiveMode = ReceiveMode.PEEK_LOCK) -> list[ReceivedMessage]:
+        """Event hubs have no queues.
+
+        Raises:
+            MessageRejected: always.
+        """
+        raise MessageRejected(f"cannot receive from {entity!r} on Event Hubs namespace "
+                              f"{self.namespace!r}: event hubs have no queues: use "
+                              "ServiceBusTransport (or read_partition)")
+
+    async def complete(self, received: ReceivedMessage) -> None:
+        """Event hubs have no queues. Raises ``MessageRejected``."""
+        await self.receive(received.entity)
+
+    async def abandon(self, received: ReceivedMessage) -> None:
+        """Event hubs have no queues. Raises ``MessageRejected``."""
+        await self.receive(received.entity)
+
+    async def dead_letter(self, received: ReceivedMessage, *, reason: str,
+                          description: str = "") -> None:
+        """Event hubs have no queues. Raises ``MessageRejected``."""
+        await self.receive(received.entity)
+
+    async def get_partition_ids(self, entity: str) -> list[str]:
+        """The partition ids of an event hub, as the service lists them.
+
+        Raises:
+            MessageRejected: no such event hub, or access is refused.
+            NamespaceUnavailable: the namespace is down.
+            OperationTimeout: no answer in time.
+        """
+        check_entity(entity)
+        self._last_entity = entity
+        producer = self._producer(entity)
+        return await self._call(f"list partitions of {entity!r}", producer.get_partition_ids,
+                                seconds=self._bound())
+
+    async def read_partition(self, entity: str, partition_id: str, *, position: EventPosition,
+                             max_events: int = 100, max_wait: float = 0.0,
+                             owner_level: int | None = None,
+                             consumer_group: str = "$Default") -> list[PartitionEvent]:
+        """Read events of one partition after ``position``, waiting up to ``max_wait``.
+
+        ``EventPosition.earliest()`` reads from the first event; ``latest=True`` only
+        events sent after the receive starts; ``offset``, ``sequence_number`` and
+        ``enqueued_time`` after that value (from it with ``inclusive``). Continuing
+        reads share one background receive (see the module docstring).
+
+        Raises:
+            OwnershipLost: a reader with a higher owner level took the partition.
+            MessageRejected: no such event hub or partition, or access is refused.
+            NamespaceUnavailable: the namespace is down.
+            ConfigError: ``max_events`` below 1.
+        """
+        if max_events < 1:
+            raise ConfigError(f"max_events must be at least 1, got {max_events}")
+        check_entity(entity)
+        self._last_entity = entity
+        key = (entity, consumer_group, str(partition_id))
+        reader = self._readers.get(key)
+        if reader is not None and not reader.continues(position, owner_level):
+            self._drop_reader(key, reader)
+            reader = None
+        if reader is None:
+            try:
+                client = self._new_consumer(entity, consumer_group)
+            except (ValueError, TypeError) as exc:  # e.g. not the connection string's hub
+                raise self._map(exc, f"open {entity!r}") from exc
+            reader = _Reader(client, entity=entity, partition_id=str(partition_id),
+                             position=position, owner_level=owner_level, options=self.options,
+                             namespace=self.namespace)
+            self._readers[key] = reader
+        action = f"read partition {partition_id} of {entity!r}"
+        async with reader.lock:
+            return await self._take(key, reader, action, max_events=max_events,
+                                    deadline=time.monotonic() + max(0.0, float(max_wait)))
+
+    async def _take(self, key: tuple[str, str, str], reader: _Reader, action: str, *,
+                    max_events: int, deadline: float) -> list[PartitionEvent]:
+        interval = self.options.idle_check_interval
+        while True:
+            now = time.monotonic()
+            # Wait in slices, so that a silent outage is noticed within idle_check_interval.
+            wait = max(0.0, min(deadline - now, reader.heard + interval - now))
+            try:
+                events = await reader.take(max_events, wait)
+            except Exception as exc:
+                self._drop_reader(key, reader)
+                raise self._map(exc, action) from exc
+            now = time.monotonic()
+            if events:
+                return events
+            if now - reader.heard >= interval:
+                await self._check(key, reader, action)
+            if now >= deadline:
+                return []
+
+    async def _check(self, key: tuple[str, str, str], reader: _Reader, action: str) -> None:
+        # The SDK's receive retries a lost connection silently: ask the namespace itself.
+        properties = functools.partial(self._producer(reader.entity).get_partition_properties,
+                                       reader.partition_id)
+        try:
+            await self._call(action, properties, seconds=self.options.probe_timeout)
+        except GatewayError as exc:
+            self._drop_reader(key, reader)
+            if isinstance(exc, TransportError):
+                raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc
+            raise
+        reader.heard = time.monotonic()
+
+    def _drop_reader(self, key: tuple[str, str, str], reader: _Reader) -> None:
+        """Forget ``reader`` and stop it in the background (aclose waits for it)."""
+        if self._readers.get(key) is reader:
+            del self._readers[key]
+        task = asyncio.get_running_loop().create_task(reader.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def probe(self) -> None:
+        """Return when the namespace answers a management request (event hub properties).
+
+        The event hub is ``probe_entity``, else the connection string's, else the
+        last one used, else one that does not exist. A permanent refusal (no such
+        event hub, unauthorized) is an answer too.
+
+        Raises:
+            NamespaceUnavailable: no answer within ``probe_timeout``, or an outage.
+        """
+        entity = self._probe_entity(self.options)
+        producer = self._producer(entity)
+        try:
+            await self._call(f"probe of {entity!r}", producer.get_eventhub_properties,
+                             seconds=self.options.probe_timeout)
+        except TransportError as exc:
+            raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc
+        except MessageRejected:
+            pass  # the namespace answered; the next operation raises the refusal
+
+    async def aclose(self) -> None:
+        """Stop partition receives and close producers. Safe to call twice.
+
+        A later call opens new clients.
+        """
+        readers, self._readers = self._readers, {}
+        producers, self._producers = self._producers, {}
+        stopping, self._stopping = self._stopping, set()
+        async with anyio.create_task_group() as group:
+            for reader in readers.values():
+                group.start_soon(reader.stop)
+            await self._close_all((f"producer of {e!r}", p) for e, p in producers.items())
+        if stopping:
+            await asyncio.wait(stopping)
+        credential, self._owned_credential = self._owned_credential, None
+        await self._close_all([("credential", credential)] if credential else [])
+
+
