@@ -16,7 +16,7 @@ from rich.progress import (
 )
 
 from gateway.cli import err, out, print_table, run
-from gateway.drill import DrillReport, Scenario, run_drill
+from gateway.drill import TRANSPORTS, DrillReport, Scenario, run_drill
 
 
 def register(group: click.Group) -> None:
@@ -31,6 +31,7 @@ def show_report(report: DrillReport) -> None:
     failover = report.failover_seconds
     rows = [
         ("scenario", report.scenario), ("mode", report.mode),
+        ("transport", report.transport),
         ("sent", report.sent), ("delivered", report.delivered),
         ("lost", report.lost), ("duplicates delivered", report.duplicates_delivered),
         ("duplicates suppressed", report.duplicates_suppressed),
@@ -61,9 +62,12 @@ def show_report(report: DrillReport) -> None:
               help="Keep the drill's namespaces and queue here (default: a temporary dir).")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds to wait for replay and delivery after the last send.")
+@click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
+              help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
+                   "transports against two emulated namespaces the drill starts.")
 def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_path: Path | None,
-          data_dir: Path | None, settle_timeout: float) -> None:
-    """Run a failover drill on two embedded namespaces and print the report.
+          data_dir: Path | None, settle_timeout: float, transport: str) -> None:
+    """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered.
     """
@@ -82,6 +86,7 @@ def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_
         report = run(run_drill(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
+            transport=transport,
         ))
     if quiet:
         click.echo(json.dumps(report.to_dict(), indent=2))

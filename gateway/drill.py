@@ -5,6 +5,11 @@ injects a scenario while messages flow (through the same control files that
 ``geogateway namespace down`` writes), lets the durable queue replay, and reports
 what arrived. It passes only when nothing was lost and no duplicate was delivered.
 
+With ``transport="servicebus"`` or ``"eventhubs"`` the same namespaces are served by
+``geogateway emulator`` (a child process the drill starts and stops) and the gateway
+talks to them through the Azure SDK transports: Service Bus queues, or an event hub
+read by a partition-balanced geo receiver. Outages are injected the same way.
+
 The ``consumer-*`` scenarios instead run several receiver processes on a
 partitioned entity and crash, add or remove them mid-run; see
 :mod:`gateway._drill_consumers`.
@@ -24,18 +29,26 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway._config import NamespaceConfig
+from gateway._emulated import EmulatorProcess
+from gateway._factory import NamespaceLike
+from gateway._geo_partitions import AsyncGeoPartitionReceiver
 from gateway._hooks import GatewayHooks
 from gateway._receiver import AsyncGeoReceiver
 from gateway._sender import AsyncGeoSender
-from gateway.transports.base import ReceivedMessage
+from gateway.transports.base import PartitionEvent, ReceivedMessage
 from gateway.transports.local import LocalNamespace
 from replication import ConfigError, Message
 from replication._policy import Mode
 
-__all__ = ["DrillReport", "Scenario", "run_drill"]
+__all__ = ["TRANSPORTS", "DrillReport", "Scenario", "run_drill"]
 
 ENTITY = "drill"
+HUB, HUB_PARTITIONS = "drill-events", 4
 PRIMARY, SECONDARY = "primary", "secondary"
+TRANSPORTS = ("local", "servicebus", "eventhubs")
+_LOCK, _MAX_DELIVERIES = 10.0, 100
+_QUEUE = {"lock_duration": _LOCK, "max_delivery_count": _MAX_DELIVERIES}
 
 
 class Scenario(enum.Enum):
@@ -91,6 +104,7 @@ class DrillReport:
     failover_seconds: list[float] = field(default_factory=list)
     replay_seconds: float | None = None
     elapsed_seconds: float = 0.0
+    transport: str = "local"
 
     @property
     def passed(self) -> bool:
@@ -145,6 +159,7 @@ async def run_drill(
     data_dir: str | Path | None = None,
     settle_timeout: float = 60.0,
     progress: Progress | None = None,
+    transport: str = "local",
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -158,9 +173,18 @@ async def run_drill(
             directory, removed afterwards, when not given).
         settle_timeout: how long to wait for replay and delivery after the last send.
         progress: called as ``progress(phase, done, total)``.
+        transport: ``"local"`` (the embedded namespaces), or ``"servicebus"`` /
+            ``"eventhubs"`` (the Azure SDK transports, against the emulator).
+
+    Raises:
+        ConfigError: an unknown transport, or a consumer scenario on one that has none.
     """
     scenario = Scenario.parse(scenario)
     consumers = scenario in (Scenario.CONSUMER_CRASH, Scenario.CONSUMER_SCALE)
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
+    if consumers and transport != "local":
+        raise ConfigError(f"the {scenario.value} scenario runs on the local transport only")
     if mode is None:
         mode = Mode.ACTIVE if consumers else Mode.PASSIVE
     mode = Mode.parse(mode)
@@ -175,9 +199,8 @@ async def run_drill(
                 root=root, settle_timeout=settle_timeout,
                 progress=progress or (lambda phase, done, total: None),
             )
-        return await _Drill(mode, scenario, messages, batch_size, root, progress).run(
-            settle_timeout
-        )
+        return await _Drill(mode, scenario, messages, batch_size, root, progress,
+                            transport).run(settle_timeout)
 
 
 @contextlib.contextmanager
@@ -193,10 +216,11 @@ def _workdir(data_dir: str | Path | None) -> Iterator[Path]:
 class _Drill:
     def __init__(
         self, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
-        progress: Progress | None,
+        progress: Progress | None, transport: str = "local",
     ) -> None:
         self.mode, self.scenario, self.total, self.batch_size = mode, scenario, messages, batch_size
-        self.root = root
+        self.root, self.transport = root, transport
+        self.entity = HUB if transport == "eventhubs" else ENTITY
         self.progress = progress or (lambda phase, done, total: None)
         self.namespaces = {
             ns: LocalNamespace(ns, data_dir=root / "namespaces") for ns in (PRIMARY, SECONDARY)
@@ -204,7 +228,11 @@ class _Drill:
         for namespace in self.namespaces.values():
             namespace.up()
             namespace.set_faults(latency=0.0, lost_replies=0.0)
-            namespace.create_queue(ENTITY, lock_duration=10.0, max_delivery_count=100)
+            if transport == "eventhubs":
+                namespace.create_partitioned(HUB, partitions=HUB_PARTITIONS)
+            else:
+                namespace.create_queue(ENTITY, lock_duration=_LOCK,
+                                       max_delivery_count=_MAX_DELIVERIES)
         self.counters = _Counters()
         self.delivered: Counter[str] = Counter()
         self.sent_ids: list[str] = []
@@ -216,29 +244,21 @@ class _Drill:
 
     async def run(self, settle_timeout: float) -> DrillReport:
         started = time.monotonic()
-        sender = AsyncGeoSender(
-            primary=f"local://{PRIMARY}", secondary=f"local://{SECONDARY}", entity=ENTITY,
-            mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
-            data_dir=self.root / "namespaces", state_dir=self.root / "state",
-        )
-        receiver = AsyncGeoReceiver(
-            primary=f"local://{PRIMARY}", secondary=f"local://{SECONDARY}", entity=ENTITY,
-            dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
-        )
-        stop = asyncio.Event()
-        async with sender, receiver:
-            receiving = asyncio.create_task(
-                receiver.run(self._handle, max_messages=100, stop=stop)
-            )
-            try:
-                await self._send_all(sender)
-                replay_seconds = await self._settle(sender, settle_timeout)
-                # A little longer, so that a late duplicate would be caught and counted.
-                await asyncio.sleep(0.5)
-            finally:
-                stop.set()
-                await receiving
-            suppressed = receiver.stats.duplicates_suppressed
+        async with contextlib.AsyncExitStack() as stack:
+            if self.transport == "local":
+                primary: NamespaceLike = f"local://{PRIMARY}"
+                secondary: NamespaceLike = f"local://{SECONDARY}"
+            else:
+                emulator = await stack.enter_async_context(EmulatorProcess(
+                    (PRIMARY, SECONDARY), data_dir=self.root / "namespaces",
+                    queues={} if self.transport == "eventhubs" else {ENTITY: _QUEUE},
+                    event_hubs={HUB: HUB_PARTITIONS} if self.transport == "eventhubs" else None,
+                    log=self.root / "emulator.log"))
+                primary, secondary = (
+                    NamespaceConfig(connection_string=emulator.connection_string(ns), name=ns,
+                                    kind=self.transport)
+                    for ns in (PRIMARY, SECONDARY))
+            suppressed, replay_seconds = await self._run(primary, secondary, settle_timeout)
         unique = set(self.sent_ids)
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
@@ -248,11 +268,51 @@ class _Drill:
             duplicates_suppressed=suppressed, buffered=self.counters.buffered,
             replayed=self.counters.replayed, failovers=self.counters.failovers,
             failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
-            elapsed_seconds=round(time.monotonic() - started, 3),
+            elapsed_seconds=round(time.monotonic() - started, 3), transport=self.transport,
         )
 
-    async def _handle(self, message: ReceivedMessage) -> None:
-        self.delivered[message.message_id] += 1
+    async def _run(self, primary: NamespaceLike, secondary: NamespaceLike,
+                   settle_timeout: float) -> tuple[int, float | None]:
+        """Send, settle and receive; return (duplicates suppressed, replay seconds)."""
+        sender = AsyncGeoSender(
+            primary=primary, secondary=secondary, entity=self.entity,
+            mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
+            data_dir=self.root / "namespaces", state_dir=self.root / "state",
+        )
+        receiver: AsyncGeoReceiver | AsyncGeoPartitionReceiver
+        if self.transport == "eventhubs":
+            receiver = AsyncGeoPartitionReceiver(
+                primary=primary, secondary=secondary, entity=self.entity,
+                checkpoint_store=self.root / "checkpoints.db",
+                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+            )
+        else:
+            receiver = AsyncGeoReceiver(
+                primary=primary, secondary=secondary, entity=self.entity,
+                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+            )
+        stop = asyncio.Event()
+        async with sender, receiver:
+            if isinstance(receiver, AsyncGeoPartitionReceiver):
+                receiving = asyncio.create_task(receiver.run(self._handle, stop=stop))
+            else:
+                receiving = asyncio.create_task(
+                    receiver.run(self._handle, max_messages=100, stop=stop))
+            try:
+                await self._send_all(sender)
+                replay_seconds = await self._settle(sender, settle_timeout)
+                # A little longer, so that a late duplicate would be caught and counted.
+                await asyncio.sleep(0.5)
+            finally:
+                stop.set()
+                await receiving
+            suppressed = (receiver.dedup_stats.duplicates
+                          if isinstance(receiver, AsyncGeoPartitionReceiver)
+                          else receiver.stats.duplicates_suppressed)
+        return suppressed, replay_seconds
+
+    async def _handle(self, message: ReceivedMessage | PartitionEvent) -> None:
+        self.delivered[message.message.message_id] += 1
         delivered = len(self.delivered)
         if delivered % 500 == 0 or delivered == self.total:
             self.progress("delivered", delivered, self.total)
