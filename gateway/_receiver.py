@@ -41,6 +41,9 @@ Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
 
 
 _RECHECK_SECONDS = 1.0
+# Completions run() keeps in flight at most, and how long aclose() waits for them.
+_MAX_SETTLING = 256
+_SETTLE_TIMEOUT = 10.0
 
 
 class StopFlag(Protocol):
@@ -119,6 +122,7 @@ class AsyncGeoReceiver:
         self._down: set[str] = set()
         self._fatal: GatewayError | None = None
         self._pumps: list[asyncio.Task[None]] = []
+        self._settling: set[asyncio.Task[None]] = set()  # run()'s completions in flight
         self._closing = False
         self._counts = dict.fromkeys(
             ("received", "delivered", "duplicates_suppressed", "completed", "abandoned"), 0
@@ -221,11 +225,19 @@ class AsyncGeoReceiver:
         The id is recorded done before settling, so even if settling fails (the
         namespace went down, the lock expired) the redelivered copy is suppressed.
         """
+        await self._settle_done(self._mark_done(message))
+
+    def _mark_done(self, message: ReceivedMessage) -> list[ReceivedMessage]:
+        # The bookkeeping of complete(), without waiting: returns the copies to settle.
         self._dedup.succeeded(message.message_id)
         self._in_flight.discard(message.message_id)
         self._counts["completed"] += 1
-        await self._settle(message, "complete")
-        for held in self._held.pop(message.message_id, []):
+        return [message, *self._held.pop(message.message_id, [])]
+
+    async def _settle_done(self, copies: list[ReceivedMessage]) -> None:
+        first, *duplicates = copies
+        await self._settle(first, "complete")
+        for held in duplicates:
             await self._settle_duplicate(held)
 
     async def abandon(self, message: ReceivedMessage) -> None:
@@ -264,6 +276,15 @@ class AsyncGeoReceiver:
         thread). ``stop`` is anything with ``is_set()``: an ``asyncio.Event`` or a
         ``threading.Event``. Outages of both namespaces are waited out (logged).
         """
+        try:
+            await self._run(handler, max_messages, stop, idle_timeout)
+        finally:
+            # Return with this run's settlements done (or given up on), not in flight.
+            if self._settling:
+                await asyncio.wait(self._settling, timeout=_SETTLE_TIMEOUT)
+
+    async def _run(self, handler: Handler, max_messages: int, stop: StopFlag | None,
+                   idle_timeout: float | None) -> None:
         idle_since = time.monotonic()
         while not (stop is not None and stop.is_set()):
             try:
@@ -293,7 +314,21 @@ class AsyncGeoReceiver:
             logger.exception("handler failed for message %s", message.message_id)
             await self.abandon(message)
         else:
-            await self.complete(message)
+            # The id is done at once; the settlement runs beside the next handler call.
+            # An SDK connection writes a settlement only between two of its receiver's
+            # socket reads, so waiting for each one would cost a read timeout per message.
+            # Settling late loses nothing: a copy redelivered meanwhile is a duplicate.
+            while len(self._settling) >= _MAX_SETTLING:
+                await asyncio.wait(self._settling, return_when=asyncio.FIRST_COMPLETED)
+            task = asyncio.get_running_loop().create_task(
+                self._settle_done(self._mark_done(message)))
+            self._settling.add(task)
+            task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._settling.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.warning("settling a completed message failed: %s", exc)
 
     async def aclose(self) -> None:
         """Stop the pumps, give back every message not delivered, close what was opened."""
@@ -301,6 +336,8 @@ class AsyncGeoReceiver:
             return
         self._closing = True
         self._room.set()
+        if self._settling:
+            await asyncio.wait(self._settling, timeout=_SETTLE_TIMEOUT)
         if self._pumps:
             _, pending = await asyncio.wait(self._pumps, timeout=self._poll_wait + 2.0)
             for task in pending:

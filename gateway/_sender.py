@@ -33,7 +33,7 @@ from gateway._factory import NamespaceLike, check_entity, default_state_dir, ope
 from gateway._hooks import GatewayHooks, emit
 from gateway._roles_store import RoleStore
 from gateway.transports.base import Transport
-from replication import Message, MessageRejected, NamespaceUnavailable, TransportError
+from replication import GatewayError, Message, MessageRejected, NamespaceUnavailable, TransportError
 from replication._policy import Mode, ReplicationPolicy
 from replication._roles import RoleState
 from replication._routing import (
@@ -161,6 +161,7 @@ class AsyncGeoSender:
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
         self._task: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._closed = False
 
     # -- public API ---------------------------------------------------------------
@@ -193,9 +194,16 @@ class AsyncGeoSender:
         await self.aclose()
 
     async def start(self) -> None:
-        """Start the background recovery task (probe, replay, failback)."""
-        if self._recovery and self._task is None and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._recovery_loop())
+        """Start the background recovery task (probe, replay, failback), and open both
+        namespaces' connections in the background, so that a failover does not wait
+        for the standby's."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self._recovery and self._task is None:
+            self._task = loop.create_task(self._recovery_loop())
+        if self._warming is None:
+            self._warming = loop.create_task(self._prepare(*self._transports))
 
     async def send(self, message: MessageLike) -> SendResult:
         """Send one message. See :meth:`send_batch`."""
@@ -248,11 +256,12 @@ class AsyncGeoSender:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._warming):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._warming = None
         for transport in self._owned:
             await transport.aclose()
         if self._queue is not None and self._queue_owned:
@@ -407,6 +416,16 @@ class AsyncGeoSender:
         mine = {destination(ns, self.entity) for ns in (*self._transports, ANY_NAMESPACE)}
         return {d for d in self._queue.destinations() if d in mine}
 
+    async def _prepare(self, *namespaces: str) -> None:
+        # Best effort: a namespace that cannot be prepared now is found out by a send.
+        async def one(ns: str) -> None:
+            try:
+                await self._transports[ns].prepare_send(self.entity)
+            except GatewayError as exc:
+                logger.info("could not open %s ahead of a send: %s", ns, exc)
+
+        await asyncio.gather(*(one(ns) for ns in namespaces if ns not in self._down))
+
     async def _recovery_loop(self) -> None:
         while True:
             try:
@@ -426,6 +445,7 @@ class AsyncGeoSender:
             del self._down[ns]
             logger.warning("namespace %s is back", ns)
             emit(self._hooks, "on_namespace_up", namespace=ns)
+            await self._prepare(ns)
         replayed = 0
         for dest in replayable(sorted(self._backlog), namespaces=self._transports, down=self._down):
             replayed += await self._replay(dest, progress)

@@ -62,8 +62,11 @@ def cli(verbose: int) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
-    # The SDKs' debug output is AMQP frame traces: only on request (-vvv).
-    logging.getLogger("azure").setLevel(level if verbose >= 3 else max(level, logging.INFO))
+    # The Azure SDKs' own errors reach the user as geogateway's (mapped, one line); their
+    # log lines only on request, and their debug output (AMQP frame traces) only at -vvv.
+    azure_level = (logging.CRITICAL if verbose == 0 else level if verbose >= 3
+                   else max(level, logging.INFO))
+    logging.getLogger("azure").setLevel(azure_level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -68,10 +68,11 @@ _MAX_DETAIL = 300
 class SdkOptions:
     """Bounds on an Azure SDK client's own retries and waits.
 
-    The gateway retries and fails over itself (``RetryPolicy``), so the SDK gets
-    few retries with short backoffs: a namespace that refuses connections surfaces
-    as ``NamespaceUnavailable`` in well under a second, one that hangs within
-    ``operation_timeout``.
+    The gateway retries and fails over itself (``RetryPolicy``), so by default the
+    SDK does not retry: a namespace that refuses connections surfaces as
+    ``NamespaceUnavailable`` within tens of milliseconds, one that hangs within
+    ``operation_timeout``. (The SDKs sleep one backoff even after their last attempt,
+    so the default backoff is 0 too; raise both together.)
 
     Args:
         retry_total: SDK retries per operation (its default is 3).
@@ -84,21 +85,27 @@ class SdkOptions:
         probe_entity: the entity :meth:`probe` asks about; default: the connection
             string's ``EntityPath``, else the last entity used, else a name that
             does not exist (a "not found" answer proves the namespace answers too).
+        socket_timeout: the longest the SDK's connection waits in one socket read
+            (its default is 0.2). A settlement or send on a connection whose receiver is
+            waiting for messages queues behind that read, so this bounds the latency
+            a waiting receiver adds to every settlement; smaller costs more wake-ups
+            while idle.
     """
 
-    retry_total: int = 1
-    retry_backoff_factor: float = 0.1
+    retry_total: int = 0
+    retry_backoff_factor: float = 0.0
     retry_backoff_max: float = 0.5
     retry_mode: str = "exponential"
     operation_timeout: float = 2.0
     probe_timeout: float = 2.0
     probe_entity: str | None = None
+    socket_timeout: float = 0.2
 
     def __post_init__(self) -> None:
         _whole(self, "retry_total", minimum=0)
         for name in ("retry_backoff_factor", "retry_backoff_max"):
             _seconds(self, name, positive=False)
-        for name in ("operation_timeout", "probe_timeout"):
+        for name in ("operation_timeout", "probe_timeout", "socket_timeout"):
             _seconds(self, name, positive=True)
         if self.retry_mode not in ("exponential", "fixed"):
             raise ConfigError("retry_mode must be 'exponential' or 'fixed', "
@@ -129,6 +136,7 @@ class SdkOptions:
             "retry_backoff_factor": self.retry_backoff_factor,
             "retry_backoff_max": self.retry_backoff_max,
             "retry_mode": self.retry_mode,
+            "socket_timeout": self.socket_timeout,
         }
 
 

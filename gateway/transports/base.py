@@ -180,6 +180,15 @@ class Transport:
         """
         raise NotImplementedError()  # pragma: no cover
 
+    async def prepare_send(self, entity: str) -> None:
+        """Open ahead of time what sending to ``entity`` needs (a connection, a link), so
+        that the first send, such as the first one after a failover, does not wait for
+        it. The default does nothing.
+
+        Raises:
+            GatewayError: as :meth:`send` would; nothing is sent either way.
+        """
+
     async def probe(self) -> None:
         """Return when the namespace answers; raise ``NamespaceUnavailable`` when not."""
         raise NotImplementedError()  # pragma: no cover

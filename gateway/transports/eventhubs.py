@@ -415,10 +415,10 @@ class EventHubsTransport(SdkTransport):
         credential: an Azure credential; default ``DefaultAzureCredential()`` from
             azure-identity (created here, closed by :meth:`aclose`).
         name: the namespace's name in the gateway; default the host name.
-        **options: :class:`EventHubsOptions` fields: ``retry_total=1``,
-            ``retry_backoff_factor=0.1``, ``retry_backoff_max=0.5``,
+        **options: :class:`EventHubsOptions` fields: ``retry_total=0``,
+            ``retry_backoff_factor=0.0``, ``retry_backoff_max=0.5``,
             ``retry_mode="exponential"``, ``operation_timeout=2.0``,
-            ``probe_timeout=2.0``, ``probe_entity=None``, ``prefetch=300``,
+            ``probe_timeout=2.0``, ``probe_entity=None``, ``socket_timeout=0.2``, ``prefetch=300``,
             ``buffer_size=1000``, ``idle_check_interval=1.0``.
 
     Raises:
@@ -513,6 +513,14 @@ class EventHubsTransport(SdkTransport):
         return self.options.operation_timeout + GRACE
 
     # -- Transport ------------------------------------------------------------------------
+
+    async def prepare_send(self, entity: str) -> None:
+        """Open the connection and the round-robin sender link to ``entity`` (and learn
+        its maximum message size), so the next send does not wait for them."""
+        check_entity(entity)
+        producer = self._producer(entity)
+        await self._call(f"open a producer for {entity!r}", producer.create_batch,
+                         seconds=self._bound())
 
     async def send(self, entity: str, messages: Sequence[Message]) -> None:
         """Send messages to an event hub (see the module docstring for batching).

@@ -361,10 +361,10 @@ class ServiceBusTransport(SdkTransport):
         credential: an Azure credential; default ``DefaultAzureCredential()`` from
             azure-identity (created here, closed by :meth:`aclose`).
         name: the namespace's name in the gateway; default the host name.
-        **options: :class:`ServiceBusOptions` fields: ``retry_total=1``,
-            ``retry_backoff_factor=0.1``, ``retry_backoff_max=0.5``,
+        **options: :class:`ServiceBusOptions` fields: ``retry_total=0``,
+            ``retry_backoff_factor=0.0``, ``retry_backoff_max=0.5``,
             ``retry_mode="exponential"``, ``operation_timeout=2.0``,
-            ``probe_timeout=2.0``, ``probe_entity=None``,
+            ``probe_timeout=2.0``, ``probe_entity=None``, ``socket_timeout=0.2``,
             ``max_lock_renewal_duration=300.0``, ``prefetch_count=0``.
 
     Raises:
@@ -485,6 +485,8 @@ class ServiceBusTransport(SdkTransport):
                                  else ServiceBusReceiveMode.RECEIVE_AND_DELETE),
                 "prefetch_count": self.options.prefetch_count,
                 "auto_lock_renewer": self._lock_renewer() if peek else None,
+                # Receivers do not inherit the client's socket_timeout.
+                "socket_timeout": self.options.socket_timeout,
             }
             try:
                 if source.subscription is None:
@@ -507,6 +509,14 @@ class ServiceBusTransport(SdkTransport):
                 del self._held[token]
 
     # -- Transport ------------------------------------------------------------------------
+
+    async def prepare_send(self, entity: str) -> None:
+        """Open the connection and the sender link to ``entity`` (and learn its maximum
+        message size), so the next send does not wait for them."""
+        check_entity(entity)
+        sender = self._sender(entity)
+        await self._call(f"open a sender to {entity!r}", sender.create_message_batch,
+                         seconds=self.options.operation_timeout + GRACE)
 
     async def send(self, entity: str, messages: Sequence[Message]) -> None:
         """Send messages to a queue or topic, in as few SDK batches as fit.

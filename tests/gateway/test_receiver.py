@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from gateway.aio import AsyncGeoSender
@@ -306,3 +307,33 @@ async def wait_for_held(receiver) -> None:
     while receiver.stats.held < 1:
         assert time.monotonic() < deadline, "the second copy was never held"
         assert await receiver.receive(max_messages=1, max_wait=0.1) == []
+
+
+async def test_run_settles_beside_the_next_handler_call_and_returns_settled(
+    ns: Namespaces, make_receiver: ReceiverFactory, data_dir: Path
+) -> None:
+    from gateway.transports import FaultyTransport, LocalTransport
+
+    class SlowSettling(FaultyTransport):
+        settling = 0
+
+        async def complete(self, received: ReceivedMessage) -> None:
+            SlowSettling.settling += 1
+            await anyio.sleep(0.05)
+            await super().complete(received)
+            SlowSettling.settling -= 1
+
+    # Given three messages on a namespace whose settlements are slow
+    for i in range(3):
+        await ns.put("primary", Message("x", message_id=f"m{i}"))
+    seen_settling: list[int] = []
+    async with SlowSettling(LocalTransport("primary", data_dir=data_dir)) as primary:
+        receiver = await make_receiver(primary=primary)
+        # When run() handles them
+        await receiver.run(lambda m: seen_settling.append(SlowSettling.settling),
+                           idle_timeout=0.3)
+        # Then a handler call ran while an earlier message was still being settled
+        assert len(seen_settling) == 3 and max(seen_settling) >= 1
+        # And run() returned only once every settlement was done
+        assert SlowSettling.settling == 0 and ns.count("primary") == 0
+        assert receiver.stats.completed == 3

@@ -451,3 +451,49 @@ async def test_send_after_close_raises(make_sender: SenderFactory) -> None:
     await sender.aclose()  # twice is fine
     with pytest.raises(RuntimeError):
         await sender.send(Message("a"))
+
+
+# -- opening ahead of a failover ------------------------------------------------------
+
+
+class Preparing(FaultyTransport):
+    """Records prepare_send; refuses it while down, as an SDK transport would."""
+
+    def __init__(self, inner, **kw):
+        super().__init__(inner, **kw)
+        self.prepared: list[str] = []
+
+    async def prepare_send(self, entity: str) -> None:
+        if self.is_down:
+            raise self._down_error()
+        self.prepared.append(entity)
+
+
+async def test_start_opens_both_namespaces_and_a_namespace_back_again(
+    data_dir: Path, state_dir: Path, ns: Namespaces, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.transports import LocalTransport
+
+    primary = Preparing(LocalTransport("primary", data_dir=data_dir))
+    secondary = Preparing(LocalTransport("secondary", data_dir=data_dir))
+    # Given a standby that is down when the sender starts
+    secondary.go_down()
+    caplog.set_level("INFO")
+    policy = ReplicationPolicy(probe_interval=0.02)
+    async with primary, secondary, AsyncGeoSender(
+        primary=primary, secondary=secondary, entity=ENTITY, state_dir=state_dir,
+        policy=policy,
+    ) as sender:
+        # Then the primary is opened ahead of any send, and the standby's refusal is
+        # only logged: nothing is marked down, nothing raised
+        await wait_for(lambda: primary.prepared == [ENTITY])
+        await wait_for(lambda: "could not open secondary" in caplog.text)
+        assert sender.down == frozenset() and secondary.prepared == []
+        # When a failover marks the primary down and it comes back, it is opened again
+        await sender.send(Message("a"))  # the primary takes it
+        primary.go_down()
+        secondary.come_up()
+        assert (await sender.send(Message("b"))).namespaces == ("secondary",)
+        primary.come_up()
+        await wait_for(lambda: primary.prepared == [ENTITY, ENTITY])
+        assert sender.down == frozenset()

@@ -51,6 +51,7 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 
+from gateway.emulator import Emulator, QueueSpec
 from gateway.transports import EventPosition, LocalNamespace, ReceivedMessage, ReceiveMode
 from gateway.transports._sdk_common import (
     body_bytes,
@@ -228,7 +229,7 @@ def test_mapping_removes_secrets_from_sdk_text() -> None:
 
 def test_options_defaults_bound_the_sdk() -> None:
     opts = ServiceBusOptions()
-    assert (opts.retry_total, opts.retry_backoff_factor, opts.retry_backoff_max) == (1, 0.1, 0.5)
+    assert (opts.retry_total, opts.retry_backoff_factor, opts.retry_backoff_max) == (0, 0.0, 0.5)
     assert (opts.operation_timeout, opts.probe_timeout) == (2.0, 2.0)
     assert (opts.max_lock_renewal_duration, opts.prefetch_count) == (300.0, 0)
     assert opts.client_kwargs()["retry_mode"] == "exponential"
@@ -236,6 +237,7 @@ def test_options_defaults_bound_the_sdk() -> None:
 
 @pytest.mark.parametrize("options", [
     {"retry_totl": 2}, {"retry_total": -1}, {"retry_total": True}, {"operation_timeout": 0},
+    {"socket_timeout": 0},
     {"probe_timeout": float("nan")}, {"retry_mode": "linear"}, {"prefetch_count": -1},
     {"max_lock_renewal_duration": -5}, {"probe_entity": " "},
 ])
@@ -444,13 +446,6 @@ async def test_aclose_is_idempotent(down: ServiceBusTransport) -> None:
 
 # -- end to end, on the namespace emulator ------------------------------------------------
 
-try:
-    from gateway.emulator import Emulator, QueueSpec
-except ImportError:  # the emulator is not there yet: only these tests skip
-    Emulator = QueueSpec = None  # type: ignore[assignment,misc]
-
-needs_emulator = pytest.mark.skipif(Emulator is None,
-                                    reason="gateway.emulator has no Emulator yet")
 
 @pytest.fixture
 async def emulator(tmp_path: Path) -> AsyncIterator[Any]:
@@ -476,7 +471,6 @@ async def _drain(transport: ServiceBusTransport, entity: str) -> list[ReceivedMe
     return got
 
 
-@needs_emulator
 async def test_send_receive_complete(sb: ServiceBusTransport) -> None:
     # Given two messages with properties of every type and a partition key
     sent = [Message(b"one", properties={"n": 1, "big": 2**40, "f": 1.5, "ok": True, "z": None,
@@ -501,7 +495,6 @@ async def test_send_receive_complete(sb: ServiceBusTransport) -> None:
     assert await sb.receive("orders", max_wait=0.3) == []
 
 
-@needs_emulator
 async def test_abandon_redelivers_and_settling_twice_is_lock_lost(
         sb: ServiceBusTransport) -> None:
     await sb.send("orders", [Message(b"a", message_id="m1")])
@@ -515,7 +508,6 @@ async def test_abandon_redelivers_and_settling_twice_is_lock_lost(
     await sb.complete(second)
 
 
-@needs_emulator
 async def test_dead_letter(sb: ServiceBusTransport) -> None:
     # Given a received message / When it is dead-lettered with a reason
     await sb.send("orders", [Message(b"poison", message_id="p1")])
@@ -533,7 +525,6 @@ async def test_dead_letter(sb: ServiceBusTransport) -> None:
     assert await sb.receive("orders/$DeadLetterQueue", max_wait=0.3) == []
 
 
-@needs_emulator
 async def test_receive_and_delete(sb: ServiceBusTransport) -> None:
     await sb.send("orders", [Message(b"a"), Message(b"b")])
     got = await sb.receive("orders", max_messages=5, max_wait=2,
@@ -545,7 +536,6 @@ async def test_receive_and_delete(sb: ServiceBusTransport) -> None:
         await sb.complete(got[0])
 
 
-@needs_emulator
 async def test_a_large_send_is_split_into_batches_that_fit(sb: ServiceBusTransport) -> None:
     # Given 10 messages of 60 KB: more than one SDK batch (256 KB on a standard entity)
     sent = [Message(bytes([i]) * 60_000, message_id=f"m{i}") for i in range(10)]
@@ -560,7 +550,6 @@ async def test_a_large_send_is_split_into_batches_that_fit(sb: ServiceBusTranspo
     assert [r.message_id for r in got] == [m.message_id for m in sent]
 
 
-@needs_emulator
 async def test_a_message_too_large_is_rejected_and_nothing_is_sent(
         sb: ServiceBusTransport) -> None:
     with pytest.raises(MessageRejected, match="refused for good"):
@@ -568,7 +557,6 @@ async def test_a_message_too_large_is_rejected_and_nothing_is_sent(
     assert await sb.receive("small", max_wait=0.3) == []
 
 
-@needs_emulator
 async def test_locks_are_renewed_while_the_handler_runs(sb: ServiceBusTransport) -> None:
     # Given a queue whose locks last 5 s (Service Bus's shortest), and a message from it
     await sb.send("renewed", [Message(b"slow", message_id="s1")])
@@ -581,7 +569,6 @@ async def test_locks_are_renewed_while_the_handler_runs(sb: ServiceBusTransport)
     assert await sb.receive("renewed", max_wait=0.3) == []
 
 
-@needs_emulator
 async def test_without_renewal_the_lock_expires(emulator: Any) -> None:
     async with ServiceBusTransport.from_connection_string(
             emulator.connection_string("primary"), name="primary",
@@ -596,7 +583,6 @@ async def test_without_renewal_the_lock_expires(emulator: Any) -> None:
         await sb.complete(again)
 
 
-@needs_emulator
 async def test_unknown_entities_are_rejected(sb: ServiceBusTransport) -> None:
     with pytest.raises(MessageRejected, match="refused for good"):
         await sb.send("nosuch", [Message(b"a")])
@@ -605,7 +591,6 @@ async def test_unknown_entities_are_rejected(sb: ServiceBusTransport) -> None:
     await sb.probe()  # the namespace answers, even about an unknown entity
 
 
-@needs_emulator
 async def test_probe_and_outage(sb: ServiceBusTransport, tmp_path: Path) -> None:
     # Given a namespace that answers
     await sb.send("orders", [Message(b"before")])
@@ -638,3 +623,24 @@ async def test_probe_and_outage(sb: ServiceBusTransport, tmp_path: Path) -> None
     finally:
         control.up()
         control.close()
+
+
+async def test_prepare_send_opens_a_sender_and_sends_nothing(
+        sb: ServiceBusTransport, down: ServiceBusTransport) -> None:
+    # When a sender to an existing queue is prepared, Then it opens and nothing is sent
+    await sb.prepare_send("orders")
+    assert await sb.receive("orders", max_wait=0.3) == []
+    # And preparing an unknown queue, or on a namespace that is down, fails as a send would
+    with pytest.raises(MessageRejected):
+        await sb.prepare_send("no-such-queue")
+    with pytest.raises(NamespaceUnavailable):
+        await down.prepare_send("orders")
+
+
+async def test_socket_timeout_reaches_the_receivers(emulator: Any) -> None:
+    # Receivers do not inherit the client's socket_timeout: it is passed to each.
+    async with ServiceBusTransport.from_connection_string(
+            emulator.connection_string("primary"), socket_timeout=0.05) as transport:
+        assert await transport.receive("orders", max_wait=0.3) == []
+        [receiver] = transport._receivers.values()
+        assert receiver._config.socket_timeout == 0.05
