@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -147,16 +148,6 @@ class AsyncGeoSender:
         self._backlog: set[str] = self._existing_backlog()
         self._gates: dict[str, asyncio.Lock] = {}
         self._owner = f"sender-{uuid.uuid4().hex[:12]}"
-        self._retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.policy.retry.attempts)
-            | stop_after_delay(self.policy.retry.max_delay),
-            wait=wait_random_exponential(
-                multiplier=self.policy.retry.initial_backoff, max=self.policy.retry.max_backoff
-            ),
-            retry=retry_if_exception_type(TransportError),
-            reraise=True,
-            sleep=self._sleep,
-        )
         self._recovery = recovery
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
@@ -357,8 +348,31 @@ class AsyncGeoSender:
         return SendResult(message_ids=ids, namespaces=accepted, buffered=tuple(buffered))
 
     async def _send_to(self, namespace: str, batch: Sequence[Message]) -> None:
+        """Send with the retry policy: ``attempts`` tries at most, none begun after
+        ``max_delay``, a random exponential backoff between them."""
         transport = self._transports[namespace]
-        await self._retrying.copy()(transport.send, self.entity, batch)
+        retry = self.policy.retry
+        started = time.monotonic()
+        try:
+            # Most sends succeed at once: only one that failed pays for tenacity.
+            await transport.send(self.entity, batch)
+            return
+        except TransportError:
+            if retry.attempts <= 1 or time.monotonic() - started >= retry.max_delay:
+                raise
+        # The first backoff here, the later ones tenacity's: initial * 2**(n-1) before
+        # attempt n + 1, as one AsyncRetrying over all the attempts would wait.
+        await self._sleep(random.uniform(0, min(retry.initial_backoff, retry.max_backoff)))
+        left = retry.max_delay - (time.monotonic() - started)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(retry.attempts - 1) | stop_after_delay(max(0.0, left)),
+            wait=wait_random_exponential(multiplier=2 * retry.initial_backoff,
+                                         max=retry.max_backoff),
+            retry=retry_if_exception_type(TransportError),
+            reraise=True,
+            sleep=self._sleep,
+        )
+        await retrying(transport.send, self.entity, batch)
 
     async def _buffer(
         self,
