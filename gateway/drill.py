@@ -47,7 +47,10 @@ ENTITY = "drill"
 HUB, HUB_PARTITIONS = "drill-events", 4
 PRIMARY, SECONDARY = "primary", "secondary"
 TRANSPORTS = ("local", "servicebus", "eventhubs")
-_LOCK, _MAX_DELIVERIES = 10.0, 100
+_LOCK, _MAX_DELIVERIES = 5.0, 100
+# Seconds within which `geogateway emulator` applies `namespace down/up/faults`: twice
+# its control-file poll interval.
+_EMULATOR_APPLIES = 0.25
 _QUEUE = {"lock_duration": _LOCK, "max_delivery_count": _MAX_DELIVERIES}
 
 
@@ -321,9 +324,13 @@ class _Drill:
         script = list(_SCRIPTS[self.scenario])
         sent = 0
         while sent < self.total:
+            injected = False
             while script and sent >= script[0][0] * self.total:
                 _, action, ns = script.pop(0)
                 self._inject(action, ns)
+                injected = True
+            if injected and self.transport != "local":
+                await self._until_applied()
             batch = [
                 Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
                 for i in range(sent, min(sent + self.batch_size, self.total))
@@ -337,6 +344,14 @@ class _Drill:
                 self.progress("sent", sent, self.total)
         for _, action, ns in script:
             self._inject(action, ns)
+
+    async def _until_applied(self) -> None:
+        # The emulator applies a change of the namespaces' control files within its
+        # poll interval; wait that out, so that the change is in effect for the next
+        # send however few messages the drill has, and time a failover from then.
+        await asyncio.sleep(_EMULATOR_APPLIES)
+        if self._outage_at is not None:
+            self._outage_at = time.monotonic()
 
     def _inject(self, action: str, ns: str) -> None:
         namespace = self.namespaces[ns]

@@ -488,6 +488,9 @@ class EventHubsTransport(SdkTransport):
         self._new_producer = producer
         self._new_consumer = consumer
         self._producers: dict[str, EventHubProducerClient] = {}
+        # One send (or prepare_send) at a time per producer: the SDK's producer opens
+        # its connection and links on first use, and two first uses at once open two.
+        self._send_locks: dict[str, anyio.Lock] = {}
         self._readers: dict[tuple[str, str, str], _Reader] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -518,9 +521,10 @@ class EventHubsTransport(SdkTransport):
         """Open the connection and the round-robin sender link to ``entity`` (and learn
         its maximum message size), so the next send does not wait for them."""
         check_entity(entity)
-        producer = self._producer(entity)
-        await self._call(f"open a producer for {entity!r}", producer.create_batch,
-                         seconds=self._bound())
+        async with self._send_locks.setdefault(entity, anyio.Lock()):
+            producer = self._producer(entity)
+            await self._call(f"open a producer for {entity!r}", producer.create_batch,
+                             seconds=self._bound())
 
     async def send(self, entity: str, messages: Sequence[Message]) -> None:
         """Send messages to an event hub (see the module docstring for batching).
@@ -537,6 +541,10 @@ class EventHubsTransport(SdkTransport):
             return
         self._last_entity = entity
         action = f"send to {entity!r}"
+        async with self._send_locks.setdefault(entity, anyio.Lock()):
+            await self._send(entity, action, messages)
+
+    async def _send(self, entity: str, action: str, messages: Sequence[Message]) -> None:
         producer = self._producer(entity)
         batches = await self._call(action, lambda: _batches(producer, messages),
                                    seconds=self._bound())

@@ -431,6 +431,9 @@ class ServiceBusTransport(SdkTransport):
         self._senders: dict[str, ServiceBusSender] = {}
         self._receivers: dict[tuple[str, ReceiveMode], ServiceBusReceiver] = {}
         self._receive_locks: dict[tuple[str, ReceiveMode], anyio.Lock] = {}
+        # One send (or prepare_send) at a time per sender: the SDK's sender opens its
+        # connection on first use, and two first uses at once would open two.
+        self._send_locks: dict[str, anyio.Lock] = {}
         self._held: dict[str, _Held] = {}
         self._renewer: AutoLockRenewer | None = None
         self._owned_credential = None
@@ -514,9 +517,10 @@ class ServiceBusTransport(SdkTransport):
         """Open the connection and the sender link to ``entity`` (and learn its maximum
         message size), so the next send does not wait for them."""
         check_entity(entity)
-        sender = self._sender(entity)
-        await self._call(f"open a sender to {entity!r}", sender.create_message_batch,
-                         seconds=self.options.operation_timeout + GRACE)
+        async with self._send_locks.setdefault(entity, anyio.Lock()):
+            sender = self._sender(entity)
+            await self._call(f"open a sender to {entity!r}", sender.create_message_batch,
+                             seconds=self.options.operation_timeout + GRACE)
 
     async def send(self, entity: str, messages: Sequence[Message]) -> None:
         """Send messages to a queue or topic, in as few SDK batches as fit.
@@ -533,6 +537,10 @@ class ServiceBusTransport(SdkTransport):
             return
         self._last_entity = entity
         action = f"send to {entity!r}"
+        async with self._send_locks.setdefault(entity, anyio.Lock()):
+            await self._send(entity, action, messages)
+
+    async def _send(self, entity: str, action: str, messages: Sequence[Message]) -> None:
         sender = self._sender(entity)
         bound = self.options.operation_timeout + GRACE
         outgoing = [_outgoing_checked(m, self.namespace, action) for m in messages]

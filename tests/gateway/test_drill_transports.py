@@ -1,0 +1,64 @@
+"""The drill over the Azure SDK transports: two emulated namespaces started by the drill
+itself (``geogateway emulator`` in a child process), the unmodified SDK clients, the
+outages injected by closing and refusing the emulated namespace's connections.
+
+Small counts, one scenario per mode and transport here; the full matrix at the default
+settings is in benchmarks/README.md (§5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.drill import Scenario, run_drill
+from replication import ConfigError
+from tests.gateway.cli_support import run_process
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(("transport", "scenario", "mode"), [
+    ("servicebus", Scenario.PRIMARY_OUTAGE, "passive"),
+    ("servicebus", Scenario.LOST_REPLIES, "active"),
+    ("eventhubs", Scenario.FLAPPING, "passive"),
+    ("eventhubs", Scenario.BOTH_DOWN, "active"),
+])
+async def test_drill_over_the_sdk_transports(transport: str, scenario: Scenario, mode: str,
+                                             tmp_path: Path) -> None:
+    report = await run_drill(transport=transport, scenario=scenario, mode=mode,
+                             messages=200, data_dir=tmp_path / "drill", settle_timeout=30.0)
+    assert report.transport == transport
+    assert report.sent == report.delivered == 200, report
+    assert report.lost == 0 and report.duplicates_delivered == 0, report
+    assert report.replayed == report.buffered, report
+    if scenario is Scenario.BOTH_DOWN:
+        assert report.buffered > 0  # both were down for a while: the disk held them
+    if mode == "passive" and scenario is not Scenario.LOST_REPLIES:
+        assert report.failovers >= 1 and report.failover_seconds
+    # The default settings fail over within the 2 s the drill is judged by.
+    assert all(s <= 2.0 for s in report.failover_seconds), report.failover_seconds
+    # The emulator's log is kept with the drill's files.
+    assert (tmp_path / "drill" / "emulator.log").exists()
+
+
+@pytest.mark.parametrize("transport", ["servicebus", "eventhubs"])
+async def test_consumer_scenarios_run_on_the_local_transport_only(transport: str) -> None:
+    with pytest.raises(ConfigError, match="local"):
+        await run_drill(transport=transport, scenario=Scenario.CONSUMER_CRASH, messages=10)
+
+
+async def test_unknown_transport_is_refused() -> None:
+    with pytest.raises(ConfigError, match="transport"):
+        await run_drill(transport="carrier-pigeon", messages=10)
+
+
+def test_cli_drill_over_service_bus(tmp_path: Path) -> None:
+    code, out, err = run_process("drill", "--transport", "servicebus", "--messages", "50",
+                                 "--json", "-", cwd=tmp_path, timeout=120)
+    assert code == 0, err
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["transport"] == "servicebus" and report["passed"] is True
+    assert report["lost"] == 0 and report["duplicates_delivered"] == 0
