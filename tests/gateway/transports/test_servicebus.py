@@ -237,7 +237,7 @@ def test_options_defaults_bound_the_sdk() -> None:
 
 @pytest.mark.parametrize("options", [
     {"retry_totl": 2}, {"retry_total": -1}, {"retry_total": True}, {"operation_timeout": 0},
-    {"socket_timeout": 0},
+    {"socket_timeout": 0}, {"keep_alive": -1}, {"keep_alive": 1.5},
     {"probe_timeout": float("nan")}, {"retry_mode": "linear"}, {"prefetch_count": -1},
     {"max_lock_renewal_duration": -5}, {"probe_entity": " "},
 ])
@@ -637,10 +637,18 @@ async def test_prepare_send_opens_a_sender_and_sends_nothing(
         await down.prepare_send("orders")
 
 
-async def test_socket_timeout_reaches_the_receivers(emulator: Any) -> None:
-    # Receivers do not inherit the client's socket_timeout: it is passed to each.
+async def test_handler_options_reach_every_sender_and_receiver(emulator: Any) -> None:
+    # Senders and receivers do not inherit the client's socket_timeout or keep_alive:
+    # they are passed to each.
     async with ServiceBusTransport.from_connection_string(
-            emulator.connection_string("primary"), socket_timeout=0.05) as transport:
+            emulator.connection_string("primary"), socket_timeout=0.05,
+            keep_alive=7) as transport:
         assert await transport.receive("orders", max_wait=0.3) == []
+        await transport.prepare_send("orders")
         [receiver] = transport._receivers.values()
-        assert receiver._config.socket_timeout == 0.05
+        [sender] = transport._senders.values()
+        for handler in (receiver, sender):
+            assert handler._config.socket_timeout == 0.05
+            assert handler._config.keep_alive == 7
+    # By default the keep-alive task is off: a failed handler closes at once.
+    assert ServiceBusOptions().keep_alive == 0
