@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import importlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -43,8 +44,10 @@ __all__ = [
     "build_error",
     "builtin_outcome",
     "check_entity",
+    "check_namespace_host",
     "condition_outcome",
     "connection_string_parts",
+    "default_credential",
     "epoch_seconds",
     "find_status_code",
     "host_of",
@@ -138,6 +141,29 @@ class SdkOptions:
             "retry_mode": self.retry_mode,
             "socket_timeout": self.socket_timeout,
         }
+
+
+def default_credential(service: str) -> Any:
+    """azure-identity's async ``DefaultAzureCredential``, for a namespace given by its
+    host name alone; imported here, as only such namespaces need azure-identity.
+
+    Raises:
+        ConfigError: azure-identity is not installed.
+    """
+    try:
+        identity = importlib.import_module("azure.identity.aio")
+    except ImportError as exc:
+        raise ConfigError(f"a {service} namespace without a connection string or credential "
+                          "needs azure-identity: pip install azure-identity") from exc
+    return identity.DefaultAzureCredential()
+
+
+def check_namespace_host(value: object) -> str:
+    """Return ``value`` if it can be a fully qualified namespace; raise ``ConfigError``."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError("fully_qualified_namespace must be a host name such as "
+                          "NAME.servicebus.windows.net")
+    return value
 
 
 def _whole(options: object, name: str, *, minimum: int) -> None:

@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import logging
 import time
 from collections import deque
@@ -127,8 +126,10 @@ from ._sdk_common import (
     build_error,
     builtin_outcome,
     check_entity,
+    check_namespace_host,
     condition_outcome,
     connection_string_parts,
+    default_credential,
     epoch_seconds,
     find_status_code,
     host_of,
@@ -397,15 +398,6 @@ class _Reader:
                              self.partition_id, self.entity, exc)
 
 
-def _default_credential() -> AsyncTokenCredential:
-    try:
-        # Imported here: azure-identity is needed only without a connection string.
-        identity = importlib.import_module("azure.identity.aio")
-    except ImportError as exc:
-        raise ConfigError("an Event Hubs namespace without a connection string or credential "
-                          "needs azure-identity: pip install azure-identity") from exc
-    return cast(AsyncTokenCredential, identity.DefaultAzureCredential())
-
 
 class EventHubsTransport(SdkTransport):
     """A :class:`Transport` on an Event Hubs namespace (see the module docstring).
@@ -430,10 +422,9 @@ class EventHubsTransport(SdkTransport):
     def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,
                  name: str | None = None, **options: Any) -> None:
         opts = EventHubsOptions.from_options(options, what="EventHubsTransport")
-        if not isinstance(fully_qualified_namespace, str) or not fully_qualified_namespace:
-            raise ConfigError("fully_qualified_namespace must be a host name such as "
-                              "NAME.servicebus.windows.net")
-        owned = _default_credential() if credential is None else None
+        check_namespace_host(fully_qualified_namespace)
+        owned = (cast(AsyncTokenCredential, default_credential("Event Hubs"))
+                 if credential is None else None)
         cred = cast(Credential, owned if owned is not None else credential)
         kwargs = opts.client_kwargs()
 

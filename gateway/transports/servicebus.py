@@ -89,7 +89,6 @@ Connection strings and keys never appear in reprs, logs or error messages.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import re
 import time
@@ -162,8 +161,10 @@ from ._sdk_common import (
     build_error,
     builtin_outcome,
     check_entity,
+    check_namespace_host,
     condition_outcome,
     connection_string_parts,
+    default_credential,
     epoch_seconds,
     find_status_code,
     host_of,
@@ -355,15 +356,6 @@ class _Held:
     receiver: ServiceBusReceiver
 
 
-def _default_credential() -> AsyncTokenCredential:
-    try:
-        # Imported here: azure-identity is needed only without a connection string.
-        identity = importlib.import_module("azure.identity.aio")
-    except ImportError as exc:
-        raise ConfigError("a Service Bus namespace without a connection string or credential "
-                          "needs azure-identity: pip install azure-identity") from exc
-    return cast(AsyncTokenCredential, identity.DefaultAzureCredential())
-
 
 class ServiceBusTransport(SdkTransport):
     """A :class:`Transport` on a Service Bus namespace (see the module docstring).
@@ -388,10 +380,9 @@ class ServiceBusTransport(SdkTransport):
     def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,
                  name: str | None = None, **options: Any) -> None:
         opts = ServiceBusOptions.from_options(options, what="ServiceBusTransport")
-        if not isinstance(fully_qualified_namespace, str) or not fully_qualified_namespace:
-            raise ConfigError("fully_qualified_namespace must be a host name such as "
-                              "NAME.servicebus.windows.net")
-        owned = _default_credential() if credential is None else None
+        check_namespace_host(fully_qualified_namespace)
+        owned = (cast(AsyncTokenCredential, default_credential("Service Bus"))
+                 if credential is None else None)
         cred = cast(Credential, owned if owned is not None else credential)
         kwargs = self._client_kwargs(opts)
 
