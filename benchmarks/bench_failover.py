@@ -1,7 +1,12 @@
 """Benchmark failover time: the default drill, active mode, flapping, and another process.
 
     .venv/bin/python benchmarks/bench_failover.py [--trials 20] [--other-trials 10]
-        [--messages 2000] [--cross-process 10]
+        [--messages 2000] [--cross-process 10] [--transport local|servicebus|eventhubs]
+
+With ``--transport servicebus`` or ``eventhubs`` the drills run over the Azure SDK
+transports against two emulated namespaces (``geogateway emulator``, started by each
+drill), the target is p99 <= 2 s, and the cross-process row is left out (the drill
+injects the emulated outages itself; its clock starts once the emulator applied one).
 
 Runs ``run_drill`` with its default settings (passive, primary-outage, one message
 per ``send_batch``, the default ``ReplicationPolicy``, a durable queue) ``--trials``
@@ -42,6 +47,7 @@ from gateway.transports.local import LocalNamespace
 from replication import Message
 
 TARGET = 1.0  # the brief: failover p99 <= 1 s with default settings
+SDK_TARGET = 2.0  # over the SDK transports against the emulator
 ENTITY = "bench"
 CLI = Path(sys.executable).with_name("geogateway")
 
@@ -60,12 +66,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def drills(
-    console: Console, label: str, mode: str, scenario: str, trials: int, messages: int
+    console: Console, label: str, mode: str, scenario: str, trials: int, messages: int,
+    transport: str = "local",
 ) -> tuple[list[float], int]:
     samples: list[float] = []
     passed = 0
     for i in range(trials):
-        report: DrillReport = await run_drill(mode=mode, scenario=scenario, messages=messages)
+        report: DrillReport = await run_drill(mode=mode, scenario=scenario, messages=messages,
+                                              transport=transport)
         samples.extend(report.failover_seconds)
         passed += report.passed
         console.print(
@@ -134,8 +142,11 @@ async def run(args: argparse.Namespace, console: Console) -> None:
     for label, mode, scenario, trials in groups:
         console.print(f"{label}: {trials} drills of {args.messages:,} messages")
         samples, passed = await drills(console, label.split(",")[0], mode, scenario, trials,
-                                       args.messages)
+                                       args.messages, args.transport)
         rows.append((label, samples, f"{passed}/{trials}"))
+    target = TARGET if args.transport == "local" else SDK_TARGET
+    if args.transport != "local":
+        args.cross_process = 0
     console.print(f"cross-process: {args.cross_process} runs of `geogateway namespace down`")
     from_return: list[float] = []
     from_write: list[float] = []
@@ -149,29 +160,32 @@ async def run(args: argparse.Namespace, console: Console) -> None:
         console.print(f"  run {i + 1}: {a * 1e3:.0f} ms after the subprocess returned, "
                       f"{b * 1e3:.0f} ms after the control file was written "
                       f"(subprocess ran {c * 1e3:.0f} ms)")
-    rows.append(("other process: from subprocess return", from_return, ""))
-    rows.append(("  same, from the control-file write", from_write, ""))
+    if from_return:
+        rows.append(("other process: from subprocess return", from_return, ""))
+        rows.append(("  same, from the control-file write", from_write, ""))
     elapsed = time.monotonic() - started
 
-    table = Table(title=f"Failover time, default settings ({elapsed:.0f} s run)")
+    table = Table(title=f"Failover time, default settings, transport {args.transport} "
+                        f"({elapsed:.0f} s run)")
     for column in ("scenario", "drills ok", "samples", "p50", "p90", "p99", "max",
                    "target (p99)", ""):
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for label, samples, ok_drills in rows:
         p99 = percentile(samples, 0.99)
-        ok = "PASS" if p99 <= TARGET else "FAIL"
+        ok = "PASS" if p99 <= target else "FAIL"
         table.add_row(
             label, ok_drills, str(len(samples)),
             *(f"{percentile(samples, q) * 1e3:.0f} ms" for q in (0.5, 0.9, 0.99)),
-            f"{max(samples) * 1e3:.0f} ms", f"<= {TARGET:.0f} s", ok,
+            f"{max(samples) * 1e3:.0f} ms", f"<= {target:.0f} s", ok,
             style="green" if ok == "PASS" else "red",
         )
-    for label, value in REFERENCES:
+    for label, value in REFERENCES if args.transport == "local" else []:
         table.add_row(f"reference: {label}", "", "not measured", "", "", value, "", "",
                       "", style="dim")
     console.print(table)
-    console.print(f"subprocess run time (spawn to exit): median "
-                  f"{statistics.median(run_time) * 1e3:.0f} ms")
+    if run_time:
+        console.print(f"subprocess run time (spawn to exit): median "
+                      f"{statistics.median(run_time) * 1e3:.0f} ms")
 
 
 def main() -> None:
@@ -182,7 +196,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2_000, help="messages per drill")
     parser.add_argument("--cross-process", type=int, default=10,
                         help="runs with the namespace taken down by another process")
+    parser.add_argument("--transport", choices=("local", "servicebus", "eventhubs"),
+                        default="local", help="the drills' transport")
     args = parser.parse_args()
+    logging.getLogger("azure").setLevel(logging.CRITICAL)  # mapped errors say enough
     # The drills log every outage and failover as warnings; the table says it all.
     logging.getLogger("geogateway").setLevel(logging.ERROR)
     console = Console(width=150)

@@ -481,7 +481,7 @@ class EventHubsTransport(SdkTransport):
         self._producers: dict[str, EventHubProducerClient] = {}
         # One send (or prepare_send) at a time per producer: the SDK's producer opens
         # its connection and links on first use, and two first uses at once open two.
-        self._send_locks: dict[str, anyio.Lock] = {}
+        self._send_locks: dict[str, asyncio.Lock] = {}
         self._readers: dict[tuple[str, str, str], _Reader] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -508,11 +508,17 @@ class EventHubsTransport(SdkTransport):
 
     # -- Transport ------------------------------------------------------------------------
 
+    def _send_lock(self, entity: str) -> asyncio.Lock:
+        lock = self._send_locks.get(entity)
+        if lock is None:
+            lock = self._send_locks[entity] = asyncio.Lock()
+        return lock
+
     async def prepare_send(self, entity: str) -> None:
         """Open the connection and the round-robin sender link to ``entity`` (and learn
         its maximum message size), so the next send does not wait for them."""
         check_entity(entity)
-        async with self._send_locks.setdefault(entity, anyio.Lock()):
+        async with self._send_lock(entity):
             producer = self._producer(entity)
             await self._call(f"open a producer for {entity!r}", producer.create_batch,
                              seconds=self._bound())
@@ -532,7 +538,7 @@ class EventHubsTransport(SdkTransport):
             return
         self._last_entity = entity
         action = f"send to {entity!r}"
-        async with self._send_locks.setdefault(entity, anyio.Lock()):
+        async with self._send_lock(entity):
             await self._send(entity, action, messages)
 
     async def _send(self, entity: str, action: str, messages: Sequence[Message]) -> None:

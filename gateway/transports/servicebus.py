@@ -88,6 +88,7 @@ Connection strings and keys never appear in reprs, logs or error messages.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -436,7 +437,7 @@ class ServiceBusTransport(SdkTransport):
         self._receive_locks: dict[tuple[str, ReceiveMode], anyio.Lock] = {}
         # One send (or prepare_send) at a time per sender: the SDK's sender opens its
         # connection on first use, and two first uses at once would open two.
-        self._send_locks: dict[str, anyio.Lock] = {}
+        self._send_locks: dict[str, asyncio.Lock] = {}
         self._held: dict[str, _Held] = {}
         self._renewer: AutoLockRenewer | None = None
         self._owned_credential = None
@@ -515,11 +516,17 @@ class ServiceBusTransport(SdkTransport):
 
     # -- Transport ------------------------------------------------------------------------
 
+    def _send_lock(self, entity: str) -> asyncio.Lock:
+        lock = self._send_locks.get(entity)
+        if lock is None:
+            lock = self._send_locks[entity] = asyncio.Lock()
+        return lock
+
     async def prepare_send(self, entity: str) -> None:
         """Open the connection and the sender link to ``entity`` (and learn its maximum
         message size), so the next send does not wait for them."""
         check_entity(entity)
-        async with self._send_locks.setdefault(entity, anyio.Lock()):
+        async with self._send_lock(entity):
             sender = self._sender(entity)
             await self._call(f"open a sender to {entity!r}", sender.create_message_batch,
                              seconds=self.options.operation_timeout + GRACE)
@@ -539,7 +546,7 @@ class ServiceBusTransport(SdkTransport):
             return
         self._last_entity = entity
         action = f"send to {entity!r}"
-        async with self._send_locks.setdefault(entity, anyio.Lock()):
+        async with self._send_lock(entity):
             await self._send(entity, action, messages)
 
     async def _send(self, entity: str, action: str, messages: Sequence[Message]) -> None:
