@@ -3,10 +3,11 @@
 Sync API here; the async twins are in :mod:`gateway.aio`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from gateway._client import GeoReceiver, GeoSender
 from gateway._config import DedupConfig, DurableQueueConfig, GatewayConfig, NamespaceConfig
 from gateway._dedup_store import SqliteDedupStore
-from gateway._geo_partitions import GeoPartitionReceiver
 from gateway._hooks import GatewayHooks
 from gateway._receiver import ReceiverStats
 from gateway._sender import SendResult
@@ -27,7 +28,20 @@ from replication import Message
 from replication._dedup import DedupStore, DedupWindow, InMemoryDedupStore
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 
+if TYPE_CHECKING:
+    from gateway._geo_partitions import GeoPartitionReceiver
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: it brings in the consumer and its blob store (azure-storage),
+    # which the CLI, the emulator and a sender do not need.
+    if name == "GeoPartitionReceiver":
+        from gateway._geo_partitions import GeoPartitionReceiver
+
+        return GeoPartitionReceiver
+    raise AttributeError(f"module 'gateway' has no attribute {name!r}")
 
 __all__ = [
     "ConfigError",

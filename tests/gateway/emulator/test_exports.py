@@ -26,3 +26,15 @@ def test_the_emulator_does_not_import_azure() -> None:
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] == "azure" for n in names), (path, names)
+
+
+def test_the_emulator_process_loads_no_azure_module() -> None:
+    # Nor indirectly, through the gateway package: an embedded Emulator needs no SDK.
+    import subprocess
+    import sys
+
+    code = ("import sys, gateway.emulator; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'azure'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
