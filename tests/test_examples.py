@@ -14,6 +14,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 #: A phrase each example prints when it did what it says.
 EXPECTED = {
     "active_sender_with_queue.py": "replayed after the outage: 1",
+    "azure_sdk_on_the_emulator.py": "received: ['order-1', 'order-2']",
     "dedup_receiver.py": "'event 4']",
     "passive_sender.py": "active namespace now: secondary",
     "replay_after_outage.py": "waiting on disk: 0",
