@@ -3,7 +3,7 @@
 Sync API here; the async twins are in :mod:`gateway.aio`.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from gateway._client import GeoReceiver, GeoSender
 from gateway._config import DedupConfig, DurableQueueConfig, GatewayConfig, NamespaceConfig
@@ -28,13 +28,13 @@ from replication import Message
 from replication._dedup import DedupStore, DedupWindow, InMemoryDedupStore
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from gateway._geo_partitions import GeoPartitionReceiver
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Imported on first use: it brings in the consumer and its blob store (azure-storage),
     # which the CLI, the emulator and a sender do not need.
     if name == "GeoPartitionReceiver":

@@ -46,6 +46,9 @@ from replication._routing import (
     should_fail_back,
 )
 
+# How long aclose() waits for links being opened ahead of sends.
+_PREPARE_WAIT = 5.0
+
 __all__ = ["AsyncGeoSender", "MessageLike", "SendResult"]
 
 logger = logging.getLogger("geogateway")
@@ -152,7 +155,10 @@ class AsyncGeoSender:
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
         self._task: asyncio.Task[None] | None = None
-        self._warming: asyncio.Task[None] | None = None
+        # Opening links ahead of sends (prepare_send); awaited, not cancelled, by aclose():
+        # an SDK client cancelled halfway through opening can leave its socket open.
+        self._preparing: set[asyncio.Task[None]] = set()
+        self._warmed = False
         self._closed = False
 
     # -- public API ---------------------------------------------------------------
@@ -193,8 +199,9 @@ class AsyncGeoSender:
         loop = asyncio.get_running_loop()
         if self._recovery and self._task is None:
             self._task = loop.create_task(self._recovery_loop())
-        if self._warming is None:
-            self._warming = loop.create_task(self._prepare(*self._transports))
+        if not self._warmed:
+            self._warmed = True
+            self._prepare_soon(*self._transports)
 
     async def send(self, message: MessageLike) -> SendResult:
         """Send one message. See :meth:`send_batch`."""
@@ -247,12 +254,15 @@ class AsyncGeoSender:
         if self._closed:
             return
         self._closed = True
-        for task in (self._task, self._warming):
-            if task is not None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._preparing:
+            _, late = await asyncio.wait(self._preparing, timeout=_PREPARE_WAIT)
+            for task in late:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = self._warming = None
         for transport in self._owned:
             await transport.aclose()
         if self._queue is not None and self._queue_owned:
@@ -430,6 +440,11 @@ class AsyncGeoSender:
         mine = {destination(ns, self.entity) for ns in (*self._transports, ANY_NAMESPACE)}
         return {d for d in self._queue.destinations() if d in mine}
 
+    def _prepare_soon(self, *namespaces: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._prepare(*namespaces))
+        self._preparing.add(task)
+        task.add_done_callback(self._preparing.discard)
+
     async def _prepare(self, *namespaces: str) -> None:
         # Best effort: a namespace that cannot be prepared now is found out by a send.
         async def one(ns: str) -> None:
@@ -459,7 +474,7 @@ class AsyncGeoSender:
             del self._down[ns]
             logger.warning("namespace %s is back", ns)
             emit(self._hooks, "on_namespace_up", namespace=ns)
-            await self._prepare(ns)
+            self._prepare_soon(ns)
         replayed = 0
         for dest in replayable(sorted(self._backlog), namespaces=self._transports, down=self._down):
             replayed += await self._replay(dest, progress)
