@@ -7,7 +7,9 @@ settings is in benchmarks/README.md (§5)."""
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,23 @@ from gateway.drill import Scenario, run_drill
 from replication import ConfigError
 from tests.gateway.cli_support import run_process
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    # Rarely (once in dozens of runs), an SDK connection that the emulator force-closes
+    # while the SDK is closing it too is left for the garbage collector. That is a socket
+    # the SDK owns; these tests judge what the drill delivers. The transports' own tests
+    # (tests/gateway/transports/) keep every warning an error.
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _collect_here() -> Iterator[None]:
+    # Collect what a drill left behind now, under this module's warning filters, rather
+    # than during whichever test runs next.
+    yield
+    gc.collect()
 
 
 @pytest.mark.parametrize(("transport", "scenario", "mode"), [
