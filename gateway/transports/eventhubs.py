@@ -80,7 +80,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -96,7 +95,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.eventhub import EventData, EventDataBatch, parse_connection_string
-from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient, PartitionContext
+from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import (
     AuthenticationError,
     EventDataError,
@@ -115,14 +114,13 @@ from replication import (
     TransportError,
 )
 
+from ._eventhubs_reading import PartitionReader
 from ._sdk_common import (
-    CLOSE_TIMEOUT,
     GRACE,
     Outcome,
     SdkOptions,
     SdkTransport,
     amqp_properties,
-    body_bytes,
     build_error,
     builtin_outcome,
     check_entity,
@@ -130,14 +128,9 @@ from ._sdk_common import (
     condition_outcome,
     connection_string_parts,
     default_credential,
-    epoch_seconds,
     find_status_code,
     host_of,
-    parse_offset,
-    properties_from,
-    starting_position,
     status_outcome,
-    text_or_none,
     walk,
 )
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
@@ -248,19 +241,6 @@ def _outgoing(message: Message) -> EventData:
     return event
 
 
-def _incoming(event: EventData, *, namespace: str, entity: str,
-              partition_id: str) -> PartitionEvent:
-    sequence_number = event.sequence_number if event.sequence_number is not None else -1
-    message_id = text_or_none(event.message_id) or f"eh-{partition_id}-{sequence_number}"
-    message = Message(body_bytes(event.body), message_id=message_id,
-                      partition_key=text_or_none(event.partition_key),
-                      properties=properties_from(event.properties))
-    return PartitionEvent(message=message, namespace=namespace, entity=entity,
-                          partition_id=partition_id, sequence_number=sequence_number,
-                          offset=parse_offset(event.offset),
-                          enqueued_time=epoch_seconds(event.enqueued_time) or 0.0)
-
-
 def _by_key(messages: Sequence[Message]) -> dict[str | None, list[Message]]:
     groups: dict[str | None, list[Message]] = {}
     for message in messages:
@@ -289,114 +269,6 @@ async def _batches(producer: EventHubProducerClient,
                 batches.append(batch)
                 batch.add(_outgoing(message))
     return batches
-
-
-# -- pull-style partition reading ----------------------------------------------------------
-
-
-class _Reader:
-    """One background ``receive_batch`` of a partition, feeding a buffer."""
-
-    def __init__(self, client: EventHubConsumerClient, *, entity: str, partition_id: str,
-                 position: EventPosition, owner_level: int | None,
-                 options: EventHubsOptions, namespace: str) -> None:
-        self.client = client
-        self.entity, self.partition_id = entity, partition_id
-        self.owner_level = owner_level
-        self.position = position  # where the caller continues
-        self.last: PartitionEvent | None = None
-        self.events: deque[PartitionEvent] = deque()
-        self.error: BaseException | None = None
-        self.lock = asyncio.Lock()
-        self._namespace = namespace
-        self._limit = options.buffer_size
-        self._high = -1  # the highest sequence number buffered
-        self.heard = time.monotonic()  # when the SDK last delivered (or the receive began)
-        self._arrived = asyncio.Event()
-        self._room = asyncio.Event()
-        start, inclusive = starting_position(position)
-        self.task = asyncio.get_running_loop().create_task(client.receive_batch(
-            self._on_batch, partition_id=partition_id, starting_position=start,
-            starting_position_inclusive=inclusive, owner_level=owner_level,
-            max_batch_size=options.prefetch, prefetch=options.prefetch,
-            on_error=self._on_error))
-        self.task.add_done_callback(self._ended)
-
-    def continues(self, position: EventPosition, owner_level: int | None) -> bool:
-        """Whether a read at ``position`` continues where this receive stands."""
-        # A pending error does not end the match: take() raises it first.
-        if owner_level != self.owner_level:
-            return False
-        if position == self.position:
-            return True
-        last = self.last
-        if last is None:
-            return False
-        if position.sequence_number is not None:
-            return position.sequence_number == last.sequence_number + int(position.inclusive)
-        return (position.offset is not None and not position.inclusive and last.offset >= 0
-                and position.offset == last.offset)
-
-    async def _on_batch(self, context: PartitionContext, batch: list[EventData]) -> None:
-        while len(self.events) >= self._limit and self.error is None:
-            # Back-pressure: the SDK's callback waits, its prefetch stops asking.
-            self._room.clear()
-            await self._room.wait()
-        for event in batch:
-            incoming = _incoming(event, namespace=self._namespace, entity=self.entity,
-                                 partition_id=self.partition_id)
-            # After a silent reconnect the SDK may start over: never hand out an event twice.
-            if incoming.sequence_number > self._high:
-                self._high = incoming.sequence_number
-                self.events.append(incoming)
-        self.heard = time.monotonic()
-        self._arrived.set()
-
-    async def _on_error(self, context: PartitionContext, error: Exception) -> None:
-        if self.error is None:
-            self.error = error
-        self._arrived.set()
-        # Stop here: the SDK would restart the receive at its first position later.
-        self.task.cancel()
-
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and self.error is None:
-            self.error = task.exception() or ConnectionError("the partition receive ended")
-        self._arrived.set()
-
-    async def take(self, max_events: int, max_wait: float) -> list[PartitionEvent]:
-        """Up to ``max_events`` buffered events, waiting up to ``max_wait`` for the first.
-
-        Raises:
-            BaseException: the SDK error that ended the receive (unmapped), once the
-                events buffered before it are taken.
-        """
-        with anyio.move_on_after(max_wait):
-            while not self.events and self.error is None:
-                self._arrived.clear()
-                await self._arrived.wait()
-        taken = [self.events.popleft() for _ in range(min(max_events, len(self.events)))]
-        if taken:
-            self._room.set()
-            self.last = taken[-1]
-            self.position = EventPosition(sequence_number=self.last.sequence_number)
-            return taken
-        if self.error is not None:
-            raise self.error
-        return []
-
-    async def stop(self) -> None:
-        """Stop the receive and close its client (each within ``CLOSE_TIMEOUT``)."""
-        self.task.cancel()
-        with anyio.move_on_after(CLOSE_TIMEOUT):
-            await asyncio.wait([self.task])
-        with anyio.move_on_after(CLOSE_TIMEOUT):
-            try:
-                await self.client.close()
-            except Exception as exc:  # the reader is dropped either way; say why it failed
-                logger.debug("closing the receive of partition %s of %r failed: %r",
-                             self.partition_id, self.entity, exc)
-
 
 
 class EventHubsTransport(SdkTransport):
@@ -482,7 +354,7 @@ class EventHubsTransport(SdkTransport):
         # One send (or prepare_send) at a time per producer: the SDK's producer opens
         # its connection and links on first use, and two first uses at once open two.
         self._send_locks: dict[str, asyncio.Lock] = {}
-        self._readers: dict[tuple[str, str, str], _Reader] = {}
+        self._readers: dict[tuple[str, str, str], PartitionReader] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> EventHubsTransport:
@@ -627,16 +499,18 @@ class EventHubsTransport(SdkTransport):
                 client = self._new_consumer(entity, consumer_group)
             except (ValueError, TypeError) as exc:  # e.g. not the connection string's hub
                 raise self._map(exc, f"open {entity!r}") from exc
-            reader = _Reader(client, entity=entity, partition_id=str(partition_id),
-                             position=position, owner_level=owner_level, options=self.options,
-                             namespace=self.namespace)
+            reader = PartitionReader(client, entity=entity, partition_id=str(partition_id),
+                                     position=position, owner_level=owner_level,
+                                     prefetch=self.options.prefetch,
+                                     buffer_size=self.options.buffer_size,
+                                     namespace=self.namespace)
             self._readers[key] = reader
         action = f"read partition {partition_id} of {entity!r}"
         async with reader.lock:
             return await self._take(key, reader, action, max_events=max_events,
                                     deadline=time.monotonic() + max(0.0, float(max_wait)))
 
-    async def _take(self, key: tuple[str, str, str], reader: _Reader, action: str, *,
+    async def _take(self, key: tuple[str, str, str], reader: PartitionReader, action: str, *,
                     max_events: int, deadline: float) -> list[PartitionEvent]:
         interval = self.options.idle_check_interval
         while True:
@@ -656,7 +530,7 @@ class EventHubsTransport(SdkTransport):
             if now >= deadline:
                 return []
 
-    async def _check(self, key: tuple[str, str, str], reader: _Reader, action: str) -> None:
+    async def _check(self, key: tuple[str, str, str], reader: PartitionReader, action: str) -> None:
         # The SDK's receive retries a lost connection silently: ask the namespace itself.
         properties = functools.partial(self._producer(reader.entity).get_partition_properties,
                                        reader.partition_id)
@@ -669,7 +543,7 @@ class EventHubsTransport(SdkTransport):
             raise
         reader.heard = time.monotonic()
 
-    def _drop_reader(self, key: tuple[str, str, str], reader: _Reader) -> None:
+    def _drop_reader(self, key: tuple[str, str, str], reader: PartitionReader) -> None:
         """Forget ``reader`` and stop it in the background (aclose waits for it)."""
         if self._readers.get(key) is reader:
             del self._readers[key]

@@ -1,0 +1,154 @@
+"""Pull-style reading of one event hub partition on top of the SDK's push-style receive.
+
+:class:`PartitionReader` runs one background ``receive_batch`` of a partition and
+buffers what it delivers, so that :meth:`EventHubsTransport.read_partition
+<gateway.transports.eventhubs.EventHubsTransport.read_partition>` can take events when
+the caller asks (see that module's docstring for when a reader is reused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+import anyio
+from azure.eventhub import EventData
+from azure.eventhub.aio import EventHubConsumerClient, PartitionContext
+
+from replication import Message
+
+from ._sdk_common import (
+    CLOSE_TIMEOUT,
+    body_bytes,
+    epoch_seconds,
+    parse_offset,
+    properties_from,
+    starting_position,
+    text_or_none,
+)
+from .base import EventPosition, PartitionEvent
+
+__all__ = ["PartitionReader", "incoming_event"]
+
+logger = logging.getLogger("gateway.transports.eventhubs")
+
+
+def incoming_event(event: EventData, *, namespace: str, entity: str,
+                   partition_id: str) -> PartitionEvent:
+    """A partition event from an SDK event; one without a message id gets
+    ``eh-<partition>-<sequence number>``, the same on every read."""
+    sequence_number = event.sequence_number if event.sequence_number is not None else -1
+    message_id = text_or_none(event.message_id) or f"eh-{partition_id}-{sequence_number}"
+    message = Message(body_bytes(event.body), message_id=message_id,
+                      partition_key=text_or_none(event.partition_key),
+                      properties=properties_from(event.properties))
+    return PartitionEvent(message=message, namespace=namespace, entity=entity,
+                          partition_id=partition_id, sequence_number=sequence_number,
+                          offset=parse_offset(event.offset),
+                          enqueued_time=epoch_seconds(event.enqueued_time) or 0.0)
+
+
+class PartitionReader:
+    """One background ``receive_batch`` of a partition, feeding a buffer."""
+
+    def __init__(self, client: EventHubConsumerClient, *, entity: str, partition_id: str,
+                 position: EventPosition, owner_level: int | None, prefetch: int,
+                 buffer_size: int, namespace: str) -> None:
+        self.client = client
+        self.entity, self.partition_id = entity, partition_id
+        self.owner_level = owner_level
+        self.position = position  # where the caller continues
+        self.last: PartitionEvent | None = None
+        self.events: deque[PartitionEvent] = deque()
+        self.error: BaseException | None = None
+        self.lock = asyncio.Lock()
+        self._namespace = namespace
+        self._limit = buffer_size
+        self._high = -1  # the highest sequence number buffered
+        self.heard = time.monotonic()  # when the SDK last delivered (or the receive began)
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        start, inclusive = starting_position(position)
+        self.task = asyncio.get_running_loop().create_task(client.receive_batch(
+            self._on_batch, partition_id=partition_id, starting_position=start,
+            starting_position_inclusive=inclusive, owner_level=owner_level,
+            max_batch_size=prefetch, prefetch=prefetch,
+            on_error=self._on_error))
+        self.task.add_done_callback(self._ended)
+
+    def continues(self, position: EventPosition, owner_level: int | None) -> bool:
+        """Whether a read at ``position`` continues where this receive stands."""
+        # A pending error does not end the match: take() raises it first.
+        if owner_level != self.owner_level:
+            return False
+        if position == self.position:
+            return True
+        last = self.last
+        if last is None:
+            return False
+        if position.sequence_number is not None:
+            return position.sequence_number == last.sequence_number + int(position.inclusive)
+        return (position.offset is not None and not position.inclusive and last.offset >= 0
+                and position.offset == last.offset)
+
+    async def _on_batch(self, context: PartitionContext, batch: list[EventData]) -> None:
+        while len(self.events) >= self._limit and self.error is None:
+            # Back-pressure: the SDK's callback waits, its prefetch stops asking.
+            self._room.clear()
+            await self._room.wait()
+        for event in batch:
+            incoming = incoming_event(event, namespace=self._namespace, entity=self.entity,
+                                 partition_id=self.partition_id)
+            # After a silent reconnect the SDK may start over: never hand out an event twice.
+            if incoming.sequence_number > self._high:
+                self._high = incoming.sequence_number
+                self.events.append(incoming)
+        self.heard = time.monotonic()
+        self._arrived.set()
+
+    async def _on_error(self, context: PartitionContext, error: Exception) -> None:
+        if self.error is None:
+            self.error = error
+        self._arrived.set()
+        # Stop here: the SDK would restart the receive at its first position later.
+        self.task.cancel()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and self.error is None:
+            self.error = task.exception() or ConnectionError("the partition receive ended")
+        self._arrived.set()
+
+    async def take(self, max_events: int, max_wait: float) -> list[PartitionEvent]:
+        """Up to ``max_events`` buffered events, waiting up to ``max_wait`` for the first.
+
+        Raises:
+            BaseException: the SDK error that ended the receive (unmapped), once the
+                events buffered before it are taken.
+        """
+        with anyio.move_on_after(max_wait):
+            while not self.events and self.error is None:
+                self._arrived.clear()
+                await self._arrived.wait()
+        taken = [self.events.popleft() for _ in range(min(max_events, len(self.events)))]
+        if taken:
+            self._room.set()
+            self.last = taken[-1]
+            self.position = EventPosition(sequence_number=self.last.sequence_number)
+            return taken
+        if self.error is not None:
+            raise self.error
+        return []
+
+    async def stop(self) -> None:
+        """Stop the receive and close its client (each within ``CLOSE_TIMEOUT``)."""
+        self.task.cancel()
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            await asyncio.wait([self.task])
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await self.client.close()
+            except Exception as exc:  # the reader is dropped either way; say why it failed
+                logger.debug("closing the receive of partition %s of %r failed: %r",
+                             self.partition_id, self.entity, exc)
