@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sqlite3
 import time
 from pathlib import Path
 
+from gateway._config import NamespaceConfig
 from gateway._geo_partitions import AsyncGeoPartitionReceiver, InboxHandler
 from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._processor import ProcessorSettings
@@ -77,14 +79,27 @@ def _record(worker: str) -> InboxHandler:
     return handle
 
 
+def connection_string_variable(namespace: str) -> str:
+    """The environment variable that gives a worker an emulated namespace (Event Hubs)."""
+    return f"GEOGATEWAY_DRILL_{namespace.upper()}"
+
+
+def _namespace(name: str) -> str | NamespaceConfig:
+    value = os.environ.get(connection_string_variable(name))
+    if not value:
+        return f"local://{name}"
+    return NamespaceConfig(connection_string=value, name=name, kind="eventhubs")
+
+
 async def run_worker(root: Path, worker: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print("ready", flush=True)  # the drill signals this process only from now on
+    primary, secondary = (_namespace(ns) for ns in ("primary", "secondary"))
     receiver = AsyncGeoPartitionReceiver(
-        primary="local://primary", secondary="local://secondary", entity=ENTITY,
+        primary=primary, secondary=secondary, entity=ENTITY,
         data_dir=root / "namespaces", checkpoint_store=root / "checkpoints.db",
         dedup_store=root / "dedup.db", instance_id=worker, settings=DRILL_SETTINGS,
         balance=DRILL_BALANCE, handler_retry=_RETRY, dedup_lease=DRILL_LEASE,

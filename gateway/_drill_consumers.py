@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -34,7 +35,10 @@ import time
 from pathlib import Path
 
 from gateway import _drill_consumer as worker_module
+from gateway._config import NamespaceConfig
 from gateway._dedup_store import SqliteDedupStore
+from gateway._emulated import EmulatorProcess
+from gateway._factory import NamespaceLike
 from gateway._sender import AsyncGeoSender
 from gateway.drill import PRIMARY, SECONDARY, DrillReport, Progress, Scenario, _Counters
 from gateway.transports.local import LocalNamespace
@@ -65,12 +69,26 @@ _READY_TIMEOUT = 30.0
 
 async def run_consumer_drill(
     *, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
-    settle_timeout: float, progress: Progress,
+    settle_timeout: float, progress: Progress, transport: str = "local",
 ) -> DrillReport:
-    """Run one consumer drill in ``root``; see the module docstring."""
-    return await _ConsumerDrill(mode, scenario, messages, batch_size, root, progress).run(
-        settle_timeout
-    )
+    """Run one consumer drill in ``root``; see the module docstring.
+
+    With ``transport="eventhubs"`` the namespaces are served by ``geogateway emulator``
+    (a child process) and the sender and every worker use the Event Hubs transport;
+    the workers get the connection strings in their environment.
+    """
+    drill = _ConsumerDrill(mode, scenario, messages, batch_size, root, progress)
+    if transport == "local":
+        return await drill.run(settle_timeout)
+    async with EmulatorProcess(
+        (PRIMARY, SECONDARY), data_dir=root / "namespaces",
+        event_hubs={worker_module.ENTITY: worker_module.PARTITIONS},
+        log=root / "logs" / "emulator.log",
+    ) as emulator:
+        drill.connection_strings = {ns: emulator.connection_string(ns)
+                                    for ns in (PRIMARY, SECONDARY)}
+        report = await drill.run(settle_timeout)
+    return dataclasses.replace(report, transport=transport)
 
 
 class _ConsumerDrill:
@@ -95,13 +113,22 @@ class _ConsumerDrill:
         self.counters = _Counters()
         self.sent = 0
         self.script = list(_SCRIPTS[scenario])
+        self.connection_strings: dict[str, str] = {}  # Event Hubs on the emulator, if set
+
+    def _namespaces(self) -> tuple[NamespaceLike, NamespaceLike]:
+        if not self.connection_strings:
+            return f"local://{PRIMARY}", f"local://{SECONDARY}"
+        return tuple(  # type: ignore[return-value]
+            NamespaceConfig(connection_string=self.connection_strings[ns], name=ns,
+                            kind="eventhubs") for ns in (PRIMARY, SECONDARY))
 
     async def run(self, settle_timeout: float) -> DrillReport:
         started = time.monotonic()
         try:
             await asyncio.gather(*(self._start(name) for name in _START[self.scenario]))
+            primary, secondary = self._namespaces()
             sender = AsyncGeoSender(
-                primary=f"local://{PRIMARY}", secondary=f"local://{SECONDARY}",
+                primary=primary, secondary=secondary,
                 entity=worker_module.ENTITY, mode=self.mode,
                 durable_queue=self.root / "buffer.db", hooks=self.counters,
                 data_dir=self.root / "namespaces", state_dir=self.root / "state",
@@ -136,6 +163,8 @@ class _ConsumerDrill:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PROJECT, env.get("PYTHONPATH", "")) if p)
+        for ns, value in self.connection_strings.items():
+            env[worker_module.connection_string_variable(ns)] = value
         log = await asyncio.to_thread(open, self.root / "logs" / f"{name}.log", "ab")
         with log:
             self.workers[name] = await asyncio.create_subprocess_exec(

@@ -180,14 +180,16 @@ async def run_drill(
             ``"eventhubs"`` (the Azure SDK transports, against the emulator).
 
     Raises:
-        ConfigError: an unknown transport, or a consumer scenario on one that has none.
+        ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
+            no partitioned entities).
     """
     scenario = Scenario.parse(scenario)
     consumers = scenario in (Scenario.CONSUMER_CRASH, Scenario.CONSUMER_SCALE)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
-    if consumers and transport != "local":
-        raise ConfigError(f"the {scenario.value} scenario runs on the local transport only")
+    if consumers and transport == "servicebus":
+        raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
+                          "--transport local or eventhubs")
     if mode is None:
         mode = Mode.ACTIVE if consumers else Mode.PASSIVE
     mode = Mode.parse(mode)
@@ -200,7 +202,7 @@ async def run_drill(
             return await run_consumer_drill(
                 mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
                 root=root, settle_timeout=settle_timeout,
-                progress=progress or (lambda phase, done, total: None),
+                progress=progress or (lambda phase, done, total: None), transport=transport,
             )
         return await _Drill(mode, scenario, messages, batch_size, root, progress,
                             transport).run(settle_timeout)

@@ -61,10 +61,31 @@ async def test_drill_over_the_sdk_transports(transport: str, scenario: Scenario,
     assert (tmp_path / "drill" / "emulator.log").exists()
 
 
-@pytest.mark.parametrize("transport", ["servicebus", "eventhubs"])
-async def test_consumer_scenarios_run_on_the_local_transport_only(transport: str) -> None:
-    with pytest.raises(ConfigError, match="local"):
-        await run_drill(transport=transport, scenario=Scenario.CONSUMER_CRASH, messages=10)
+async def test_consumer_scenarios_need_partitions() -> None:
+    with pytest.raises(ConfigError, match="partitioned"):
+        await run_drill(transport="servicebus", scenario=Scenario.CONSUMER_CRASH, messages=10)
+
+
+async def test_consumer_crash_over_event_hubs(tmp_path: Path) -> None:
+    # Three receiver processes on the Event Hubs transport, one SIGKILLed mid-run
+    report = await run_drill(transport="eventhubs", scenario=Scenario.CONSUMER_CRASH,
+                             messages=400, data_dir=tmp_path / "drill", settle_timeout=60.0)
+    assert report.transport == "eventhubs"
+    assert report.sent == report.delivered == 400, report
+    assert report.lost == 0 and report.duplicates_delivered == 0, report
+
+
+def test_a_worker_reads_event_hubs_when_given_connection_strings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import _drill_consumer as worker
+
+    assert worker._namespace("primary") == "local://primary"
+    conn = ("Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=a2V5;"
+            "UseDevelopmentEmulator=true")
+    monkeypatch.setenv(worker.connection_string_variable("primary"), conn)
+    config = worker._namespace("primary")
+    assert not isinstance(config, str)
+    assert (config.kind, config.name, config.connection_string) == ("eventhubs", "primary", conn)
 
 
 async def test_unknown_transport_is_refused() -> None:
