@@ -3,7 +3,9 @@
 Run as ``python -m gateway._drill_consumer --root DIR --worker NAME``. It runs an
 :class:`~gateway.aio.AsyncGeoPartitionReceiver` on the partitioned entity
 ``drill-events`` of the local namespaces ``primary`` and ``secondary`` under
-``DIR/namespaces``, sharing ``DIR/checkpoints.db`` (ownership and checkpoints) and
+``DIR/namespaces`` (or, when ``GEOGATEWAY_DRILL_PRIMARY`` and ``..._SECONDARY`` hold
+connection strings, the emulated event hubs through the Event Hubs transport), sharing
+``DIR/checkpoints.db`` (ownership and checkpoints) and
 ``DIR/dedup.db`` (the de-dup window) with the other workers, and records each delivery
 with an *inbox handler* (``transactional=True``) in the table ``drill_delivered`` of
 the dedup file, in the same transaction as the done mark::

@@ -2,7 +2,9 @@
 
 ``consumer-crash`` and ``consumer-scale`` (see :func:`gateway.drill.run_drill`). The
 sender (``--mode``, active by default here) sends N messages, with partition keys, to
-the partitioned entity ``drill-events`` (4 partitions) of both local namespaces while
+the partitioned entity ``drill-events`` (4 partitions) of both local namespaces (or,
+with ``--transport eventhubs``, the event hub of that name on both namespaces of a
+``geogateway emulator`` child process, through the Event Hubs transport) while
 worker processes (``python -m gateway._drill_consumer``) share its partitions through
 one SQLite checkpoint store and one SQLite dedup store, recording every delivery with
 an inbox handler (its write and the done mark commit in one transaction). Script, by
