@@ -91,7 +91,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -100,13 +99,6 @@ from typing import Any, cast
 import anyio
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.core.exceptions import (
-    AzureError,
-    ClientAuthenticationError,
-    HttpResponseError,
-    ServiceRequestError,
-    ServiceResponseError,
-)
 from azure.servicebus import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
@@ -121,25 +113,7 @@ from azure.servicebus.aio import (
     ServiceBusSender,
 )
 from azure.servicebus.exceptions import (
-    AutoLockRenewFailed,
-    AutoLockRenewTimeout,
-    MessageAlreadySettled,
-    MessageLockLostError,
-    MessageNotFoundError,
     MessageSizeExceededError,
-    MessagingEntityAlreadyExistsError,
-    MessagingEntityDisabledError,
-    MessagingEntityNotFoundError,
-    OperationTimeoutError,
-    ServiceBusAuthenticationError,
-    ServiceBusAuthorizationError,
-    ServiceBusCommunicationError,
-    ServiceBusConnectionError,
-    ServiceBusError,
-    ServiceBusQuotaExceededError,
-    ServiceBusServerBusyError,
-    SessionCannotBeLockedError,
-    SessionLockLostError,
 )
 
 from replication import (
@@ -159,21 +133,17 @@ from ._sdk_common import (
     SdkTransport,
     amqp_properties,
     body_bytes,
-    build_error,
-    builtin_outcome,
     check_entity,
     check_namespace_host,
-    condition_outcome,
     connection_string_parts,
     default_credential,
     epoch_seconds,
-    find_status_code,
     host_of,
     properties_from,
-    status_outcome,
     text_or_none,
-    walk,
 )
+from ._servicebus_errors import map_error as _map
+from ._servicebus_errors import outcome as _outcome
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
 __all__ = ["ServiceBusOptions", "ServiceBusTransport"]
@@ -183,7 +153,6 @@ Credential = AsyncTokenCredential | AzureSasCredential | AzureNamedKeyCredential
 
 #: Service Bus cannot receive without waiting: ``max_wait`` is raised to this.
 _MIN_WAIT = 0.25
-_CONDITION_TEXT = re.compile(r"(?i)error condition:\s*([\w.:-]+)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,84 +191,6 @@ class ServiceBusOptions(SdkOptions):
         """What every SDK sender and receiver is given: they do not inherit these
         from their client."""
         return {"socket_timeout": self.socket_timeout, "keep_alive": self.keep_alive}
-
-
-# -- error mapping ----------------------------------------------------------------------
-
-# Most specific first; ServiceBusAuthenticationError and plain ServiceBusError need a look
-# at what they wrap (see _outcome).
-_CLASSES: tuple[tuple[type[BaseException], Outcome], ...] = (
-    (MessageSizeExceededError, Outcome.REJECTED),
-    (MessageLockLostError, Outcome.LOCK_LOST),
-    (SessionLockLostError, Outcome.LOCK_LOST),
-    (MessageNotFoundError, Outcome.LOCK_LOST),
-    (MessageAlreadySettled, Outcome.LOCK_LOST),
-    (AutoLockRenewFailed, Outcome.LOCK_LOST),
-    (AutoLockRenewTimeout, Outcome.LOCK_LOST),
-    (MessagingEntityNotFoundError, Outcome.REJECTED),
-    (MessagingEntityAlreadyExistsError, Outcome.REJECTED),
-    (SessionCannotBeLockedError, Outcome.REJECTED),
-    (ServiceBusAuthorizationError, Outcome.REJECTED),
-    (OperationTimeoutError, Outcome.TIMEOUT),
-    (ServiceBusQuotaExceededError, Outcome.UNAVAILABLE),
-    (MessagingEntityDisabledError, Outcome.UNAVAILABLE),
-    (ServiceBusServerBusyError, Outcome.UNAVAILABLE),
-    (ServiceBusCommunicationError, Outcome.UNAVAILABLE),
-    (ServiceBusConnectionError, Outcome.UNAVAILABLE),
-)
-
-
-def _condition(exc: BaseException) -> Outcome | None:
-    for item in walk(exc):
-        found = condition_outcome(getattr(item, "condition", None))
-        if found is not None:
-            return found
-    match = _CONDITION_TEXT.search(str(exc))
-    return condition_outcome(match.group(1).rstrip(".")) if match else None
-
-
-def _core_outcome(exc: BaseException) -> Outcome | None:
-    if isinstance(exc, ClientAuthenticationError):
-        return Outcome.REJECTED
-    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-        return Outcome.UNAVAILABLE
-    if isinstance(exc, HttpResponseError):
-        return status_outcome(exc.status_code) or Outcome.UNAVAILABLE
-    if isinstance(exc, AzureError) and not isinstance(exc, ServiceBusError):
-        return Outcome.UNAVAILABLE
-    return builtin_outcome(exc)
-
-
-def _outcome(exc: BaseException) -> Outcome:
-    for cls, outcome in _CLASSES:
-        if isinstance(exc, cls):
-            return outcome
-    if isinstance(exc, ServiceBusAuthenticationError):
-        refused = status_outcome(find_status_code(exc)) is Outcome.REJECTED
-        if refused or _condition(exc) is Outcome.REJECTED or any(
-                isinstance(e, ClientAuthenticationError) for e in walk(exc)):
-            return Outcome.REJECTED
-        return Outcome.UNAVAILABLE
-    if isinstance(exc, ServiceBusError):
-        # A generic ServiceBusError: what it wraps, its AMQP condition, its status code.
-        for inner in list(walk(exc))[1:]:
-            if not isinstance(inner, ServiceBusError):
-                found = _core_outcome(inner)
-                if found is not None:
-                    return found
-        return (_condition(exc) or status_outcome(find_status_code(exc))
-                or Outcome.UNAVAILABLE)
-    return _core_outcome(exc) or Outcome.UNAVAILABLE
-
-
-def _map(exc: BaseException, namespace: str, *, action: str = "operation",
-         secrets: Sequence[str] = ()) -> GatewayError:
-    """The geogateway error for an exception raised by ``azure-servicebus``.
-
-    See the table in the module docstring. The message names ``action`` and the
-    namespace and quotes the SDK's text with secrets removed.
-    """
-    return build_error(_outcome(exc), exc, namespace=namespace, action=action, secrets=secrets)
 
 
 # -- entities ---------------------------------------------------------------------------
