@@ -87,22 +87,8 @@ from typing import Any, cast
 import anyio
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.core.exceptions import (
-    AzureError,
-    ClientAuthenticationError,
-    HttpResponseError,
-    ServiceRequestError,
-    ServiceResponseError,
-)
 from azure.eventhub import EventData, EventDataBatch, parse_connection_string
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
-from azure.eventhub.exceptions import (
-    AuthenticationError,
-    EventDataError,
-    EventHubError,
-    OperationTimeoutError,
-    OwnershipLostError,
-)
 
 from replication import (
     ConfigError,
@@ -114,6 +100,8 @@ from replication import (
     TransportError,
 )
 
+from ._eventhubs_errors import map_error as _map
+from ._eventhubs_errors import outcome as _outcome
 from ._eventhubs_reading import PartitionReader
 from ._sdk_common import (
     GRACE,
@@ -121,17 +109,11 @@ from ._sdk_common import (
     SdkOptions,
     SdkTransport,
     amqp_properties,
-    build_error,
-    builtin_outcome,
     check_entity,
     check_namespace_host,
-    condition_outcome,
     connection_string_parts,
     default_credential,
-    find_status_code,
     host_of,
-    status_outcome,
-    walk,
 )
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
@@ -170,63 +152,6 @@ class EventHubsOptions(SdkOptions):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ConfigError(f"idle_check_interval must be a number of seconds > 0, "
                               f"not {value!r}")
-
-
-# -- error mapping ----------------------------------------------------------------------
-
-
-def _stolen(exc: BaseException) -> bool:
-    error = getattr(exc, "error", None)
-    return condition_outcome(error) is Outcome.OWNERSHIP_LOST or "epoch" in str(exc).lower()
-
-
-def _core_outcome(exc: BaseException) -> Outcome | None:
-    if isinstance(exc, ClientAuthenticationError):
-        return Outcome.REJECTED
-    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-        return Outcome.UNAVAILABLE
-    if isinstance(exc, HttpResponseError):
-        return status_outcome(exc.status_code) or Outcome.UNAVAILABLE
-    if isinstance(exc, AzureError):
-        return Outcome.UNAVAILABLE
-    return None
-
-
-def _outcome(exc: BaseException) -> Outcome:
-    if isinstance(exc, OwnershipLostError):
-        return Outcome.OWNERSHIP_LOST
-    if not isinstance(exc, EventHubError):
-        return _core_outcome(exc) or builtin_outcome(exc) or Outcome.UNAVAILABLE
-    if _stolen(exc):
-        return Outcome.OWNERSHIP_LOST
-    if isinstance(exc, OperationTimeoutError):
-        return Outcome.TIMEOUT
-    if isinstance(exc, EventDataError):
-        return Outcome.REJECTED
-    if isinstance(exc, AuthenticationError):
-        refused = (status_outcome(find_status_code(exc)) is Outcome.REJECTED
-                   or condition_outcome(exc.error) is Outcome.REJECTED
-                   or any(isinstance(e, ClientAuthenticationError) for e in walk(exc)))
-        return Outcome.REJECTED if refused else Outcome.UNAVAILABLE
-    found = condition_outcome(exc.error) or status_outcome(find_status_code(exc))
-    if found is not None:
-        return found
-    # The SDK wraps what failed inside it (a credential's error, say) in EventHubError.
-    for inner in list(walk(exc))[1:]:
-        found = _core_outcome(inner)
-        if found is not None:
-            return found
-    return Outcome.UNAVAILABLE
-
-
-def _map(exc: BaseException, namespace: str, *, action: str = "operation",
-         secrets: Sequence[str] = ()) -> GatewayError:
-    """The geogateway error for an exception raised by ``azure-eventhub``.
-
-    See the table in the module docstring. The message names ``action`` and the
-    namespace and quotes the SDK's text with secrets removed.
-    """
-    return build_error(_outcome(exc), exc, namespace=namespace, action=action, secrets=secrets)
 
 
 # -- events -----------------------------------------------------------------------------
