@@ -9,11 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from azure.core.exceptions import (
-    AzureError,
     ClientAuthenticationError,
-    HttpResponseError,
-    ServiceRequestError,
-    ServiceResponseError,
 )
 from azure.eventhub.exceptions import (
     AuthenticationError,
@@ -25,6 +21,7 @@ from azure.eventhub.exceptions import (
 
 from replication import GatewayError
 
+from ._core_errors import core_outcome
 from ._sdk_common import (
     Outcome,
     build_error,
@@ -43,24 +40,12 @@ def _stolen(exc: BaseException) -> bool:
     return condition_outcome(error) is Outcome.OWNERSHIP_LOST or "epoch" in str(exc).lower()
 
 
-def _core_outcome(exc: BaseException) -> Outcome | None:
-    if isinstance(exc, ClientAuthenticationError):
-        return Outcome.REJECTED
-    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-        return Outcome.UNAVAILABLE
-    if isinstance(exc, HttpResponseError):
-        return status_outcome(exc.status_code) or Outcome.UNAVAILABLE
-    if isinstance(exc, AzureError):
-        return Outcome.UNAVAILABLE
-    return None
-
-
 def outcome(exc: BaseException) -> Outcome:
     """How the gateway takes an exception raised by ``azure-eventhub``."""
     if isinstance(exc, OwnershipLostError):
         return Outcome.OWNERSHIP_LOST
     if not isinstance(exc, EventHubError):
-        return _core_outcome(exc) or builtin_outcome(exc) or Outcome.UNAVAILABLE
+        return core_outcome(exc) or builtin_outcome(exc) or Outcome.UNAVAILABLE
     if _stolen(exc):
         return Outcome.OWNERSHIP_LOST
     if isinstance(exc, OperationTimeoutError):
@@ -77,7 +62,7 @@ def outcome(exc: BaseException) -> Outcome:
         return found
     # The SDK wraps what failed inside it (a credential's error, say) in EventHubError.
     for inner in list(walk(exc))[1:]:
-        found = _core_outcome(inner)
+        found = core_outcome(inner)
         if found is not None:
             return found
     return Outcome.UNAVAILABLE

@@ -10,11 +10,7 @@ import re
 from collections.abc import Sequence
 
 from azure.core.exceptions import (
-    AzureError,
     ClientAuthenticationError,
-    HttpResponseError,
-    ServiceRequestError,
-    ServiceResponseError,
 )
 from azure.servicebus.exceptions import (
     AutoLockRenewFailed,
@@ -40,6 +36,7 @@ from azure.servicebus.exceptions import (
 
 from replication import GatewayError
 
+from ._core_errors import core_outcome
 from ._sdk_common import (
     Outcome,
     build_error,
@@ -87,15 +84,8 @@ def _condition(exc: BaseException) -> Outcome | None:
 
 
 def _core_outcome(exc: BaseException) -> Outcome | None:
-    if isinstance(exc, ClientAuthenticationError):
-        return Outcome.REJECTED
-    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-        return Outcome.UNAVAILABLE
-    if isinstance(exc, HttpResponseError):
-        return status_outcome(exc.status_code) or Outcome.UNAVAILABLE
-    if isinstance(exc, AzureError) and not isinstance(exc, ServiceBusError):
-        return Outcome.UNAVAILABLE
-    return builtin_outcome(exc)
+    # Called only on what is not a ServiceBusError: azure-core's errors and built-ins.
+    return core_outcome(exc) or builtin_outcome(exc)
 
 
 def outcome(exc: BaseException) -> Outcome:
