@@ -6,12 +6,13 @@ Connection strings and keys never appear in a repr, a log line or an error.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from gateway._secrets import redact
 from replication import ConfigError
@@ -57,6 +58,11 @@ class NamespaceConfig:
     kind: str = "servicebus"
 
     def __post_init__(self) -> None:
+        for what in ("url", "connection_string", "name"):
+            value = getattr(self, what)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"a namespace's {what} must be a string, "
+                                  f"not {type(value).__name__}")
         if not self.url and not self.connection_string:
             raise ConfigError("a namespace needs a url (local://NAME) or a connection_string")
         if self.kind not in KINDS:
@@ -64,20 +70,17 @@ class NamespaceConfig:
                               f"{' or '.join(map(repr, KINDS))}")
         if self.connection_string and not self.url:
             object.__setattr__(self, "url", _endpoint_of(self.connection_string))
-        parts = urlsplit(self.url if "://" in self.url else f"sb://{self.url}")
+        if self.connection_string:
+            _check_connection_string(self.connection_string)
+        parts = _split(self.url)
         if parts.scheme == "local":
             if not parts.netloc or parts.path not in ("", "/"):
                 raise ConfigError(f"bad local namespace url {self.url!r}: use local://NAME")
-        elif parts.scheme not in ("sb", "amqp", "amqps") or not parts.hostname:
-            raise ConfigError(
-                f"bad namespace url {redact(self.url)!r}: use local://NAME, sb://HOST "
-                "or a connection string"
-            )
+            host, port = parts.netloc, None
+        else:
+            host, port = _host_and_port(self.url, parts)
         if not self.name:
-            name = parts.netloc if self.is_local else parts.hostname or ""
-            if not self.is_local and parts.port:
-                name += f":{parts.port}"
-            object.__setattr__(self, "name", name)
+            object.__setattr__(self, "name", host if port is None else f"{host}:{port}")
 
     @classmethod
     def parse(cls, value: str, *, kind: str = "servicebus") -> NamespaceConfig:
@@ -117,6 +120,47 @@ def _endpoint_key(namespace: NamespaceConfig) -> tuple[str, str]:
     if namespace.is_local:
         return ("local", namespace.local_name)
     return ("azure", namespace.fully_qualified_namespace)
+
+
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
+_BOOLEAN_FIELDS = ("usedevelopmentemulator",)
+
+
+def _split(url: str) -> SplitResult:
+    try:
+        return urlsplit(url if "://" in url else f"sb://{url}")
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        raise ConfigError(f"bad namespace url {redact(url)!r}: {exc}") from None
+
+
+def _host_and_port(url: str, parts: SplitResult) -> tuple[str, int | None]:
+    """The host and port of an Azure url; ``ConfigError`` for anything unusable."""
+    bad = (f"bad namespace url {redact(url)!r}: use local://NAME, sb://HOST[:PORT] "
+           "or a connection string")
+    if parts.scheme not in ("sb", "amqp", "amqps") or not parts.hostname:
+        raise ConfigError(bad)
+    try:
+        port = parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        raise ConfigError(f"{bad} ({exc})") from None
+    host = parts.netloc.rpartition("@")[2]
+    if port is not None or host.endswith(":"):
+        host = host.rpartition(":")[0]
+    if not _HOST.fullmatch(host) or port == 0:
+        raise ConfigError(bad)
+    return parts.hostname or host, port
+
+
+def _check_connection_string(connection_string: str) -> None:
+    """Refuse fields the SDKs would misread silently (a boolean that is not one)."""
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        # The SDKs read anything but a lower-case "true" as false.
+        if key.strip().lower() in _BOOLEAN_FIELDS and value.strip() not in ("true", "false"):
+            raise ConfigError(
+                f"{key.strip()} in the connection string must be true or false (lower "
+                f"case, as the Azure SDKs read it), not {redact(value.strip())!r}"
+            )
 
 
 def _endpoint_of(connection_string: str) -> str:
@@ -210,6 +254,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start}): save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
 
@@ -239,13 +288,31 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
             if not parsed.connection_string:
                 del data[keys[0]]["connection_string"]
         elif keys[0] == "failback":
-            data["failback"] = value.strip().lower() in ("1", "true", "yes", "on")
+            data["failback"] = env_flag(ENV_PREFIX + suffix, value)
         elif len(keys) == 2:
             section = data.setdefault(keys[0], {})
             if isinstance(section, dict):
                 section[keys[1]] = value
         else:
             data[keys[0]] = value
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_flag(variable: str, value: str) -> bool:
+    """An environment variable's true/false value.
+
+    Raises:
+        ConfigError: anything but 1/0, true/false, yes/no, on/off (any case), so a
+            typo is never read as "false".
+    """
+    word = value.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ConfigError(
+        f"${variable} must be true or false (or 1/0, yes/no, on/off), not {value!r}"
+    )
 
 
 _TOP_KEYS = {

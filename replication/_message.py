@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from replication._errors import MessageRejected
+
 __all__ = ["Message", "PropertyValue"]
 
 PropertyValue = str | int | float | bool | None
@@ -27,6 +29,9 @@ class Message:
 
     Raises:
         TypeError: a body, id, key or property of the wrong type.
+        MessageRejected: a string that is not valid Unicode (a lone surrogate, as
+            ``os.fsdecode`` makes of bytes that are not UTF-8), which no namespace
+            can carry.
     """
 
     body: bytes
@@ -42,7 +47,7 @@ class Message:
         properties: Mapping[str, PropertyValue] | None = None,
     ) -> None:
         if isinstance(body, str):
-            body = body.encode("utf-8")
+            body = _utf8(body, "the body")
         elif isinstance(body, (bytearray, memoryview)):
             body = bytes(body)
         elif not isinstance(body, bytes):
@@ -51,8 +56,14 @@ class Message:
             message_id = uuid.uuid4().hex
         elif not isinstance(message_id, str):
             raise TypeError(f"message_id must be a str, not {type(message_id).__name__}")
-        if partition_key is not None and not isinstance(partition_key, str):
-            raise TypeError(f"partition_key must be a str, not {type(partition_key).__name__}")
+        elif not message_id.isascii():  # isascii() is O(1): the common case costs nothing
+            _utf8(message_id, "message_id")
+        if partition_key is not None:
+            if not isinstance(partition_key, str):
+                raise TypeError(
+                    f"partition_key must be a str, not {type(partition_key).__name__}")
+            if not partition_key.isascii():
+                _utf8(partition_key, "partition_key")
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "message_id", message_id)
         object.__setattr__(self, "partition_key", partition_key)
@@ -84,12 +95,27 @@ class Message:
         )
 
 
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; ``MessageRejected`` (not UnicodeEncodeError) when it cannot be."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        hint = "pass bytes or valid UTF-8 text" if what == "the body" else "use valid text"
+        raise MessageRejected(
+            f"{what} is not valid Unicode (a lone surrogate {text[exc.start]!r} at "
+            f"position {exc.start}): {hint}"
+        ) from None
+
+
 def _checked(properties: Mapping[str, PropertyValue]) -> Mapping[str, PropertyValue]:
     props = dict(properties)
     for key, value in props.items():
         if not isinstance(key, str):
             raise TypeError(f"property names must be str, not {type(key).__name__}")
-        if value is not None and not isinstance(value, (str, int, float, bool)):
+        _utf8(key, "a property name")
+        if isinstance(value, str):
+            _utf8(value, f"property {key!r}")
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
             raise TypeError(
                 f"property {key!r} must be str, int, float, bool or None, "
                 f"not {type(value).__name__}"

@@ -225,7 +225,24 @@ def test_env_failback_reads_common_booleans(tmp_path, value, expected):
     assert config.policy.failback is expected
 
 
+@pytest.mark.parametrize("value", ["maybe", "", "2", "ture", "nein"])
+def test_env_failback_that_is_not_a_boolean_is_a_config_error(tmp_path, value):
+    # Given GEOGATEWAY_FAILBACK=maybe / Then loading fails naming the variable (a typo
+    # must not silently turn failback off)
+    message = load_error(write(tmp_path, MINIMAL), env={"GEOGATEWAY_FAILBACK": value})
+    assert "GEOGATEWAY_FAILBACK" in message and repr(value) in message
+
+
 # -- bad input --------------------------------------------------------------------------
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    # Given a file in Latin-1 (not UTF-8, which TOML requires)
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(MINIMAL.replace("orders", "commandes-r\u00e9gion").encode("latin-1"))
+    # Then loading fails with one line naming the file and the offending byte
+    message = load_error(path)
+    assert str(path) in message and "UTF-8" in message and "0xe9" in message
 
 
 def test_a_missing_file_is_a_config_error(tmp_path):
@@ -389,11 +406,52 @@ def test_namespace_parse(value, url, name, local):
 
 
 @pytest.mark.parametrize(
-    "url", ["local://", "local://east/queue", "http://x.example", "sb://", "ftp://host"]
+    "url",
+    [
+        "local://", "local://east/queue", "http://x.example", "sb://", "ftp://host",
+        # A port that is not a number from 1 to 65535, an unclosed IPv6 bracket, a host
+        # that is not a host name: each raised ValueError (or passed) before.
+        "sb://host:abc", "sb://host:99999", "sb://host:0", "sb://[::1", "sb://ho st",
+        "sb://-host", "amqp://host:-1",
+    ],
 )
 def test_a_bad_namespace_url_is_a_config_error(url):
     with pytest.raises(ConfigError, match="bad"):
         NamespaceConfig(url=url)
+
+
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [("sb://[::1]:5671", "::1:5671"), ("amqp://127.0.0.1:5672", "127.0.0.1:5672"),
+     ("sb://my_ns.servicebus.windows.net/", "my_ns.servicebus.windows.net")],
+)
+def test_ip_addresses_ports_and_underscores_are_good_urls(url, name):
+    assert NamespaceConfig(url=url).name == name
+
+
+@pytest.mark.parametrize("endpoint", ["sb://x:abc/", "sb://x:70000/", "sb://[::1/"])
+def test_a_connection_string_with_a_bad_endpoint_is_a_config_error(endpoint):
+    # Given a connection string whose Endpoint has a bad port / Then a ConfigError (not
+    # ValueError) that never quotes the key
+    conn = CONN.replace("sb://x.servicebus.windows.net/", endpoint)
+    with pytest.raises(ConfigError) as info:
+        NamespaceConfig.parse(conn)
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["maybe", "True", "1", ""])
+def test_a_development_emulator_flag_that_the_sdks_would_read_as_false_is_refused(value):
+    # The SDKs take anything but a lower-case "true" as false: TLS to an emulator.
+    with pytest.raises(ConfigError, match="UseDevelopmentEmulator") as info:
+        NamespaceConfig.parse(f"{CONN};UseDevelopmentEmulator={value}")
+    assert SECRET not in str(info.value)
+    assert NamespaceConfig.parse(f"{CONN};UseDevelopmentEmulator=true").connection_string
+
+
+@pytest.mark.parametrize("field", ["url", "connection_string", "name"])
+def test_a_namespace_field_that_is_not_a_string_is_a_config_error(field):
+    with pytest.raises(ConfigError, match=field):
+        NamespaceConfig(**{"url": "local://east", field: 5})
 
 
 def test_a_namespace_needs_a_url_or_a_connection_string():

@@ -127,3 +127,31 @@ def test_message_survives_pickling(protocol):
 def test_message_can_be_deep_copied():
     message = Message(b"x", properties={"a": 1})
     assert copy.deepcopy(message) == message
+
+
+@pytest.mark.parametrize(
+    ("fields", "what"),
+    [
+        ({"message_id": "id-\ud800"}, "message_id"),
+        # What os.fsdecode makes of a command-line argument that is not UTF-8.
+        ({"body": "caf\udce9"}, "body"),
+        ({"partition_key": "\udcff"}, "partition_key"),
+        ({"properties": {"k\udc80": 1}}, "property name"),
+        ({"properties": {"k": "v\udfff"}}, "property 'k'"),
+    ],
+)
+def test_text_that_is_not_valid_unicode_is_rejected_as_a_gateway_error(fields, what):
+    # Given a lone surrogate, which UTF-8 cannot encode (and so no namespace can carry)
+    from replication import GatewayError, MessageRejected
+
+    # When a message is built with it / Then MessageRejected (a GatewayError) says which
+    # field, instead of a UnicodeEncodeError at send time or in the durable queue
+    with pytest.raises(MessageRejected, match=what) as info:
+        Message(**{"body": b"x", **fields})
+    assert isinstance(info.value, GatewayError)
+
+
+def test_non_ascii_ids_and_keys_that_are_valid_unicode_are_kept():
+    message = Message("x", message_id="r\u00e9gion-\U0001f600", partition_key="\u00fc",
+                      properties={"cl\u00e9": "v\u00e4lue"})
+    assert message.message_id == "r\u00e9gion-\U0001f600" and message.partition_key == "\u00fc"
