@@ -1,27 +1,94 @@
-"""``geogateway namespace down|up|status|faults`` for the embedded local namespaces."""
+"""``geogateway namespace down|up|status|faults`` for the embedded local namespaces.
+
+``down``, ``up`` and ``faults`` write the namespace's control file and nothing else
+(they import neither the SQLite store nor rich: scripts and drills call them often).
+A name is refused unless it is ``primary``, ``secondary``, a namespace that exists
+in the data directory, or one the configuration names: a typo would otherwise take
+down a namespace nobody uses and leave the real one up.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import os
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gateway.cli import data_dir_option, out, print_json, print_table
-from gateway.transports.local import LocalNamespace
+from gateway.cli import data_dir_option, print_json, print_table
+from gateway.transports._local_control import (
+    ControlFile,
+    namespace_files,
+    prepare_data_dir,
+)
+from replication import ConfigError
+
+DEFAULT_NAMES = ("primary", "secondary")
+_SUFFIXES = (".control.json", ".db")
 
 
 def register(group: click.Group) -> None:
     group.add_command(namespace)
 
 
-def _open(name: str, data_dir: Path | None) -> LocalNamespace:
+def _name(name: str) -> str:
     if name.startswith("local://"):
         name = name[len("local://"):]
     if not name or "/" in name:
         raise click.BadParameter(f"{name!r} is not a namespace name", param_hint="NAME")
-    return LocalNamespace(name, data_dir=data_dir)
+    return name
+
+
+def existing_names(directory: str) -> set[str]:
+    """The local namespaces that have a namespace or control file in ``directory``."""
+    try:
+        files = os.listdir(directory)
+    except OSError:
+        return set()
+    return {f[: -len(s)] for f in files for s in _SUFFIXES if f.endswith(s) and f[: -len(s)]}
+
+
+def configured_names() -> set[str]:
+    """The local namespaces that ``$GEOGATEWAY_CONFIG`` and ``$GEOGATEWAY_PRIMARY`` /
+    ``$GEOGATEWAY_SECONDARY`` name."""
+    names = {
+        value.strip()[len("local://"):].strip("/")
+        for value in (os.environ.get("GEOGATEWAY_PRIMARY"), os.environ.get("GEOGATEWAY_SECONDARY"))
+        if value and value.strip().startswith("local://")
+    }
+    if os.environ.get("GEOGATEWAY_CONFIG"):
+        from gateway._config import GatewayConfig
+
+        config = GatewayConfig.load()
+        names |= {ns.local_name for ns in (config.primary, config.secondary) if ns.is_local}
+    return names
+
+
+def _control(name: str, data_dir: Path | None, *, known: bool = True) -> tuple[str, ControlFile]:
+    """The data directory and the control file of namespace ``name``.
+
+    Raises:
+        ConfigError: a bad name or data directory, or (``known``) an unknown name.
+    """
+    name = _name(name)
+    directory = prepare_data_dir(data_dir)
+    _, control = namespace_files(name, directory)
+    if known and name not in DEFAULT_NAMES and name not in existing_names(directory):
+        others = configured_names()  # read only when needed: it may load a config file
+        if name not in others:
+            names = sorted({*DEFAULT_NAMES, *existing_names(directory), *others})
+            raise ConfigError(
+                f"no namespace {name!r} in {directory}; known namespaces: "
+                f"{', '.join(names)} (give --new to create {name!r})"
+            )
+    return directory, ControlFile(control)
+
+
+def new_option(func: Any) -> Any:
+    return click.option(
+        "--new", is_flag=True,
+        help="Accept a name that is not primary, secondary, configured or existing yet.",
+    )(func)
 
 
 @click.group()
@@ -31,20 +98,22 @@ def namespace() -> None:
 
 @namespace.command()
 @click.argument("name")
+@new_option
 @data_dir_option
-def down(name: str, data_dir: Path | None) -> None:
+def down(name: str, new: bool, data_dir: Path | None) -> None:
     """Take namespace NAME down: every client on it fails until 'namespace up'."""
-    _open(name, data_dir).down()
-    out.print(f"namespace {name} is down")
+    _control(name, data_dir, known=not new)[1].update(down=True)
+    click.echo(f"namespace {_name(name)} is down")
 
 
 @namespace.command()
 @click.argument("name")
+@new_option
 @data_dir_option
-def up(name: str, data_dir: Path | None) -> None:
+def up(name: str, new: bool, data_dir: Path | None) -> None:
     """Bring namespace NAME back up."""
-    _open(name, data_dir).up()
-    out.print(f"namespace {name} is up")
+    _control(name, data_dir, known=not new)[1].update(down=False)
+    click.echo(f"namespace {_name(name)} is up")
 
 
 @namespace.command()
@@ -54,11 +123,15 @@ def up(name: str, data_dir: Path | None) -> None:
 @click.option("--lost-replies", type=click.FloatRange(min=0, max=1), default=0.0,
               show_default=True,
               help="Share of sends that land but report a timeout to the caller.")
+@new_option
 @data_dir_option
-def faults(name: str, latency: float, lost_replies: float, data_dir: Path | None) -> None:
+def faults(name: str, latency: float, lost_replies: float, new: bool,
+           data_dir: Path | None) -> None:
     """Set injected faults on namespace NAME (0 clears them)."""
-    _open(name, data_dir).set_faults(latency=latency, lost_replies=lost_replies)
-    out.print(f"namespace {name}: latency {latency} s, lost replies {lost_replies:.0%}")
+    _control(name, data_dir, known=not new)[1].update(latency=latency,
+                                                      lost_replies=lost_replies)
+    click.echo(f"namespace {_name(name)}: latency {latency} s, "
+               f"lost replies {lost_replies:.0%}")
 
 
 @namespace.command()
@@ -67,11 +140,14 @@ def faults(name: str, latency: float, lost_replies: float, data_dir: Path | None
 @data_dir_option
 def status(names: tuple[str, ...], as_json: bool, data_dir: Path | None) -> None:
     """Show whether namespaces are up, their faults and their entities."""
-    if not names:
-        names = ("primary", "secondary")
+    from dataclasses import asdict
+
+    from gateway.transports.local import LocalNamespace
+
     report: list[dict[str, Any]] = []
-    for name in names:
-        ns = _open(name, data_dir)
+    for name in names or DEFAULT_NAMES:
+        directory, _ = _control(name, data_dir, known=bool(names))
+        ns = LocalNamespace(_name(name), data_dir=directory)
         state = ns.status()
         entry = asdict(state)
         entry["entities"] = [asdict(e) for e in ns.entities()] if state.up else []

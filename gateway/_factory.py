@@ -41,7 +41,8 @@ def open_transport(
     """Return ``(transport, owned)``; ``owned`` means the caller must close it.
 
     Raises:
-        ConfigError: an unusable url or connection string.
+        ConfigError: an unusable url or connection string; for a local namespace, a
+            data directory that is read-only or whose parent does not exist.
     """
     if isinstance(namespace, Transport):
         return namespace, False
@@ -49,9 +50,10 @@ def open_transport(
         namespace
     )
     if config.is_local:
+        from gateway.transports._local_control import prepare_data_dir
         from gateway.transports.local import LocalTransport
 
-        return LocalTransport(config.local_name, data_dir=data_dir), True
+        return LocalTransport(config.local_name, data_dir=prepare_data_dir(data_dir)), True
     # The SDK transports are imported only when an Azure namespace is opened.
     cls: type[ServiceBusTransport] | type[EventHubsTransport]
     if config.kind == "eventhubs":

@@ -13,13 +13,89 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import threading
 from dataclasses import dataclass
 
 from replication import ConfigError
 
-__all__ = ["ControlFile", "ControlState"]
+__all__ = [
+    "NAME",
+    "ControlFile",
+    "ControlState",
+    "default_data_dir",
+    "namespace_files",
+    "prepare_data_dir",
+]
+
+#: What a local namespace may be called (its name is part of its files' names).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def default_data_dir() -> str:
+    """Where local namespaces live when no ``data_dir`` is given.
+
+    Returns:
+        ``$GEOGATEWAY_DATA_DIR`` when set, else
+        ``platformdirs.user_data_dir("geogateway")/namespaces``.
+    """
+    from_env = os.environ.get("GEOGATEWAY_DATA_DIR")
+    if from_env:
+        return from_env
+    import platformdirs  # only when needed: the CLI's start-up time
+
+    return os.path.join(platformdirs.user_data_dir("geogateway"), "namespaces")
+
+
+def prepare_data_dir(data_dir: str | os.PathLike[str] | None = None) -> str:
+    """Check (and create when it can) the directory of local namespaces; return it.
+
+    A directory that cannot be used is a configuration mistake, reported before any
+    send: left to the first operation, it would look like an outage of both
+    namespaces, and a sender would buffer everything. A missing directory is created
+    when its parent exists (or when it is the platform's default); a missing parent
+    means a mistyped path.
+
+    Raises:
+        ConfigError: the path is not a directory, is read-only, or neither it nor its
+            parent exists.
+    """
+    explicit = data_dir is not None or bool(os.environ.get("GEOGATEWAY_DATA_DIR"))
+    path = os.fspath(data_dir) if data_dir is not None else default_data_dir()
+    where = "--data-dir / $GEOGATEWAY_DATA_DIR / data_dir"
+    if not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise ConfigError(f"data directory {path} is not a directory: fix {where}")
+        parent = os.path.dirname(os.path.abspath(path))
+        if explicit and not os.path.isdir(parent):
+            raise ConfigError(f"data directory {path} does not exist, nor does {parent}: "
+                              f"create it, or fix {where}")
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create data directory {path}: {exc.strerror}; fix {where}"
+            ) from None
+    # access() also answers "no" on a read-only file system, even for root.
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"data directory {path} is read-only for this user: make it "
+                          f"writable, or fix {where}")
+    return path
+
+
+def namespace_files(name: str, data_dir: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """The namespace file and the control file of local namespace ``name``.
+
+    Raises:
+        ConfigError: a bad name.
+    """
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ConfigError(f"bad local namespace name {name!r}: use letters, digits, "
+                          "'.', '_' or '-' (at most 100, starting with a letter or digit)")
+    directory = os.fspath(data_dir) if data_dir is not None else default_data_dir()
+    base = os.path.join(directory, name)
+    return base + ".db", base + ".control.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +157,25 @@ class ControlFile:
             # A hand-edited, broken control file must not take the namespace down
             # (or up) by accident: keep the last state we understood.
             return self._state
+
+    def update(self, **changes: float | bool) -> ControlState:
+        """Change some of ``down``, ``latency``, ``lost_replies``; keep the rest.
+
+        Raises:
+            ConfigError: an unknown field, a negative latency or a probability outside 0..1.
+        """
+        unknown = set(changes) - {"down", "latency", "lost_replies"}
+        if unknown:
+            raise ConfigError(f"unknown control field {sorted(unknown)[0]!r}")
+        state = self.read()
+        merged = {"down": state.down, "latency": state.latency,
+                  "lost_replies": state.lost_replies, **changes}
+        validate_faults(latency=float(merged["latency"]),
+                        lost_replies=float(merged["lost_replies"]))
+        new = ControlState(down=bool(merged["down"]), latency=float(merged["latency"]),
+                           lost_replies=float(merged["lost_replies"]))
+        self.write(new)
+        return new
 
     def write(self, state: ControlState) -> None:
         """Replace the control file atomically with ``state``."""

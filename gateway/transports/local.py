@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import os
 import random
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -33,11 +32,17 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
-import platformdirs
 
 from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
 
-from ._local_control import ControlFile, ControlState, validate_faults
+from ._local_control import NAME as _NAME
+from ._local_control import (
+    ControlFile,
+    ControlState,
+    default_data_dir,
+    namespace_files,
+    validate_faults,
+)
 from ._local_store import EntityInfo, EntityKind, Store
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode, Transport
 
@@ -52,42 +57,13 @@ __all__ = [
     "namespace_files",
 ]
 
+_paths = namespace_files  # the name and data directory checks live with the control file
+
+
 T = TypeVar("T")
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 #: Receive and read_partition poll with these pauses (growing) while they wait.
 _FIRST_PAUSE, _MAX_PAUSE = 0.01, 0.05
-
-
-def default_data_dir() -> str:
-    """Where local namespaces live when no ``data_dir`` is given.
-
-    Returns:
-        ``$GEOGATEWAY_DATA_DIR`` when set, else
-        ``platformdirs.user_data_dir("geogateway")/namespaces``.
-    """
-    from_env = os.environ.get("GEOGATEWAY_DATA_DIR")
-    if from_env:
-        return from_env
-    return os.path.join(platformdirs.user_data_dir("geogateway"), "namespaces")
-
-
-def _paths(name: str, data_dir: str | os.PathLike[str] | None) -> tuple[str, str]:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ConfigError(f"bad local namespace name {name!r}: use letters, digits, "
-                          "'.', '_' or '-' (at most 100, starting with a letter or digit)")
-    directory = os.fspath(data_dir) if data_dir is not None else default_data_dir()
-    base = os.path.join(directory, name)
-    return base + ".db", base + ".control.json"
-
-
-def namespace_files(name: str, data_dir: str | os.PathLike[str] | None = None) -> tuple[str, str]:
-    """The namespace file and the control file of local namespace ``name``.
-
-    Raises:
-        ConfigError: a bad name.
-    """
-    return _paths(name, data_dir)
 
 
 @dataclass(frozen=True, kw_only=True)
