@@ -84,6 +84,37 @@ def test_namespace_data_dir_option_beats_env(run: Run, dirs: dict[str, Path]) ->
     assert status(run)["primary"]["up"] is True  # the env's data dir is untouched
 
 
+def test_namespace_unknown_name_changes_nothing(run: Run, dirs: dict[str, Path]) -> None:
+    expect_one_line_error(run("namespace", "down", "nosuch"), 1, "nosuch")
+    assert not (dirs["data"] / "nosuch.control.json").exists()
+    assert not (dirs["data"] / "nosuch.db").exists()
+
+
+def test_namespace_new_and_then_existing_names(run: Run, dirs: dict[str, Path]) -> None:
+    # Given a namespace that does not exist yet: --new takes it down (and so creates it)
+    code, out, _ = run("namespace", "down", "--new", "local://eu")
+    assert code == 0 and "eu is down" in out
+    # Then it exists, so it is known without --new, and listed among the known names
+    assert run("namespace", "up", "eu")[0] == 0
+    assert ok_json(run("namespace", "status", "eu", "--json"))[0]["up"] is True
+    line = expect_one_line_error(run("namespace", "down", "us"), 1)
+    assert "eu, primary, secondary" in line
+
+
+def test_namespace_configured_names_are_known(run: Run, dirs: dict[str, Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given namespaces named by the environment and by the config file
+    monkeypatch.setenv("GEOGATEWAY_PRIMARY", "local://east")
+    config = write_config(dirs["tmp"], 'primary = "local://north"\nsecondary = '
+                          '"local://south"\nentity = "orders"\n')
+    monkeypatch.setenv("GEOGATEWAY_CONFIG", str(config))
+    # Then they may be taken down before they exist; others still may not
+    assert run("namespace", "down", "east")[0] == 0
+    assert run("namespace", "down", "south")[0] == 0
+    line = expect_one_line_error(run("namespace", "down", "west"), 1)
+    assert "east" in line and "south" in line
+
+
 def test_namespace_status_lists_entities(run: Run) -> None:
     assert run("send", "-e", "orders", "hello")[0] == 0
     entities = status(run)["primary"]["entities"]
@@ -334,6 +365,20 @@ def test_drill_table_and_json_file(run: Run, dirs: dict[str, Path]) -> None:
         (["namespace", "down", "a/b"], 2, ["a/b"]),
         (["namespace", "status", "bad name"], 1, ["bad name"]),
         (["namespace", "faults", "primary", "--lost-replies", "2"], 2, ["--lost-replies"]),
+        # A name that is not primary, secondary, configured or existing: a typo would
+        # take down a namespace nobody uses and leave the real one up.
+        (["namespace", "down", "nosuch"], 1, ["'nosuch'", "known namespaces: primary, "
+                                              "secondary", "--new"]),
+        (["namespace", "up", "nosuch"], 1, ["'nosuch'", "primary, secondary"]),
+        (["namespace", "faults", "nosuch", "--latency", "1"], 1, ["'nosuch'"]),
+        (["namespace", "status", "primary", "nosuch"], 1, ["'nosuch'"]),
+        # Text that is not valid Unicode (what Python makes of argv bytes that are not
+        # UTF-8) and endpoints that are not host[:port].
+        (["send", "-e", "orders", "--message-id", "id\udcff", "a"], 1, ["message_id"]),
+        (["send", "-e", "orders", "caf\udce9"], 1, ["body", "Unicode"]),
+        (["send", "--primary", "sb://host:abc", "-e", "x", "m"], 1, ["sb://host:abc"]),
+        (["send", "--primary", "sb://[::1", "-e", "x", "m"], 1, ["sb://[::1"]),
+        (["receive", "--secondary", "sb://host:99999", "-e", "x"], 1, ["sb://host:99999"]),
     ],
 )
 def test_bad_input(run: Run, args: list[str], code: int, words: list[str]) -> None:
@@ -359,6 +404,23 @@ def test_invalid_toml(run: Run, dirs: dict[str, Path]) -> None:
     config = write_config(dirs["tmp"], "entity = = 'orders'\n")
     for args in (["send", "a"], ["receive"], ["queue", "stats"]):
         expect_one_line_error(run(*args, "--config", str(config)), 1, str(config), "TOML")
+
+
+def test_config_file_that_is_not_utf8(run: Run, dirs: dict[str, Path]) -> None:
+    config = dirs["tmp"] / "latin1.toml"
+    config.write_bytes('primary = "local://primary"\nsecondary = "local://secondary"\n'
+                       'entity = "r\u00e9gion"\n'.encode("latin-1"))
+    for args in (["send", "a"], ["receive"], ["queue", "stats"]):
+        expect_one_line_error(run(*args, "--config", str(config)), 1, str(config), "UTF-8")
+
+
+def test_failback_env_that_is_not_a_boolean(run: Run, dirs: dict[str, Path],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write_config(dirs["tmp"], 'primary = "local://primary"\nsecondary = '
+                          '"local://secondary"\nentity = "orders"\n')
+    monkeypatch.setenv("GEOGATEWAY_FAILBACK", "maybe")
+    expect_one_line_error(run("send", "--config", str(config), "a"), 1,
+                          "GEOGATEWAY_FAILBACK", "maybe")
 
 
 def test_unknown_config_key(run: Run, dirs: dict[str, Path]) -> None:
@@ -429,6 +491,11 @@ def test_process_happy_path(dirs: dict[str, Path]) -> None:
         (["drill", "--mode", "bogus"], 2),
         (["queue", "stats", "-q", "/nonexistent.db"], 1),
         (["send", "-e", "orders"], 2),
+        (["namespace", "down", "nosuch"], 1),
+        # A command-line byte that is not UTF-8 (0xff) in a message id and in a body.
+        (["send", "-e", "orders", "--message-id", "id\udcff", "a"], 1),
+        (["send", "-e", "orders", "caf\udce9"], 1),
+        (["send", "--primary", "sb://host:abc", "-e", "orders", "a"], 1),
     ],
 )
 def test_process_bad_input(dirs: dict[str, Path], args: list[str], code: int) -> None:
@@ -450,6 +517,13 @@ def test_process_bad_config(dirs: dict[str, Path]) -> None:
     config = write_config(dirs["tmp"], "[[[\n")
     expect_one_line_error(run_process("send", "--config", str(config), "a", cwd=dirs["tmp"]),
                           1, str(config))
+
+
+def test_process_config_that_is_not_utf8(dirs: dict[str, Path]) -> None:
+    config = dirs["tmp"] / "latin1.toml"
+    config.write_bytes(b'entity = "r\xe9gion"\n')
+    expect_one_line_error(run_process("send", "--config", str(config), "a", cwd=dirs["tmp"]),
+                          1, str(config), "UTF-8")
 
 
 def test_process_purge_needs_yes(dirs: dict[str, Path], run: Run) -> None:
