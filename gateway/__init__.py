@@ -3,14 +3,9 @@
 Sync API here; the async twins are in :mod:`gateway.aio`.
 """
 
+import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from gateway._client import GeoReceiver, GeoSender
-from gateway._config import DedupConfig, DurableQueueConfig, GatewayConfig, NamespaceConfig
-from gateway._dedup_store import SqliteDedupStore
-from gateway._hooks import GatewayHooks
-from gateway._receiver import ReceiverStats
-from gateway._sender import SendResult
 from gateway.errors import (
     ConfigError,
     DurableQueueError,
@@ -23,25 +18,66 @@ from gateway.errors import (
     QueueFull,
     TransportError,
 )
-from gateway.transports.base import ReceivedMessage, ReceiveMode
-from replication import Message
-from replication._dedup import DedupStore, DedupWindow, InMemoryDedupStore
-from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 
 if _TYPE_CHECKING:
+    from gateway._client import GeoReceiver, GeoSender
+    from gateway._config import (
+        DedupConfig,
+        DurableQueueConfig,
+        GatewayConfig,
+        NamespaceConfig,
+    )
+    from gateway._dedup_store import SqliteDedupStore
     from gateway._geo_partitions import GeoPartitionReceiver
+    from gateway._hooks import GatewayHooks
+    from gateway._receiver import ReceiverStats
+    from gateway._sender import SendResult
+    from gateway.transports.base import ReceivedMessage, ReceiveMode
+    from replication import Message
+    from replication._dedup import DedupStore, DedupWindow, InMemoryDedupStore
+    from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 
 __version__ = "0.1.0"
 
+# Everything else is imported on first use (PEP 562): the sender and receiver bring in
+# SQLite stores and the transports, the consumer its blob store (azure-storage), and the
+# `geogateway` command and a process that only needs the errors need none of them.
+_LAZY = {
+    "DedupConfig": "gateway._config",
+    "DedupStore": "replication._dedup",
+    "DedupWindow": "replication._dedup",
+    "DurableQueueConfig": "gateway._config",
+    "GatewayConfig": "gateway._config",
+    "GatewayHooks": "gateway._hooks",
+    "GeoPartitionReceiver": "gateway._geo_partitions",
+    "GeoReceiver": "gateway._client",
+    "GeoSender": "gateway._client",
+    "InMemoryDedupStore": "replication._dedup",
+    "Message": "replication",
+    "Mode": "replication._policy",
+    "NamespaceConfig": "gateway._config",
+    "ReceiveMode": "gateway.transports.base",
+    "ReceivedMessage": "gateway.transports.base",
+    "ReceiverStats": "gateway._receiver",
+    "ReplicationPolicy": "replication._policy",
+    "RetryPolicy": "replication._policy",
+    "SendResult": "gateway._sender",
+    "SqliteDedupStore": "gateway._dedup_store",
+}
+
 
 def __getattr__(name: str) -> object:
-    # Imported on first use: it brings in the consumer and its blob store (azure-storage),
-    # which the CLI, the emulator and a sender do not need.
-    if name == "GeoPartitionReceiver":
-        from gateway._geo_partitions import GeoPartitionReceiver
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # later lookups do not come back here
+    return value
 
-        return GeoPartitionReceiver
-    raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ConfigError",

@@ -1,0 +1,98 @@
+"""Benchmark the start-up time of the ``geogateway`` command.
+
+    .venv/bin/python benchmarks/bench_startup.py [--runs 21]
+
+Runs each command as a fresh process ``--runs`` times, round-robin (so a burst of
+load on the shared machine hits every command alike), and prints the median, min and
+max wall time, and the median over the reference in the same run: ``python -c pass``
+on the same interpreter, the floor no Python command can go under. Rows:
+
+* ``geogateway --help`` and ``geogateway namespace down|up primary`` (in a temporary
+  data directory): the target is <= 0.25 s of wall time each;
+* ``python -c "import gateway"`` and ``import gateway.cli``;
+* for scale, what the command cost when every subcommand's module was imported at
+  start-up (as before the lazy imports): ``import gateway.cli`` plus loading every
+  subcommand, which brings in the Azure SDKs, aiohttp, rich and sqlite-utils.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+TARGET_S = 0.25
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def commands(data_dir: str) -> dict[str, tuple[list[str], bool]]:
+    """name -> (argv, held to the target)."""
+    python = sys.executable
+    script = Path(python).with_name("geogateway")
+    geogateway = [str(script)] if script.exists() else [python, "-m", "gateway.cli"]
+    return {
+        "python -c pass (reference)": ([python, "-c", "pass"], False),
+        "geogateway --help": ([*geogateway, "--help"], True),
+        "geogateway namespace down primary": (
+            [*geogateway, "namespace", "down", "primary", "--data-dir", data_dir], True),
+        "geogateway namespace up primary": (
+            [*geogateway, "namespace", "up", "primary", "--data-dir", data_dir], True),
+        'python -c "import gateway"': ([python, "-c", "import gateway"], False),
+        'python -c "import gateway.cli"': ([python, "-c", "import gateway.cli"], False),
+        "every subcommand imported (the eager start-up)": (
+            [python, "-c", "from gateway.cli import COMMANDS, cli\n"
+             "for name in COMMANDS: cli.get_command(None, name)"], False),
+    }
+
+
+def time_once(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                   cwd=ROOT, check=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=21, help="Runs of each command.")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOGATEWAY_")}
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        data_dir = str(Path(tmp) / "data")
+        table = commands(data_dir)
+        env["GEOGATEWAY_STATE_DIR"] = str(Path(tmp) / "state")
+        for argv, _ in table.values():  # warm the page cache and byte-code caches
+            time_once(argv, env)
+        times: dict[str, list[float]] = {name: [] for name in table}
+        for _ in range(args.runs):
+            for name, (argv, _) in table.items():
+                times[name].append(time_once(argv, env))
+    report(times, {name: held for name, (_, held) in table.items()}, args.runs)
+
+
+def report(times: dict[str, list[float]], held: dict[str, bool], runs: int) -> None:
+    reference = statistics.median(times["python -c pass (reference)"])
+    out = Table(title=f"geogateway start-up, median of {runs} runs "
+                f"(python {sys.version.split()[0]})", title_justify="left")
+    for column in ("command", "median", "min", "max", "over python -c pass", "x python",
+                   f"target <= {TARGET_S:.2f} s"):
+        out.add_column(column, justify="left" if column == "command" else "right")
+    for name, values in times.items():
+        median = statistics.median(values)
+        verdict = ("PASS" if median <= TARGET_S else "FAIL") if held[name] else "-"
+        out.add_row(name, f"{median * 1000:.0f} ms", f"{min(values) * 1000:.0f} ms",
+                    f"{max(values) * 1000:.0f} ms", f"+{(median - reference) * 1000:.0f} ms",
+                    f"{median / reference:.1f}x", verdict)
+    Console(width=140).print(out)
+
+
+if __name__ == "__main__":
+    main()
