@@ -79,6 +79,18 @@ def test_namespace_control_commands_load_no_heavy_module(args: tuple[str, ...],
     assert (tmp_path / "data" / f"{args[2]}.control.json").exists()
 
 
+@pytest.mark.parametrize(
+    "body",
+    ["import gateway.consumer", "import gateway.drill", "import gateway._cli_drill",
+     "import gateway._cli_consumer", "from gateway import GeoSender, GeoReceiver"],
+)
+def test_only_the_blob_store_brings_in_the_blob_sdk(body: str, tmp_path: Path) -> None:
+    # The consumer, the drill and their commands use the Blob SDK only for the blob
+    # checkpoint store; importing them must not cost its import (most of 0.6 s).
+    loaded = loaded_after(body, tmp_path)
+    assert sorted(loaded & {"azure", "aiohttp"}) == []
+
+
 def test_the_lazy_names_still_resolve_to_the_real_objects(tmp_path: Path) -> None:
     # The names that are imported on first use are the very classes of their modules.
     loaded = loaded_after(
