@@ -1,6 +1,6 @@
 """Benchmark the start-up time of the ``geogateway`` command.
 
-    .venv/bin/python benchmarks/bench_startup.py [--runs 21]
+    .venv/bin/python benchmarks/bench_startup.py [--runs 21] [--before DIR]
 
 Runs each command as a fresh process ``--runs`` times, round-robin (so a burst of
 load on the shared machine hits every command alike), and prints the median, min and
@@ -12,7 +12,10 @@ on the same interpreter, the floor no Python command can go under. Rows:
 * ``python -c "import gateway"`` and ``import gateway.cli``;
 * for scale, what the command cost when every subcommand's module was imported at
   start-up (as before the lazy imports): ``import gateway.cli`` plus loading every
-  subcommand, which brings in the Azure SDKs, aiohttp, rich and sqlite-utils.
+  subcommand, which brings in the Azure SDKs, aiohttp, rich and sqlite-utils;
+* with ``--before DIR`` (a tree of an older geogateway, e.g. ``git archive COMMIT
+  gateway replication durable_queue | tar -x -C DIR``), its ``--help`` and
+  ``namespace down primary`` too, run as ``python -m gateway.cli`` from that tree.
 """
 
 from __future__ import annotations
@@ -33,11 +36,21 @@ TARGET_S = 0.25
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def commands(data_dir: str) -> dict[str, tuple[list[str], bool]]:
+def commands(data_dir: str, before: Path | None) -> dict[str, tuple[list[str], bool]]:
     """name -> (argv, held to the target)."""
     python = sys.executable
     script = Path(python).with_name("geogateway")
     geogateway = [str(script)] if script.exists() else [python, "-m", "gateway.cli"]
+    old: dict[str, tuple[list[str], bool]] = {}
+    if before is not None:
+        # -c with sys.path first: that tree's packages, not this installation's.
+        run_old = [python, "-c", f"import sys; sys.path.insert(0, {str(before)!r}); "
+                   "from gateway.cli import main; sys.exit(main())"]
+        old = {
+            "before: geogateway --help": ([*run_old, "--help"], True),
+            "before: geogateway namespace down primary": (
+                [*run_old, "namespace", "down", "primary", "--data-dir", data_dir], True),
+        }
     return {
         "python -c pass (reference)": ([python, "-c", "pass"], False),
         "geogateway --help": ([*geogateway, "--help"], True),
@@ -50,6 +63,7 @@ def commands(data_dir: str) -> dict[str, tuple[list[str], bool]]:
         "every subcommand imported (the eager start-up)": (
             [python, "-c", "from gateway.cli import COMMANDS, cli\n"
              "for name in COMMANDS: cli.get_command(None, name)"], False),
+        **old,
     }
 
 
@@ -63,11 +77,12 @@ def time_once(argv: list[str], env: dict[str, str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=21, help="Runs of each command.")
+    parser.add_argument("--before", type=Path, help="A tree of an older geogateway.")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEOGATEWAY_")}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         data_dir = str(Path(tmp) / "data")
-        table = commands(data_dir)
+        table = commands(data_dir, args.before)
         env["GEOGATEWAY_STATE_DIR"] = str(Path(tmp) / "state")
         for argv, _ in table.values():  # warm the page cache and byte-code caches
             time_once(argv, env)
