@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import anyio
 import pytest
 
 from gateway.consumer import (
@@ -28,9 +29,10 @@ from gateway.consumer import (
     Ownership,
 )
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
-from replication import ConfigError, OwnershipLost
+from replication import ConfigError, GatewayError, OwnershipLost
 from tests.conftest import FakeClock
 
+from ._damage import damage_table_root, sha256
 from .conftest import GROUP
 
 pytestmark = pytest.mark.anyio
@@ -352,3 +354,58 @@ async def test_sdk_ownership_dicts_carry_every_key_the_load_balancer_reads(sqlit
     assert isinstance(record["last_modified_time"], float)
     # A stale etag from the SDK side loses, as with our records
     assert await adapter.claim_ownership([{**record, "etag": "stale", "owner_id": "x"}]) == []
+
+
+# -- damaged files and read-only opening ------------------------------------------------
+
+
+async def _filled(path: Path, rows: int = 400) -> None:
+    async with SqliteCheckpointStore(path) as store:
+        for i in range(rows):
+            await store.overwrite_checkpoint(Checkpoint(
+                fully_qualified_namespace=GROUP.fully_qualified_namespace,
+                eventhub_name=GROUP.eventhub_name, consumer_group=GROUP.consumer_group,
+                partition_id=f"{i:05d}", offset=str(i), sequence_number=i))
+
+
+async def test_a_damaged_page_is_refused_at_open_and_the_file_left_unchanged(tmp_path):
+    # Given a store whose checkpoints table has a damaged page (the header is fine)
+    path = tmp_path / "checkpoints.db"
+    await _filled(path)
+    digest = damage_table_root(path, "checkpoints")
+    # When it is opened, read-write or read-only
+    for read_only in (False, True):
+        with pytest.raises(ConfigError) as caught:
+            SqliteCheckpointStore(path, read_only=read_only)
+        # Then one line names the file, the damage and what to do
+        message = str(caught.value)
+        assert str(path) in message and "move it aside" in message and "\n" not in message
+        assert "page" in message
+    # And not a byte of the file changed
+    assert sha256(path) == digest
+
+
+async def test_read_only_reads_everything_and_changes_nothing(tmp_path):
+    # Given a store with records
+    path = tmp_path / "checkpoints.db"
+    await _filled(path, rows=3)
+    digest, mtime = sha256(path), path.stat().st_mtime_ns
+    await anyio.sleep(0.01)
+    # When it is opened read-only and listed
+    async with SqliteCheckpointStore(path, read_only=True) as store:
+        found = await store.list_checkpoints(GROUP)
+        # Then it lists the records, refuses writes, and leaves the file as it was
+        assert [c.sequence_number for c in found] == [0, 1, 2]
+        with pytest.raises(GatewayError, match="readonly"):
+            await store.claim_ownership([claim("0", "a")])
+    assert (sha256(path), path.stat().st_mtime_ns) == (digest, mtime)
+
+
+def test_read_only_never_creates_a_missing_file(tmp_path):
+    path = tmp_path / "missing.db"
+    with pytest.raises(ConfigError, match=r"no checkpoint store at .*missing\.db") as caught:
+        SqliteCheckpointStore(path, read_only=True)
+    assert "\n" not in str(caught.value)
+    assert not path.exists()
+    with pytest.raises(ConfigError, match="no checkpoint store at"):
+        SqliteCheckpointStore(tmp_path, read_only=True)
