@@ -361,6 +361,32 @@ async def test_an_event_that_keeps_failing_is_never_checkpointed_past(
     assert fixed.seen == Counter({"bad0": 1, "after0": 1})
 
 
+async def test_run_is_not_idle_while_an_event_waits_for_its_next_attempt(
+    tmp_path: Path, hubs: dict[str, LocalNamespace]
+) -> None:
+    # Given a handler that fails "slow" for its first 9 attempts (3 rounds of 3), and
+    # pauses between rounds longer than the idle timeout
+    await send(tmp_path, ["slow"])
+    attempts: Counter[str] = Counter()
+    handled = Handled()
+    ok = handled.handler()
+
+    async def handle(event: PartitionEvent) -> None:
+        attempts[event.message.message_id] += 1
+        if attempts[event.message.message_id] <= 9:
+            raise ValueError("not yet")
+        await ok(event)
+
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=1,
+                                 checkpoint_every_seconds=None, handler_backoff=0.4,
+                                 max_handler_backoff=0.4)
+    # When run() waits for 0.3 s without events
+    async with receiver(tmp_path, settings=settings) as geo:
+        await asyncio.wait_for(geo.run(handle, idle_timeout=0.3), 20)
+    # Then it returned only after "slow" was handled
+    assert handled.seen == Counter({"slow": 1})
+
+
 async def test_stopping_while_a_copy_is_held_leaves_it_for_the_next_owner(
     tmp_path: Path, hubs: dict[str, LocalNamespace]
 ) -> None:
