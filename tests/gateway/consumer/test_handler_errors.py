@@ -251,3 +251,25 @@ async def test_checkpoint_and_position_errors_reach_on_error_and_the_partition_g
     assert "checkpoint failed" in " ".join(str(exc) for _, exc in errors)
     assert max(v or 0 for v in (await checkpointed(store, proc)).values()) >= 3
     await store.aclose()
+
+
+async def test_a_failed_hand_over_checkpoint_reaches_on_error(
+    hub: LocalTransport, tmp_path: Path
+) -> None:
+    # Given a processor that handled events but checkpoints only at hand-over, on a
+    # store whose checkpoint writes fail
+    ids = await send_one_partition(hub, 3)
+    store = FlakyStore(tmp_path / "cp.db", checkpoint=1000)
+    handler = FailingOn(store, "none", times=0)
+    errors: list[tuple[PartitionContext | None, BaseException]] = []
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=None,
+                                 checkpoint_every_seconds=None)
+    proc = make(hub, store, handler, errors, settings=settings)
+    await proc.start()
+    await until(lambda: handler.handled == ids)
+    # When it stops
+    await proc.stop(handover_timeout=0)
+    # Then the failed hand-over checkpoint reached on_error with the partition
+    assert errors and all(ctx is not None and "checkpoint failed" in str(exc)
+                          for ctx, exc in errors)
+    await store.aclose()

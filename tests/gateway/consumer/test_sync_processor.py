@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from gateway.consumer import (
@@ -22,6 +23,8 @@ from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import PartitionEvent
 from replication import ConfigError, Message
 from tests.gateway.conftest import wait_for_sync
+
+from .test_handler_errors import FlakyStore
 
 HUB = "telemetry"
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
@@ -207,3 +210,25 @@ def test_exactly_one_handler_is_required(hub: LocalTransport,
     with pytest.raises(ConfigError, match="exactly one"):
         PartitionProcessor(transport=hub, entity=HUB, store=store)
     assert threading.active_count() == before
+
+
+def test_store_errors_reach_the_sync_on_error_with_no_context(tmp_path: Path,
+                                                              hub: LocalTransport) -> None:
+    # Given a store whose first two claims fail
+    ids = send(tmp_path, 4)
+    store = FlakyStore(tmp_path / "flaky.db", claim=2)
+    recorder = Recorder()
+    contexts: list[object] = []
+
+    def on_error(ctx: SyncPartitionContext | None, exc: BaseException) -> None:
+        contexts.append(ctx)
+        recorder.on_error(ctx, exc)
+
+    # When it runs
+    with PartitionProcessor(transport=hub, entity=HUB, store=store, on_event=recorder.on_event,
+                            on_error=on_error, settings=SETTINGS, balance=FAST):
+        wait_for_sync(lambda: set(recorder.seen) == set(ids))
+    # Then both failures reached on_error(None, err), and every event was handled after
+    assert contexts == [None, None]
+    assert all("claim failed" in str(e) for e in recorder.errors)
+    anyio.run(store.aclose)
