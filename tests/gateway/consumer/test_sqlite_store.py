@@ -409,3 +409,41 @@ def test_read_only_never_creates_a_missing_file(tmp_path):
     assert not path.exists()
     with pytest.raises(ConfigError, match="no checkpoint store at"):
         SqliteCheckpointStore(tmp_path, read_only=True)
+
+
+_KILLED_WRITER = textwrap.dedent("""
+    import asyncio, sys, time
+    from gateway.consumer import Heartbeat
+    from gateway.consumer._sqlite_store import SqliteCheckpointStore
+
+    async def main():
+        store = SqliteCheckpointStore(sys.argv[1])
+        for i in range(50):
+            await store.heartbeat(Heartbeat(fully_qualified_namespace="ns",
+                eventhub_name="hub", consumer_group="$Default", instance_id=f"i{i}"))
+        print("written", flush=True)
+        time.sleep(60)
+
+    asyncio.run(main())
+""")
+
+
+def _write_then_get_killed(path: Path) -> int:
+    """Run a writer, SIGKILL it once it wrote; the size of the WAL it left."""
+    with subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(path)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True) as writer:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+        writer.kill()
+    return Path(f"{path}-wal").stat().st_size
+
+
+async def test_a_store_left_by_a_killed_writer_is_not_taken_for_damaged(tmp_path):
+    # Given a writer killed with SIGKILL while its records are still in the WAL
+    path = tmp_path / "checkpoints.db"
+    assert _write_then_get_killed(path) > 0
+    group = ConsumerGroupRef(fully_qualified_namespace="ns", eventhub_name="hub",
+                             consumer_group="$Default")
+    # When it is opened, read-only then read-write / Then every record is there
+    for read_only in (True, False):
+        async with SqliteCheckpointStore(path, read_only=read_only) as store:
+            assert len(await store.list_heartbeats(group)) == 50
