@@ -36,7 +36,7 @@ from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef
 from gateway.consumer._store import CheckpointStore
 from gateway.transports.base import EventPosition, PartitionEvent, Transport
-from replication import ConfigError, GatewayError, OwnershipLost, TransportError
+from replication import ConfigError, GatewayError, OwnershipLost
 
 __all__ = [
     "AsyncPartitionProcessor",
@@ -351,7 +351,11 @@ class AsyncPartitionProcessor:
                         max_wait=wait, owner_level=owner_level,
                         consumer_group=self.group.consumer_group,
                     )
-                except TransportError as exc:
+                except (OwnershipLost, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    # An outage (TransportError) or any other read error: reported,
+                    # then read again; a reader never dies silently.
                     await self._error(ctx, exc)
                     await asyncio.sleep(settings.poll_wait)
                     continue
@@ -390,7 +394,7 @@ class AsyncPartitionProcessor:
             then not handled, and not checkpointed).
         """
         ctx, settings = reader.context, self.settings
-        pause = settings.handler_backoff
+        pause = min(settings.handler_backoff, settings.max_handler_backoff)
         while not reader.stopping:
             try:
                 await self._call(ctx, chunk[0], chunk)

@@ -273,3 +273,35 @@ async def test_a_failed_hand_over_checkpoint_reaches_on_error(
     assert errors and all(ctx is not None and "checkpoint failed" in str(exc)
                           for ctx, exc in errors)
     await store.aclose()
+
+
+class FlakyReads(LocalTransport):
+    """The local transport, whose first reads fail with an error that is not an outage."""
+
+    def __init__(self, *args: object, failures: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.failures = failures
+
+    async def read_partition(self, *args: object, **kwargs: object) -> list[PartitionEvent]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise GatewayError("the read failed for a reason that is not an outage")
+        return await super().read_partition(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_read_error_that_is_not_an_outage_reaches_on_error_and_reading_goes_on(
+    hub: LocalTransport, tmp_path: Path
+) -> None:
+    # Given a transport whose first two reads fail with a plain GatewayError
+    ids = await send_one_partition(hub, 3)
+    flaky = FlakyReads("primary", data_dir=tmp_path, failures=2)
+    store = SqliteCheckpointStore(tmp_path / "cp.db")
+    handler = FailingOn(store, "none", times=0)
+    errors: list[tuple[PartitionContext | None, BaseException]] = []
+    # When a processor reads with it
+    async with make(flaky, store, handler, errors):
+        await until(lambda: handler.handled == ids)
+    # Then both failures reached on_error with the partition, and reading went on
+    assert len(errors) == 2 and all(ctx is not None for ctx, _ in errors)
+    await store.aclose()
+    await flaky.aclose()
