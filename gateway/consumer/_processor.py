@@ -15,8 +15,8 @@ meanwhile. When the partition is handed over or lost meanwhile, the checkpoint s
 before the event and the next owner reads it again. A handler that must give up on
 an event does so itself (catch, record, return). Store errors of the balancing loop
 (claims, heartbeats, listings) reach ``on_error(None, err)``, as in the Azure SDK;
-a failed checkpoint write or checkpoint read reaches ``on_error(ctx, err)`` and is
-retried.
+a failed partition read, checkpoint write or checkpoint read reaches
+``on_error(ctx, err)`` and is retried.
 """
 
 from __future__ import annotations
