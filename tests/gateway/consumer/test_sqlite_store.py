@@ -214,7 +214,7 @@ async def test_a_closed_store_says_so(tmp_path):
 
 
 _CLAIMER = textwrap.dedent("""
-    import anyio, json, sys, time
+    import anyio, json, os, sys, time
     from gateway.consumer import ConsumerGroupRef, Ownership
     from gateway.consumer._sqlite_store import SqliteCheckpointStore
 
@@ -232,7 +232,11 @@ _CLAIMER = textwrap.dedent("""
                 won += await store.claim_ownership([Ownership(
                     **vars(group), partition_id=str(p), owner_id=owner)])
             seen = await store.list_ownership(group)
-            time.sleep(max(0.0, start + 1.0 - time.time()))
+            # Take over only once both have listed (a barrier, not a time: a slow
+            # machine must not let one list after the other's takeover).
+            open(f"{path}.{owner}.listed", "w").close()
+            while not all(os.path.exists(f"{path}.{o}.listed") for o in ("a", "b")):
+                time.sleep(0.001)
             taken = await store.claim_ownership([o.claimed_by(owner) for o in seen])
             print(json.dumps([[o.partition_id for o in won], [o.partition_id for o in taken]]))
 
