@@ -243,25 +243,81 @@ def open_private_store(
     retrying: tenacity.Retrying,
     setup: Callable[[sqlite3.Connection], None],
     corrupt: Callable[[sqlite3.DatabaseError], Exception],
+    read_only: bool = False,
 ) -> sqlite3.Connection:
     """Open a project SQLite store (created 0600) and run ``setup`` on it, retried
     while busy; every failure is one error naming the file.
 
+    An existing file is checked first, on a read-only connection (``PRAGMA
+    quick_check``): a damaged page is refused before anything is written, and the
+    file is left byte for byte as it was.
+
     Args:
         kind: what the file is, for messages ("dedup store", "checkpoint store").
         corrupt: the error to raise for a damaged or foreign file.
+        read_only: open the existing file with SQLite's ``mode=ro``: nothing is
+            created or written (``setup`` must only read; writes fail later).
 
     Raises:
-        ConfigError: the file cannot be opened, or ``setup`` refused it.
+        ConfigError: the file cannot be opened (or, read-only, does not exist), or
+            ``setup`` refused it.
         GatewayError: the file stayed locked past ``retrying``'s limit.
         Exception: what ``corrupt`` returns, for a damaged or foreign file.
     """
+    if read_only or _has_pages(path):
+        checked = _connect_read_only(path, kind=kind, busy_timeout=busy_timeout)
+        _prepare(checked, _quick_check, path=path, kind=kind, retrying=retrying,
+                 corrupt=corrupt)
+        if read_only:
+            _prepare(checked, setup, path=path, kind=kind, retrying=retrying, corrupt=corrupt)
+            return checked
+        checked.close()
     try:
         conn = connect_private(path, busy_timeout=busy_timeout)
     except OSError as exc:
         raise ConfigError(f"cannot open {kind} {path}: {exc.strerror}") from exc
+    _prepare(conn, setup, path=path, kind=kind, retrying=retrying, corrupt=corrupt)
+    return conn
+
+
+def _has_pages(path: str) -> bool:
     try:
-        retrying(setup, conn)
+        return os.stat(path).st_size > 0
+    except OSError:
+        return False  # missing (created next), or reported by the open that follows
+
+
+def _connect_read_only(path: str, *, kind: str, busy_timeout: float) -> sqlite3.Connection:
+    if not os.path.isfile(path):
+        raise ConfigError(f"no {kind} at {path}: check the path")
+    uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+    try:
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot open {kind} {path}: {exc}") from exc
+
+
+def _quick_check(conn: sqlite3.Connection) -> None:
+    rows = conn.execute("PRAGMA quick_check(3)").fetchall()
+    found = [line.strip() for (text,) in rows for line in str(text).splitlines()]
+    problems = [line for line in found if line and not line.startswith("***")]
+    if problems != ["ok"]:
+        raise sqlite3.DatabaseError(f"damaged: {'; '.join(problems[:2])}")
+
+
+def _prepare(
+    conn: sqlite3.Connection,
+    step: Callable[[sqlite3.Connection], None],
+    *,
+    path: str,
+    kind: str,
+    retrying: tenacity.Retrying,
+    corrupt: Callable[[sqlite3.DatabaseError], Exception],
+) -> None:
+    """Run ``step`` on a new connection, retried while busy; close it on failure."""
+    try:
+        retrying(step, conn)
     except ConfigError:
         conn.close()
         raise
@@ -270,7 +326,6 @@ def open_private_store(
         if is_busy(exc):
             raise GatewayError(f"{kind} {path} stayed locked: {exc}") from exc
         raise corrupt(exc) from exc
-    return conn
 
 
 def transaction(

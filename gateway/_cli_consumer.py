@@ -273,14 +273,14 @@ def _choose(ctx: click.Context, store: Path | None, connection_string: str | Non
 def _open_sqlite(path: Path) -> CheckpointStore:
     from gateway.consumer._sqlite_store import SqliteCheckpointStore
 
-    # Opening creates a missing file: an inspection must not.
+    # An inspection creates nothing and writes nothing: read-only (SQLite mode=ro).
     if not path.exists():
         fail(f"no checkpoint store at {path}: check the path")
     if path.is_dir():
         fail(f"{path} is a directory, not a checkpoint store: check the path")
     if path.stat().st_size == 0:
         fail(f"{path} is an empty file, not a checkpoint store: check the path")
-    return SqliteCheckpointStore(path)
+    return SqliteCheckpointStore(path, read_only=True)
 
 
 def _open_blob(connection_string: str, container: str) -> CheckpointStore:

@@ -79,8 +79,10 @@ class SqliteDedupStore(DedupStore):
             before :class:`~replication.GatewayError` is raised.
 
     Raises:
-        ConfigError: a bad option, or the file cannot be opened, is corrupt, or is
-            not a dedup store (the message says to move it aside).
+        ConfigError: a bad option, or the file cannot be opened, is corrupt (a
+            damaged page is found at open by ``PRAGMA quick_check``, before anything
+            is written), or is not a dedup store; the one-line message names the
+            file and says to move it aside.
     """
 
     def __init__(
@@ -107,7 +109,8 @@ class SqliteDedupStore(DedupStore):
             self.path, kind="dedup store", busy_timeout=busy_timeout, retrying=self._retrying,
             setup=lambda conn: self._setup(conn, synchronous),
             corrupt=lambda exc: ConfigError(
-                f"dedup store {self.path} is corrupt or unreadable ({exc}): move it aside"
+                f"dedup store {self.path} is corrupt or unreadable ({exc}): move it aside "
+                f"to start with an empty window (ids it remembered may be delivered again)"
             ),
         )
 

@@ -9,9 +9,12 @@ front of the handler, shared by both. For every event, by ``MessageId``:
 - DELIVER: the first copy. The handler runs, retried up to ``handler_retry.attempts``
   times with a short random exponential backoff (tenacity). On success the id is
   marked done. When every attempt failed the claim is released (so the copy in the
-  other namespace may still be delivered), the error goes to ``on_error`` and is
-  logged, and the partition moves on: the processor does not read a failed event
-  again in this namespace.
+  other namespace may be tried too), the error goes to ``on_error`` and is logged,
+  and the processor offers the same event again after its own backoff
+  (``ProcessorSettings.handler_backoff``, doubling up to ``max_handler_backoff``):
+  a new round of attempts, or a DUPLICATE once the other copy succeeded. The
+  partition waits on that event meanwhile and is never checkpointed past it
+  (at-least-once); a receiver stopped meanwhile leaves it to the next owner.
 - DUPLICATE: the id is done; the copy is skipped (``on_duplicate`` hook).
 - HOLD: the other copy is in flight, in this process or another one sharing the
   dedup store. The partition waits, re-checking, until that copy is done (then
@@ -146,8 +149,10 @@ class AsyncGeoPartitionReceiver:
         dedup_lease: seconds a claim protects a copy in flight; a crashed process's
             messages are delivered again after this (keep it above the time a
             handler takes).
-        on_error: ``async (ctx, exc)``, called for a handler that failed every
-            attempt and for read errors (``ctx`` is that partition's context).
+        on_error: ``async (ctx, exc)``, called for each round of attempts a handler
+            failed (the event is offered again), for read and checkpoint errors
+            (``ctx`` is that partition's context) and for store errors of the
+            balancing loop (``ctx`` is None).
 
     Raises:
         ConfigError: both namespaces are the same, or a bad entity or option.
@@ -361,11 +366,16 @@ class AsyncGeoPartitionReceiver:
         if event is None:
             return  # an idle call (settings.max_wait_time)
         self._busy += 1
+        pause = 0.0
         try:
             await self._process(event)
+        except Exception:
+            # The processor offers the event again after its backoff: not idle.
+            pause = (self._settings or ProcessorSettings()).max_handler_backoff
+            raise
         finally:
             self._busy -= 1
-            self._last_activity = time.monotonic()
+            self._last_activity = time.monotonic() + pause
 
     async def _process(self, event: PartitionEvent) -> None:
         if event.namespace in self._down:
@@ -385,7 +395,7 @@ class AsyncGeoPartitionReceiver:
         except Exception:
             # Release the claim: the copy in the other namespace may be delivered.
             await anyio.to_thread.run_sync(self._dedup.failed, message_id)
-            raise  # to the processor, which calls on_error and moves on
+            raise  # to the processor: on_error, then the event is offered again
         if not self._transactional:
             await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
         elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)

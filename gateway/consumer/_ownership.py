@@ -44,10 +44,15 @@ __all__ = ["OwnershipManager", "PartitionCallback"]
 _LOGGER = logging.getLogger(__name__)
 
 PartitionCallback = Callable[[str], Awaitable[None]]
+ErrorCallback = Callable[[BaseException], Awaitable[None]]
 PartitionIds = Sequence[str] | Callable[[], Awaitable[Sequence[str]]]
 
 
 async def _nothing(partition_id: str) -> None:
+    return None
+
+
+async def _ignore(error: BaseException) -> None:
     return None
 
 
@@ -72,6 +77,8 @@ class OwnershipManager:
         on_released: called after a hand-over was written.
         on_lost: called when a partition was lost without a hand-over (taken over
             after this instance looked dead, or its heartbeats could not be written).
+        on_error: called with every store error (heartbeat, listing, claim, release,
+            recording the leave), which is also logged; the step is retried later.
     """
 
     def __init__(
@@ -89,6 +96,7 @@ class OwnershipManager:
         before_release: PartitionCallback = _nothing,
         on_released: PartitionCallback = _nothing,
         on_lost: PartitionCallback = _nothing,
+        on_error: ErrorCallback = _ignore,
     ) -> None:
         instance_id = uuid.uuid4().hex if instance_id is None else instance_id
         if not instance_id or instance_id.endswith(SUFFIXES):
@@ -107,6 +115,7 @@ class OwnershipManager:
         self._before_release = before_release
         self._on_released = on_released
         self._on_lost = on_lost
+        self._on_error = on_error
         self._held: dict[str, str] = {}  # partition id -> etag of the record we wrote
         self._last_beat_sent = -math.inf
         self._next_beat = -math.inf
@@ -169,10 +178,11 @@ class OwnershipManager:
             if self._settled_cycles == 0 or self._clock() >= self._next_beat:
                 await self._beat()
             view = await self._read_view()
-        except Exception:
+        except Exception as exc:
             _LOGGER.warning("%s: store unavailable, retrying next cycle", self._me,
                             exc_info=True)
             self._settled_cycles = 0
+            await self._report(exc)
             return None
         now = self._clock()
         decision = balance(view, me=self._me, now=now, rng=self._rng,
@@ -222,8 +232,9 @@ class OwnershipManager:
         await self._hand_over(tuple(sorted(self._held)))
         try:
             await self._store.heartbeat(self._heartbeat(self._me + LEFT_SUFFIX))
-        except Exception:
+        except Exception as exc:
             _LOGGER.warning("%s: could not record the leave", self._me, exc_info=True)
+            await self._report(exc)
 
     # -- steps ------------------------------------------------------------------
 
@@ -231,8 +242,9 @@ class OwnershipManager:
         try:
             await self._heartbeat_if_due(self._clock())
             beats = await self._store.list_heartbeats(self._group)
-        except Exception:
+        except Exception as exc:
             _LOGGER.warning("%s: heartbeat list failed", self._me, exc_info=True)
+            await self._report(exc)
             return
         view = BalanceView(group=self._group, partition_ids=(), heartbeats=tuple(beats))
         self._polling_now(view.heartbeats, self._clock())
@@ -246,8 +258,9 @@ class OwnershipManager:
         if now >= self._next_beat:
             try:
                 await self._beat()
-            except Exception:
+            except Exception as exc:
                 _LOGGER.warning("%s: heartbeat failed", self._me, exc_info=True)
+                await self._report(exc)
 
     async def _beat(self) -> None:
         sent = self._clock()
@@ -283,10 +296,11 @@ class OwnershipManager:
         try:
             # A release is a claim by nobody, on the etag we hold (as the SDK does).
             await self._store.claim_ownership(releases)
-        except Exception:
+        except Exception as exc:
             # The record may still name us: the next cycle renews it and calls
             # on_claimed again, or another instance takes it once we look dead.
             _LOGGER.warning("%s: release failed", self._me, exc_info=True)
+            await self._report(exc)
         for record in releases:
             await self._call(self._on_released, record.partition_id)
 
@@ -295,9 +309,10 @@ class OwnershipManager:
             return
         try:
             won = await self._store.claim_ownership(claims)
-        except Exception:
+        except Exception as exc:
             # Never taken as won; renewals of partitions we hold stay held.
             _LOGGER.warning("%s: claim failed", self._me, exc_info=True)
+            await self._report(exc)
             return
         for record in won:
             if record.owner_id != self._me or record.etag is None:
@@ -360,6 +375,12 @@ class OwnershipManager:
         except Exception:
             _LOGGER.warning("%s: callback %r failed for partition %s", self._me, callback,
                             pid, exc_info=True)
+
+    async def _report(self, error: BaseException) -> None:
+        try:
+            await self._on_error(error)
+        except Exception:
+            _LOGGER.warning("%s: on_error failed", self._me, exc_info=True)
 
     def _heartbeat(self, instance_id: str) -> Heartbeat:
         g = self._group

@@ -6,6 +6,17 @@ position) with an owner level, so that a partition is never read by two instance
 even while ownership records disagree, and calls the handler one event (or batch) at a
 time, in order. Partitions run in parallel. Checkpoints are written every N events, T
 seconds, or by the handler, and always before a partition is handed over.
+
+Handler errors keep at-least-once: a handler that raises is reported to ``on_error``
+(with the partition's context) and called again with the same event (or batch)
+after a pause that doubles from ``handler_backoff`` up to ``max_handler_backoff``,
+until it succeeds; nothing after that event is handled, and no checkpoint passes it,
+meanwhile. When the partition is handed over or lost meanwhile, the checkpoint stays
+before the event and the next owner reads it again. A handler that must give up on
+an event does so itself (catch, record, return). Store errors of the balancing loop
+(claims, heartbeats, listings) reach ``on_error(None, err)``, as in the Azure SDK;
+a failed partition read, checkpoint write or checkpoint read reaches
+``on_error(ctx, err)`` and is retried.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef
 from gateway.consumer._store import CheckpointStore
 from gateway.transports.base import EventPosition, PartitionEvent, Transport
-from replication import ConfigError, GatewayError, OwnershipLost, TransportError
+from replication import ConfigError, GatewayError, OwnershipLost
 
 __all__ = [
     "AsyncPartitionProcessor",
@@ -58,6 +69,9 @@ class ProcessorSettings:
         checkpoint_every_events: checkpoint after this many events (None: never by count).
         checkpoint_every_seconds: checkpoint when the last one is this old (None: never).
         poll_wait: how long one read waits for events.
+        handler_backoff: the first pause before a failed event (or batch) is handed
+            to the handler again; it doubles on each failure in a row.
+        max_handler_backoff: the longest such pause.
     """
 
     max_batch_size: int = 100
@@ -66,6 +80,8 @@ class ProcessorSettings:
     checkpoint_every_events: int | None = 100
     checkpoint_every_seconds: float | None = 5.0
     poll_wait: float = 0.5
+    handler_backoff: float = 0.1
+    max_handler_backoff: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "prefetch", "checkpoint_every_events"):
@@ -74,9 +90,10 @@ class ProcessorSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
-        for name in ("max_wait_time", "checkpoint_every_seconds", "poll_wait"):
+        for name in ("max_wait_time", "checkpoint_every_seconds", "poll_wait",
+                     "handler_backoff", "max_handler_backoff"):
             value = getattr(self, name)
-            if value is None and name != "poll_wait":
+            if value is None and name in ("max_wait_time", "checkpoint_every_seconds"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
@@ -123,6 +140,7 @@ class _Reader:
         self.checkpointed_at = 0.0
         self.checkpointed: PartitionEvent | None = None
         self.closed = False
+        self.halted = asyncio.Event()  # set with stopping: ends a pause at once
 
 
 class AsyncPartitionProcessor:
@@ -191,6 +209,7 @@ class AsyncPartitionProcessor:
             instance_id=instance_id, settings=balance, clock=clock, sleep=sleep, rng=rng,
             on_claimed=self._start_partition, before_release=self._hand_over,
             on_lost=self._lose,
+            on_error=self._store_error,
         )
         self._task: asyncio.Task[None] | None = None
 
@@ -278,7 +297,11 @@ class AsyncPartitionProcessor:
         await self._halt(reader)
         last = reader.context.last_event
         if last is not None and last is not reader.checkpointed:
-            await self.checkpoint(partition_id, last)  # raises: the partition is kept
+            try:
+                await self.checkpoint(partition_id, last)
+            except Exception as exc:
+                await self._error(reader.context, exc)
+                raise  # the partition is kept, and handed over again later
         await self._close(reader, CloseReason.SHUTDOWN)
 
     async def _lose(self, partition_id: str) -> None:
@@ -289,16 +312,30 @@ class AsyncPartitionProcessor:
 
     # -- reading --------------------------------------------------------------------
 
-    async def _position(self, partition_id: str) -> EventPosition:
-        for checkpoint in await self.store.list_checkpoints(self.group):
+    async def _position(self, partition_id: str) -> EventPosition | None:
+        """Where to read from; None when the store failed (the reader asks again)."""
+        try:
+            checkpoints = await self.store.list_checkpoints(self.group)
+        except Exception as exc:
+            reader = self._readers.get(partition_id)
+            await self._error(reader.context if reader is not None else None, exc)
+            return None
+        for checkpoint in checkpoints:
             if checkpoint.partition_id == partition_id and checkpoint.sequence_number is not None:
                 return EventPosition(sequence_number=checkpoint.sequence_number)
         start = self._start
         return start(partition_id) if callable(start) else start
 
-    async def _read(self, reader: _Reader, position: EventPosition, owner_level: int) -> None:
+    async def _read(
+        self, reader: _Reader, position: EventPosition | None, owner_level: int
+    ) -> None:
         ctx = reader.context
         settings = self.settings
+        while position is None:
+            # The checkpoint could not be read: never guess, ask the store again.
+            if not await self._pause(reader, settings.poll_wait):
+                return
+            position = await self._position(ctx.partition_id)
         if self._on_init is not None:
             await self._guard(ctx, self._on_init(ctx))
         idle_since = self._clock()
@@ -314,7 +351,11 @@ class AsyncPartitionProcessor:
                         max_wait=wait, owner_level=owner_level,
                         consumer_group=self.group.consumer_group,
                     )
-                except TransportError as exc:
+                except (OwnershipLost, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    # An outage (TransportError) or any other read error: reported,
+                    # then read again; a reader never dies silently.
                     await self._error(ctx, exc)
                     await asyncio.sleep(settings.poll_wait)
                     continue
@@ -337,14 +378,50 @@ class AsyncPartitionProcessor:
             return
         step = settings.max_batch_size if self._on_batch is not None else 1
         for start in range(0, len(events), step):
-            if reader.stopping:
-                return  # the rest is read again by the next owner, from the checkpoint
             chunk = events[start:start + step]
-            await self._guard(ctx, self._call(ctx, chunk[0], chunk))
+            if not await self._handle(reader, chunk):
+                return  # the rest is read again by the next owner, from the checkpoint
             ctx.last_event = chunk[-1]
             reader.since_checkpoint += len(chunk)
             if self._checkpoint_due(reader):
-                await self.checkpoint(ctx.partition_id, chunk[-1])
+                await self._checkpoint_now(ctx, chunk[-1])
+
+    async def _handle(self, reader: _Reader, chunk: list[PartitionEvent]) -> bool:
+        """Call the handler with ``chunk`` until it succeeds (at-least-once).
+
+        Returns:
+            True once handled; False if the partition stops first (the chunk is
+            then not handled, and not checkpointed).
+        """
+        ctx, settings = reader.context, self.settings
+        pause = min(settings.handler_backoff, settings.max_handler_backoff)
+        while not reader.stopping:
+            try:
+                await self._call(ctx, chunk[0], chunk)
+                return True
+            except (OwnershipLost, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                await self._error(ctx, exc)
+            if not await self._pause(reader, pause):
+                break
+            pause = min(pause * 2, settings.max_handler_backoff)
+        return False
+
+    async def _checkpoint_now(self, ctx: PartitionContext, event: PartitionEvent) -> None:
+        try:
+            await self.checkpoint(ctx.partition_id, event)
+        except (OwnershipLost, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # Not written: the count goes on, so the next event tries again.
+            await self._error(ctx, exc)
+
+    async def _pause(self, reader: _Reader, seconds: float) -> bool:
+        """Wait ``seconds`` unless the reader is halted; False if it was."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(reader.halted.wait(), seconds)
+        return not reader.stopping
 
     def _call(
         self, ctx: PartitionContext, event: PartitionEvent | None, chunk: list[PartitionEvent]
@@ -367,9 +444,12 @@ class AsyncPartitionProcessor:
         except (OwnershipLost, asyncio.CancelledError):
             raise
         except Exception as exc:
-            # A failing handler does not stop the partition; on_error decides what to
-            # do about it (as the SDK's processor does).
+            # A failing init, close or idle call does not stop the partition (nor is
+            # there an event to retry): on_error hears of it, as in the SDK.
             await self._error(ctx, exc)
+
+    async def _store_error(self, exc: BaseException) -> None:
+        await self._error(None, exc)
 
     async def _error(self, ctx: PartitionContext | None, exc: BaseException) -> None:
         if self._on_error is None:
@@ -382,6 +462,7 @@ class AsyncPartitionProcessor:
 
     async def _halt(self, reader: _Reader) -> None:
         reader.stopping = True
+        reader.halted.set()
         if reader.task is not None and reader.task is not asyncio.current_task():
             with contextlib.suppress(asyncio.CancelledError, GatewayError):
                 await reader.task

@@ -89,10 +89,14 @@ class SqliteCheckpointStore(CheckpointStore):
         busy_timeout: seconds one statement waits for another process's lock.
         lock_timeout: seconds a transaction is retried while the file stays locked,
             before :class:`~replication.GatewayError` is raised.
+        read_only: inspect an existing store without changing it (SQLite's
+            ``mode=ro``; what other processes wrote to its WAL is seen): a missing
+            file is an error, never created, and writes raise ``GatewayError``.
 
     Raises:
-        ConfigError: the file cannot be opened, is corrupt, or is not a checkpoint
-            store (the message names the file and says to move it aside).
+        ConfigError: the file cannot be opened (read-only: does not exist), has a
+            damaged page (checked at open, before anything is written), or is not a
+            checkpoint store; the one-line message names the file and says what to do.
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class SqliteCheckpointStore(CheckpointStore):
         clock: Callable[[], float] = time.time,
         busy_timeout: float = 5.0,
         lock_timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         if not busy_timeout > 0 or not lock_timeout > 0:
             raise ConfigError("busy_timeout and lock_timeout must be > 0")
@@ -110,7 +115,7 @@ class SqliteCheckpointStore(CheckpointStore):
         self._lock = threading.Lock()
         self._retrying = busy_retrying(lock_timeout)
         self._limiter: anyio.CapacityLimiter | None = None
-        self._conn: sqlite3.Connection | None = self._open(busy_timeout)
+        self._conn: sqlite3.Connection | None = self._open(busy_timeout, read_only)
 
     async def __aenter__(self) -> SqliteCheckpointStore:
         # Narrows CheckpointStore.__aenter__'s return type for `async with ... as s`.
@@ -297,11 +302,16 @@ class SqliteCheckpointStore(CheckpointStore):
             "to start with no ownership and no checkpoints"
         )
 
-    def _open(self, busy_timeout: float) -> sqlite3.Connection:
+    def _open(self, busy_timeout: float, read_only: bool) -> sqlite3.Connection:
         return open_private_store(
             self.path, kind="checkpoint store", busy_timeout=busy_timeout,
-            retrying=self._retrying, setup=self._setup, corrupt=self._corrupt,
+            retrying=self._retrying, setup=self._identify if read_only else self._setup,
+            corrupt=self._corrupt, read_only=read_only,
         )
+
+    def _identify(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("PRAGMA application_id").fetchone()[0] != _APPLICATION_ID:
+            raise self._corrupt("a SQLite file, but not a geogateway checkpoint store")
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode=WAL")

@@ -8,6 +8,7 @@ heartbeats. Lag is checked exactly against the events sent to the local namespac
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ from tests.gateway.cli_support import (
     ok_json,
     run_process,
 )
+from tests.gateway.consumer._damage import damage_table_root, sha256
 
 SECRET = "SECRET123"
 HUB = "telemetry"
@@ -304,6 +306,39 @@ def test_corrupt_store_file(run: Run, dirs: dict[str, Path], hub: None) -> None:
 
     expect_one_line_error(run("consumer", "status", "--store", str(dirs["tmp"]), "-e", HUB),
                           1, "is a directory")
+
+
+def test_status_is_read_only(run: Run, store: Path) -> None:
+    # Given a store in use: its writer still has it open, a new heartbeat in the WAL
+    live = sqlite3.connect(store)
+    live.execute("INSERT OR REPLACE INTO heartbeats VALUES (?, ?, ?, ?, ?)",
+                 ("primary", HUB, "$Default", "proc-d", time.time()))
+    live.commit()
+    before = (sha256(store), store.stat().st_mtime_ns)
+    time.sleep(0.01)
+    # When status reads it, as JSON and as a table
+    report = ok_json(run("consumer", "status", "--store", str(store), "-e", HUB, "--json"))
+    code, _, _ = run("consumer", "status", "--store", str(store), "-e", HUB)
+    # Then it saw the newest record, and the file's bytes and mtime are the same
+    assert code == 0 and "proc-d" in json.dumps(report)
+    assert (sha256(store), store.stat().st_mtime_ns) == before
+    live.close()
+    # And with nobody else holding it, the same
+    before = (sha256(store), store.stat().st_mtime_ns)
+    time.sleep(0.01)
+    ok_json(run("consumer", "status", "--store", str(store), "-e", HUB, "--json"))
+    assert (sha256(store), store.stat().st_mtime_ns) == before
+
+
+def test_damaged_store_page(run: Run, store: Path) -> None:
+    # Given a store with a damaged page in the middle (its header is intact)
+    digest = damage_table_root(store, "ownership")
+    # When status reads it / Then one line names the file and what to do, exit 1
+    line = expect_one_line_error(run("consumer", "status", "--store", str(store), "-e", HUB),
+                                 1, str(store), "corrupt", "move it aside")
+    assert "Traceback" not in line
+    # And the file is unchanged
+    assert sha256(store) == digest
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -20,6 +20,7 @@ from gateway._dedup_store import SqliteDedupStore
 from replication import ConfigError, GatewayError
 from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
 from tests.conftest import FakeClock
+from tests.gateway.consumer._damage import damage_table_root, sha256
 
 DELIVER, DUPLICATE, HOLD = Verdict.DELIVER, Verdict.DUPLICATE, Verdict.HOLD
 WINDOW = DedupWindow(seconds=60, count=100)
@@ -127,6 +128,27 @@ def test_corrupt_file_is_a_clear_config_error(path: Path) -> None:
     with pytest.raises(ConfigError, match=r"corrupt.*move it aside") as info:
         SqliteDedupStore(path)
     assert "\n" not in str(info.value)
+
+
+def test_a_damaged_page_is_refused_at_open_without_writing(path: Path) -> None:
+    # Given a dedup store whose table of done ids has a damaged page (header intact)
+    store = SqliteDedupStore(path, window=DedupWindow(seconds=3600, count=100_000))
+    now = time.time()
+    for start in range(0, 3000, 500):
+        ids = [f"message-{i:06d}" for i in range(start, start + 500)]
+        store.claim(ids, owner="a", now=now, lease=60)
+        store.finish_many(ids, owner="a", succeeded=True, now=now)
+    store.close()
+    digest = damage_table_root(path, "done")
+    # When it is opened
+    with pytest.raises(ConfigError) as info:
+        SqliteDedupStore(path)
+    # Then one line names the file, the damage and what to do
+    message = str(info.value)
+    assert str(path) in message and "move it aside" in message and "page" in message
+    assert "\n" not in message
+    # And not a byte of the file changed
+    assert sha256(path) == digest
 
 
 def test_other_sqlite_file_is_refused(path: Path) -> None:

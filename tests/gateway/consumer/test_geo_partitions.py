@@ -64,9 +64,10 @@ async def send(tmp_path: Path, message_ids: list[str], to: tuple[str, ...] = NAM
 def receiver(tmp_path: Path, **kw: Any) -> AsyncGeoPartitionReceiver:
     kw.setdefault("checkpoint_store", tmp_path / "cp.db")
     kw.setdefault("dedup_store", tmp_path / "dedup.db")
+    kw.setdefault("settings", SETTINGS)
     return AsyncGeoPartitionReceiver(
         primary="local://primary", secondary="local://secondary", entity=HUB,
-        data_dir=tmp_path, settings=SETTINGS, balance=FAST, handler_retry=QUICK, **kw)
+        data_dir=tmp_path, balance=FAST, handler_retry=QUICK, **kw)
 
 
 class Handled:
@@ -276,17 +277,26 @@ async def test_a_restart_with_the_same_stores_delivers_nothing_again(
 async def test_a_failing_handler_is_retried_and_delivered_once(
     tmp_path: Path, hubs: dict[str, LocalNamespace]
 ) -> None:
-    # Given a handler that fails the first attempt of every id, and always for "bad"
+    # Given a handler that fails the first attempt of every id, and "bad" 7 times:
+    # more than two rounds of handler_retry's 3 attempts
     sent = ids(0, 10)
     await send(tmp_path, [*sent, "bad"])
     attempts: Counter[str] = Counter()
     succeeded: Counter[str] = Counter()
     errors: list[tuple[str, BaseException]] = []
+    store = SqliteCheckpointStore(tmp_path / "cp.db")
+    checkpoint_while_failing: list[tuple[int | None, int]] = []
 
     async def handle(event: PartitionEvent) -> None:
         message_id = event.message.message_id
         attempts[message_id] += 1
-        if message_id == "bad" or attempts[message_id] == 1:
+        if message_id == "bad" and attempts[message_id] <= 7:
+            found = {c.partition_id: c.sequence_number
+                     for c in await store.list_checkpoints(group(event.namespace))}
+            checkpoint_while_failing.append((found.get(event.partition_id),
+                                             event.sequence_number))
+            raise ValueError(f"boom {message_id}")
+        if attempts[message_id] == 1:
             raise ValueError(f"boom {message_id}")
         succeeded[message_id] += 1
 
@@ -295,19 +305,86 @@ async def test_a_failing_handler_is_retried_and_delivered_once(
         errors.append((ctx.fully_qualified_namespace, exc))
 
     hooks = Recorder()
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=1,
+                                 checkpoint_every_seconds=None, handler_backoff=0.01)
     # When the receiver runs until every copy was dealt with
-    async with receiver(tmp_path, hooks=hooks, on_error=on_error) as geo:
+    async with receiver(tmp_path, hooks=hooks, on_error=on_error, settings=settings) as geo:
         running = Running(geo, handle)
-        await wait_for(lambda: set(succeeded) == set(sent) and len(errors) == 2
-                       and duplicates(hooks) == 10)
+        await wait_for(lambda: set(succeeded) == {*sent, "bad"} and duplicates(hooks) == 11)
         await running.finish()
-    # Then every id succeeded exactly once, on its second attempt
+    # Then every id succeeded exactly once, "bad" on its 8th attempt (third round)
     assert all(succeeded[i] == 1 and attempts[i] == 2 for i in sent)
-    # And "bad" was tried 3 times in each namespace (its claim released after the
-    # first namespace gave up), then reported to on_error once per namespace
-    assert attempts["bad"] == 6
-    assert sorted(ns for ns, _ in errors) == ["primary", "secondary"]
-    assert all(isinstance(exc, ValueError) for _, exc in errors)
+    assert succeeded["bad"] == 1 and attempts["bad"] == 8
+    # And each round that failed whole reached on_error (its claim released, so the
+    # copy in either namespace could be tried next), never skipped
+    assert len(errors) == 2 and all(isinstance(exc, ValueError) for _, exc in errors)
+    # And no checkpoint passed "bad" while it failed
+    assert all(cp is None or cp < seq for cp, seq in checkpoint_while_failing)
+    await store.aclose()
+
+
+async def test_an_event_that_keeps_failing_is_never_checkpointed_past(
+    tmp_path: Path, hubs: dict[str, LocalNamespace]
+) -> None:
+    # Given "bad" then "after" in one partition, and a handler that always fails "bad"
+    await send(tmp_path, ["bad0", "after0"])
+    handled: list[str] = []
+    errors: list[BaseException] = []
+
+    async def handle(event: PartitionEvent) -> None:
+        if event.message.message_id == "bad0":
+            raise ValueError("bad0 cannot be handled")
+        handled.append(event.message.message_id)
+
+    async def on_error(ctx: PartitionContext | None, exc: BaseException) -> None:
+        errors.append(exc)
+
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=1,
+                                 checkpoint_every_seconds=None, handler_backoff=0.01)
+    # When the receiver runs a while and stops
+    async with receiver(tmp_path, on_error=on_error, settings=settings) as geo:
+        running = Running(geo, handle)
+        await wait_for(lambda: len(errors) >= 4)
+        await running.finish()
+    # Then "after" waited behind "bad" in both namespaces, and no checkpoint was written
+    assert handled == []
+    store = SqliteCheckpointStore(tmp_path / "cp.db")
+    for namespace in NAMESPACES:
+        assert await store.list_checkpoints(group(namespace)) == []
+    await store.aclose()
+    # When the handler is fixed, a new receiver delivers both, once
+    fixed = Handled()
+    async with receiver(tmp_path, settings=settings) as geo:
+        running = Running(geo, fixed.handler())
+        await wait_for(lambda: set(fixed.seen) == {"bad0", "after0"})
+        await running.finish()
+    assert fixed.seen == Counter({"bad0": 1, "after0": 1})
+
+
+async def test_run_is_not_idle_while_an_event_waits_for_its_next_attempt(
+    tmp_path: Path, hubs: dict[str, LocalNamespace]
+) -> None:
+    # Given a handler that fails "slow" for its first 9 attempts (3 rounds of 3), and
+    # pauses between rounds longer than the idle timeout
+    await send(tmp_path, ["slow"])
+    attempts: Counter[str] = Counter()
+    handled = Handled()
+    ok = handled.handler()
+
+    async def handle(event: PartitionEvent) -> None:
+        attempts[event.message.message_id] += 1
+        if attempts[event.message.message_id] <= 9:
+            raise ValueError("not yet")
+        await ok(event)
+
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=1,
+                                 checkpoint_every_seconds=None, handler_backoff=0.4,
+                                 max_handler_backoff=0.4)
+    # When run() waits for 0.3 s without events
+    async with receiver(tmp_path, settings=settings) as geo:
+        await asyncio.wait_for(geo.run(handle, idle_timeout=0.3), 20)
+    # Then it returned only after "slow" was handled
+    assert handled.seen == Counter({"slow": 1})
 
 
 async def test_stopping_while_a_copy_is_held_leaves_it_for_the_next_owner(

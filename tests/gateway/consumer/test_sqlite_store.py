@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import anyio
 import pytest
 
 from gateway.consumer import (
@@ -28,9 +29,10 @@ from gateway.consumer import (
     Ownership,
 )
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
-from replication import ConfigError, OwnershipLost
+from replication import ConfigError, GatewayError, OwnershipLost
 from tests.conftest import FakeClock
 
+from ._damage import damage_table_root, sha256
 from .conftest import GROUP
 
 pytestmark = pytest.mark.anyio
@@ -212,7 +214,7 @@ async def test_a_closed_store_says_so(tmp_path):
 
 
 _CLAIMER = textwrap.dedent("""
-    import anyio, json, sys, time
+    import anyio, json, os, sys, time
     from gateway.consumer import ConsumerGroupRef, Ownership
     from gateway.consumer._sqlite_store import SqliteCheckpointStore
 
@@ -230,7 +232,11 @@ _CLAIMER = textwrap.dedent("""
                 won += await store.claim_ownership([Ownership(
                     **vars(group), partition_id=str(p), owner_id=owner)])
             seen = await store.list_ownership(group)
-            time.sleep(max(0.0, start + 1.0 - time.time()))
+            # Take over only once both have listed (a barrier, not a time: a slow
+            # machine must not let one list after the other's takeover).
+            open(f"{path}.{owner}.listed", "w").close()
+            while not all(os.path.exists(f"{path}.{o}.listed") for o in ("a", "b")):
+                time.sleep(0.001)
             taken = await store.claim_ownership([o.claimed_by(owner) for o in seen])
             print(json.dumps([[o.partition_id for o in won], [o.partition_id for o in taken]]))
 
@@ -352,3 +358,96 @@ async def test_sdk_ownership_dicts_carry_every_key_the_load_balancer_reads(sqlit
     assert isinstance(record["last_modified_time"], float)
     # A stale etag from the SDK side loses, as with our records
     assert await adapter.claim_ownership([{**record, "etag": "stale", "owner_id": "x"}]) == []
+
+
+# -- damaged files and read-only opening ------------------------------------------------
+
+
+async def _filled(path: Path, rows: int = 400) -> None:
+    async with SqliteCheckpointStore(path) as store:
+        for i in range(rows):
+            await store.overwrite_checkpoint(Checkpoint(
+                fully_qualified_namespace=GROUP.fully_qualified_namespace,
+                eventhub_name=GROUP.eventhub_name, consumer_group=GROUP.consumer_group,
+                partition_id=f"{i:05d}", offset=str(i), sequence_number=i))
+
+
+async def test_a_damaged_page_is_refused_at_open_and_the_file_left_unchanged(tmp_path):
+    # Given a store whose checkpoints table has a damaged page (the header is fine)
+    path = tmp_path / "checkpoints.db"
+    await _filled(path)
+    digest = damage_table_root(path, "checkpoints")
+    # When it is opened, read-write or read-only
+    for read_only in (False, True):
+        with pytest.raises(ConfigError) as caught:
+            SqliteCheckpointStore(path, read_only=read_only)
+        # Then one line names the file, the damage and what to do
+        message = str(caught.value)
+        assert str(path) in message and "move it aside" in message and "\n" not in message
+        assert "page" in message
+    # And not a byte of the file changed
+    assert sha256(path) == digest
+
+
+async def test_read_only_reads_everything_and_changes_nothing(tmp_path):
+    # Given a store with records
+    path = tmp_path / "checkpoints.db"
+    await _filled(path, rows=3)
+    digest, mtime = sha256(path), path.stat().st_mtime_ns
+    await anyio.sleep(0.01)
+    # When it is opened read-only and listed
+    async with SqliteCheckpointStore(path, read_only=True) as store:
+        found = await store.list_checkpoints(GROUP)
+        # Then it lists the records, refuses writes, and leaves the file as it was
+        assert [c.sequence_number for c in found] == [0, 1, 2]
+        with pytest.raises(GatewayError, match="readonly"):
+            await store.claim_ownership([claim("0", "a")])
+    assert (sha256(path), path.stat().st_mtime_ns) == (digest, mtime)
+
+
+def test_read_only_never_creates_a_missing_file(tmp_path):
+    path = tmp_path / "missing.db"
+    with pytest.raises(ConfigError, match=r"no checkpoint store at .*missing\.db") as caught:
+        SqliteCheckpointStore(path, read_only=True)
+    assert "\n" not in str(caught.value)
+    assert not path.exists()
+    with pytest.raises(ConfigError, match="no checkpoint store at"):
+        SqliteCheckpointStore(tmp_path, read_only=True)
+
+
+_KILLED_WRITER = textwrap.dedent("""
+    import asyncio, sys, time
+    from gateway.consumer import Heartbeat
+    from gateway.consumer._sqlite_store import SqliteCheckpointStore
+
+    async def main():
+        store = SqliteCheckpointStore(sys.argv[1])
+        for i in range(50):
+            await store.heartbeat(Heartbeat(fully_qualified_namespace="ns",
+                eventhub_name="hub", consumer_group="$Default", instance_id=f"i{i}"))
+        print("written", flush=True)
+        time.sleep(60)
+
+    asyncio.run(main())
+""")
+
+
+def _write_then_get_killed(path: Path) -> int:
+    """Run a writer, SIGKILL it once it wrote; the size of the WAL it left."""
+    with subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(path)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True) as writer:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+        writer.kill()
+    return Path(f"{path}-wal").stat().st_size
+
+
+async def test_a_store_left_by_a_killed_writer_is_not_taken_for_damaged(tmp_path):
+    # Given a writer killed with SIGKILL while its records are still in the WAL
+    path = tmp_path / "checkpoints.db"
+    assert _write_then_get_killed(path) > 0
+    group = ConsumerGroupRef(fully_qualified_namespace="ns", eventhub_name="hub",
+                             consumer_group="$Default")
+    # When it is opened, read-only then read-write / Then every record is there
+    for read_only in (True, False):
+        async with SqliteCheckpointStore(path, read_only=read_only) as store:
+            assert len(await store.list_heartbeats(group)) == 50

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from gateway.consumer import (
@@ -22,6 +23,8 @@ from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import PartitionEvent
 from replication import ConfigError, Message
 from tests.gateway.conftest import wait_for_sync
+
+from .test_handler_errors import FlakyStore
 
 HUB = "telemetry"
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
@@ -174,25 +177,30 @@ async def _send_ids(tmp_path: Path, ids: list[str]) -> None:
         await transport.send(HUB, [Message(i, message_id=i) for i in ids])
 
 
-def test_a_failing_sync_handler_goes_to_the_sync_on_error(
+def test_a_failing_sync_handler_goes_to_the_sync_on_error_and_is_called_again(
     tmp_path: Path, hub: LocalTransport, store: SqliteCheckpointStore
 ) -> None:
-    # Given a handler that raises for one event
+    # Given a handler that raises twice for one event, then handles it
     ids = send(tmp_path, 8)
     recorder = Recorder()
+    failures = []
 
     def handle(ctx: SyncPartitionContext, event: PartitionEvent | None) -> None:
         assert event is not None
-        if event.message.message_id == "e003":
+        if event.message.message_id == "e003" and len(failures) < 2:
+            failures.append(event.sequence_number)
             raise ValueError("boom")
         recorder.on_event(ctx, event)
 
     # When it runs
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=5,
+                                 checkpoint_every_seconds=None, handler_backoff=0.01)
     with PartitionProcessor(transport=hub, entity=HUB, store=store, on_event=handle,
-                            on_error=recorder.on_error, settings=SETTINGS, balance=FAST):
-        wait_for_sync(lambda: set(recorder.seen) == set(ids) - {"e003"} and bool(recorder.errors))
-    # Then on_error got the exception, and the other events were handled
-    assert [str(e) for e in recorder.errors] == ["boom"]
+                            on_error=recorder.on_error, settings=settings, balance=FAST):
+        wait_for_sync(lambda: set(recorder.seen) == set(ids))
+    # Then on_error got each failure, and every event was handled, e003 included
+    assert [str(e) for e in recorder.errors] == ["boom", "boom"]
+    assert recorder.seen["e003"] == 1
 
 
 def test_exactly_one_handler_is_required(hub: LocalTransport,
@@ -202,3 +210,25 @@ def test_exactly_one_handler_is_required(hub: LocalTransport,
     with pytest.raises(ConfigError, match="exactly one"):
         PartitionProcessor(transport=hub, entity=HUB, store=store)
     assert threading.active_count() == before
+
+
+def test_store_errors_reach_the_sync_on_error_with_no_context(tmp_path: Path,
+                                                              hub: LocalTransport) -> None:
+    # Given a store whose first two claims fail
+    ids = send(tmp_path, 4)
+    store = FlakyStore(tmp_path / "flaky.db", claim=2)
+    recorder = Recorder()
+    contexts: list[object] = []
+
+    def on_error(ctx: SyncPartitionContext | None, exc: BaseException) -> None:
+        contexts.append(ctx)
+        recorder.on_error(ctx, exc)
+
+    # When it runs
+    with PartitionProcessor(transport=hub, entity=HUB, store=store, on_event=recorder.on_event,
+                            on_error=on_error, settings=SETTINGS, balance=FAST):
+        wait_for_sync(lambda: set(recorder.seen) == set(ids))
+    # Then both failures reached on_error(None, err), and every event was handled after
+    assert contexts == [None, None]
+    assert all("claim failed" in str(e) for e in recorder.errors)
+    anyio.run(store.aclose)
