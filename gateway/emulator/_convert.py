@@ -1,30 +1,45 @@
 """Between AMQP messages on the wire and the local namespace's messages and events.
 
-What the local namespace keeps of a message: the MessageId (properties.message-id,
-as a string), the body (the data sections joined, or an amqp-value of binary or
-string), the partition key (message annotation ``x-opt-partition-key``) and the
-application properties whose values it can hold: strings, integers, floats,
-booleans and null. Other values are converted where that loses nothing a reader
-could rely on (a symbol or char to a string, a UUID to its string, a timestamp to
-its milliseconds) and dropped otherwise (binary, lists, maps, described values).
-Other properties (content type, subject, correlation id, time to live, ...) are not
-kept.
+What ``local://`` readers see of a message (:func:`to_local`): the MessageId
+(properties.message-id, as a string), the body (the data sections joined, or an
+amqp-value of binary or string), the partition key (message annotation
+``x-opt-partition-key``) and the application properties whose values it can hold:
+strings, integers, floats, booleans and null. Other values are converted where that
+loses nothing a reader could rely on (a symbol or char to a string, a UUID to its
+string, a timestamp to its milliseconds) and left out otherwise (binary, lists,
+maps, described values).
+
+A queue message sent by an AMQP client keeps everything else beside it
+(:func:`to_queued`): its header, message annotations, properties, application
+properties and footer, encoded as they came, so that an AMQP receiver gets every
+property and every application property back with its AMQP type. Its scheduled
+enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
+(``header.ttl``) are applied by the queue. Events keep what ``local://`` keeps.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import timezone
 from typing import Any
 
+from gateway.transports._local_store import Queued
 from gateway.transports.base import PartitionEvent, ReceivedMessage
 from replication import Message
 from replication._message import PropertyValue
 
-from ._amqp_message import AmqpMessage, Header, Properties, body_bytes
+from ._amqp_message import (
+    AmqpMessage,
+    Header,
+    Properties,
+    body_bytes,
+    decode_message,
+    encode_message,
+)
 from ._codec import Described, Long, Symbol, Timestamp
 
-__all__ = ["event_message", "lock_tag", "queue_message", "tag_token", "to_local"]
+__all__ = ["event_message", "lock_tag", "queue_message", "tag_token", "to_local", "to_queued"]
 
 _SEQUENCE = Symbol("x-opt-sequence-number")
 _ENQUEUED = Symbol("x-opt-enqueued-time")
@@ -32,6 +47,7 @@ _LOCKED_UNTIL = Symbol("x-opt-locked-until")
 _OFFSET = Symbol("x-opt-offset")
 _PARTITION_KEY = Symbol("x-opt-partition-key")
 _DEAD_LETTER_SOURCE = Symbol("x-opt-deadletter-source")
+SCHEDULED = Symbol("x-opt-scheduled-enqueue-time")
 _UTC = timezone.utc
 
 
@@ -75,6 +91,26 @@ def to_local(msg: AmqpMessage, *, key: str | None = None) -> Message:
     )
 
 
+def to_queued(msg: AmqpMessage) -> Queued:
+    """The queue message for ``msg``: :func:`to_local`, and every other section beside it.
+
+    Raises:
+        TypeError, ValueError: the body is not binary or text, or a section cannot be
+            encoded again.
+    """
+    sections = encode_message(AmqpMessage(
+        header=msg.header, message_annotations=msg.message_annotations,
+        properties=msg.properties, application_properties=msg.application_properties,
+        footer=msg.footer))
+    scheduled = (msg.message_annotations or {}).get(SCHEDULED)
+    ttl = msg.header.ttl if msg.header is not None else None
+    return Queued(
+        message=to_local(msg), sections=sections,
+        scheduled_time=scheduled / 1000 if isinstance(scheduled, int) and not isinstance(
+            scheduled, bool) else None,
+        time_to_live=ttl / 1000 if ttl else None)
+
+
 def _text(mid: object) -> str:
     if isinstance(mid, bytes):
         return mid.hex()
@@ -95,8 +131,13 @@ def _ms(seconds: float) -> Timestamp:
     return Timestamp(round(seconds * 1000))
 
 
-def queue_message(r: ReceivedMessage, *, dead_letter_source: str | None = None) -> AmqpMessage:
-    """The wire form of a message received from a queue (or peeked: no lock)."""
+def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
+                  dead_letter_source: str | None = None) -> AmqpMessage:
+    """The wire form of a message received from a queue (or peeked: no lock).
+
+    ``sections`` are the message's own (see :func:`to_queued`); the broker's
+    annotations and delivery count are written over them.
+    """
     annotations: dict[Any, Any] = {
         _SEQUENCE: Long(r.sequence_number),
         _ENQUEUED: _ms(r.enqueued_time),
@@ -107,14 +148,38 @@ def queue_message(r: ReceivedMessage, *, dead_letter_source: str | None = None) 
         annotations[_PARTITION_KEY] = r.message.partition_key
     if dead_letter_source is not None:
         annotations[_DEAD_LETTER_SOURCE] = dead_letter_source
+    # Service Bus counts deliveries from 1; the AMQP header counts failed ones.
+    failed = max(0, r.delivery_count - 1)
+    if sections is None:
+        return AmqpMessage(
+            header=Header(delivery_count=failed),
+            message_annotations=annotations,
+            properties=Properties(message_id=r.message_id),
+            application_properties=dict(r.message.properties) or None,
+            data=[r.message.body],
+        )
+    sent = decode_message(sections)
+    header = sent.header or Header()
+    header.delivery_count = failed
     return AmqpMessage(
-        # Service Bus counts deliveries from 1; the AMQP header counts failed ones.
-        header=Header(delivery_count=max(0, r.delivery_count - 1)),
-        message_annotations=annotations,
-        properties=Properties(message_id=r.message_id),
-        application_properties=dict(r.message.properties) or None,
+        header=header,
+        message_annotations={**(sent.message_annotations or {}), **annotations},
+        properties=sent.properties,
+        application_properties=_merged(sent.application_properties, r.message.properties),
         data=[r.message.body],
+        footer=sent.footer,
     )
+
+
+def _merged(sent: dict[Any, Any] | None,
+            kept: Mapping[str, PropertyValue]) -> dict[Any, Any] | None:
+    """The application properties as sent, with what the queue added or changed
+    (``DeadLetterReason``, ...) taken from the local message's properties."""
+    out = dict(sent or {})
+    for key, value in kept.items():
+        if key not in out or _value(out[key]) != value:
+            out[key] = value
+    return out or None
 
 
 def event_message(e: PartitionEvent) -> AmqpMessage:
