@@ -37,7 +37,7 @@ from ._amqp_message import (
     decode_message,
     encode_message,
 )
-from ._codec import Described, Long, Symbol, Timestamp
+from ._codec import Described, Int, Long, Symbol, Timestamp
 
 __all__ = ["event_message", "lock_tag", "queue_message", "tag_token", "to_local", "to_queued"]
 
@@ -48,6 +48,9 @@ _OFFSET = Symbol("x-opt-offset")
 _PARTITION_KEY = Symbol("x-opt-partition-key")
 _DEAD_LETTER_SOURCE = Symbol("x-opt-deadletter-source")
 SCHEDULED = Symbol("x-opt-scheduled-enqueue-time")
+_STATE = Symbol("x-opt-message-state")
+#: ``x-opt-message-state`` of a message waiting for its scheduled time (0 is active).
+_STATE_SCHEDULED = Int(2)
 _UTC = timezone.utc
 
 
@@ -132,11 +135,12 @@ def _ms(seconds: float) -> Timestamp:
 
 
 def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
-                  dead_letter_source: str | None = None) -> AmqpMessage:
+                  dead_letter_source: str | None = None, scheduled: bool = False) -> AmqpMessage:
     """The wire form of a message received from a queue (or peeked: no lock).
 
     ``sections`` are the message's own (see :func:`to_queued`); the broker's
-    annotations and delivery count are written over them.
+    annotations and delivery count are written over them. ``scheduled``: a peeked
+    message still waiting for its scheduled time.
     """
     annotations: dict[Any, Any] = {
         _SEQUENCE: Long(r.sequence_number),
@@ -148,6 +152,8 @@ def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
         annotations[_PARTITION_KEY] = r.message.partition_key
     if dead_letter_source is not None:
         annotations[_DEAD_LETTER_SOURCE] = dead_letter_source
+    if scheduled:
+        annotations[_STATE] = _STATE_SCHEDULED
     # Service Bus counts deliveries from 1; the AMQP header counts failed ones.
     failed = max(0, r.delivery_count - 1)
     if sections is None:

@@ -79,8 +79,10 @@ async def _peek(namespace: Namespace, entity: str, args: dict[str, Any]) -> Repl
                                  max_messages=count)
     if not peeked:
         return Reply(properties=status(204, "No messages"))
-    messages = [{"message": encode_message(queue_message(r, sections=sections))}
-                for r, sections in peeked]
+    now = time.time()
+    # A scheduled message is enqueued at its scheduled time: until then it is "scheduled".
+    messages = [{"message": encode_message(queue_message(
+        r, sections=sections, scheduled=r.enqueued_time > now))} for r, sections in peeked]
     return Reply(properties=status(200, "OK"), value={"messages": messages})
 
 

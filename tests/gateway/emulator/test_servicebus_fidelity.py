@@ -15,7 +15,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
+from azure.servicebus import (
+    ServiceBusMessage,
+    ServiceBusMessageState,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from azure.servicebus.exceptions import (
     MessageNotFoundError,
@@ -185,6 +190,7 @@ async def test_scheduled_messages_wait_for_their_time_and_can_be_cancelled(
             # and a peek shows the scheduled ones, with their time
             peeked = await r.peek_messages(max_message_count=10, sequence_number=1)
             assert {m.message_id for m in peeked} == {"s", "a"}
+            assert {m.state for m in peeked} == {ServiceBusMessageState.SCHEDULED}
             await asyncio.sleep(max(0.0, (soon - datetime.datetime.now(UTC)).total_seconds()))
             due: list[object] = []
             while len(due) < 2:
