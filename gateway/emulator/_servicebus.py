@@ -23,9 +23,9 @@ from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import GatewayError, Message
 
-from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, encode_message, split_batch
+from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
 from ._codec import DecodeError, Symbol
-from ._convert import lock_tag, queue_message, to_queued
+from ._convert import lock_tag, queue_payload, to_queued
 from ._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from ._performatives import Accepted, DeliveryState, Error, Modified, Rejected, Released
 from ._servicebus_management import LOCK_LOST, NOT_DEFERRED, manage_queue
@@ -83,7 +83,9 @@ class QueueWriter(Terminus):
 
     def convert(self, delivery: Delivery) -> Sequence[Message | Queued]:
         """The local messages of a delivery."""
-        return [to_queued(m) for m in decode_delivery(delivery)]
+        if delivery.message_format == BATCH_FORMAT:
+            return [to_queued(chunk) for chunk in decode_message(delivery.payload).data or ()]
+        return [to_queued(delivery.payload)]
 
     def _stored(self, link: IncomingLink, delivery: Delivery, error: GatewayError | None) -> None:
         ns = self.namespace
@@ -173,8 +175,7 @@ class QueueReader(Terminus):
                 assert r.lock_token is not None
                 unsent.append((r.lock_token, "release", "", ""))
                 continue
-            payload = encode_message(queue_message(r, sections=sections,
-                                                   dead_letter_source=self._dlq_source))
+            payload = queue_payload(r, sections=sections, dead_letter_source=self._dlq_source)
             # A 16-byte tag either way: the SDK reads any tag as a UUID.
             tag = lock_tag(r.lock_token) if r.lock_token else r.sequence_number.to_bytes(16, "big")
             link.send(tag, payload, settled=not peek, token=r.lock_token)

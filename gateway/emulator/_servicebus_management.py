@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._amqp_message import AmqpMessage, decode_message, encode_message
+from ._amqp_message import AmqpMessage
 from ._codec import Array, DecodeError, Long, Timestamp
-from ._convert import queue_message, tag_token, to_queued
+from ._convert import queue_payload, tag_token, to_queued
 from ._management import Reply, app_property, status
 
 if TYPE_CHECKING:
@@ -81,8 +81,8 @@ async def _peek(namespace: Namespace, entity: str, args: dict[str, Any]) -> Repl
         return Reply(properties=status(204, "No messages"))
     now = time.time()
     # A scheduled message is enqueued at its scheduled time: until then it is "scheduled".
-    messages = [{"message": encode_message(queue_message(
-        r, sections=sections, scheduled=r.enqueued_time > now))} for r, sections in peeked]
+    messages = [{"message": queue_payload(r, sections=sections, scheduled=r.enqueued_time > now)}
+                for r, sections in peeked]
     return Reply(properties=status(200, "OK"), value={"messages": messages})
 
 
@@ -114,7 +114,7 @@ async def _schedule(namespace: Namespace, entity: str, args: dict[str, Any],
                 413, f"the message is {len(encoded)} bytes, over the {max_message_size}-byte "
                 f"limit of {entity!r}", "amqp:link:message-size-exceeded"))
         try:
-            queued.append(to_queued(decode_message(encoded)))
+            queued.append(to_queued(encoded))
         except (DecodeError, TypeError, ValueError) as exc:
             return Reply(properties=status(400, f"bad message: {exc}", "amqp:decode-error"))
     seqs = await namespace.run(namespace.store.schedule, entity, queued, time.time())
