@@ -1,4 +1,5 @@
-"""Queues of the local namespace: insert, claim what is due, expire, schedule, cancel.
+"""Queues of the local namespace: insert, claim what is due, expire, settle, dead-letter,
+schedule and cancel.
 
 Pure SQL over a connection that :class:`~._local_db.Database` has put in a
 transaction. A queue message is a row of ``messages``; besides the gateway's
@@ -26,14 +27,21 @@ from replication import Message
 from .base import ReceivedMessage
 
 __all__ = [
+    "DEAD_LETTER_SUFFIX",
     "EXPIRED_REASON",
+    "MAX_DELIVERY_REASON",
     "Queued",
     "available",
     "cancel_scheduled",
+    "dead_letter",
     "insert",
     "received",
+    "settle",
 ]
 
+DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
+
+MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 EXPIRED_REASON = "TTLExpiredException"
 EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
 
@@ -132,3 +140,51 @@ def cancel_scheduled(conn: sqlite3.Connection, entity: str, sequence_numbers: Se
     if not missing:
         conn.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq in wanted])
     return missing
+
+
+def dead_letter(conn: sqlite3.Connection, entity: str, rows: Sequence[tuple[int, str | None]],
+                reason: str, description: str) -> None:
+    """Move rows (sequence number, properties) of ``entity`` to its dead-letter sub-queue,
+    adding ``DeadLetterReason`` and ``DeadLetterErrorDescription`` to their properties."""
+    updates: list[tuple[Any, ...]] = []
+    for seq, props in rows:
+        merged = json.loads(props) if props else {}
+        merged.update(DeadLetterReason=reason, DeadLetterErrorDescription=description)
+        updates.append((entity + DEAD_LETTER_SUFFIX, json.dumps(merged), seq))
+    conn.executemany(
+        "UPDATE messages SET entity = ?, properties = ?, lock_token = NULL, "
+        "locked_until = NULL, expires_at = NULL WHERE seq = ?",
+        updates,
+    )
+
+
+def settle(conn: sqlite3.Connection, entity: str, lock_token: str, action: str, now: float, *,
+           max_delivery_count: int, reason: str = "", description: str = "") -> bool:
+    """Settle the delivery holding ``lock_token``; False when that lock is lost.
+
+    ``action`` is ``complete``, ``abandon``, ``dead_letter`` (in a dead-letter
+    sub-queue: an abandon) or ``release`` (an abandon that does not count as a
+    delivery: the message never reached an application). The abandon that uses up
+    the last delivery dead-letters the message, as Service Bus does.
+    """
+    row = conn.execute(
+        "SELECT seq, properties, delivery_count FROM messages "
+        "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
+        (lock_token, entity, now),
+    ).fetchone()
+    if row is None:
+        return False
+    seq, props, count = row
+    in_dlq = entity.endswith(DEAD_LETTER_SUFFIX)
+    if action == "complete":
+        conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
+    elif action == "dead_letter" and not in_dlq:
+        dead_letter(conn, entity, [(seq, props)], reason, description)
+    elif action == "abandon" and not in_dlq and count >= max_delivery_count:
+        dead_letter(conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
+                    f"Message could not be consumed after {count} delivery attempts.")
+    else:
+        uncount = 1 if action == "release" and count > 0 else 0
+        conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
+                     "delivery_count = delivery_count - ? WHERE seq = ?", (uncount, seq))
+    return True

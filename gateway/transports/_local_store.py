@@ -26,8 +26,8 @@ from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
 __all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Queued", "Store"]
 
-DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
-MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
+DEAD_LETTER_SUFFIX = queues.DEAD_LETTER_SUFFIX
+MAX_DELIVERY_REASON = queues.MAX_DELIVERY_REASON
 _ENTITY_COLUMNS = ("name, kind, partitions, lock_duration, max_delivery_count, "
                    "max_message_size, dead_lettering_on_message_expiration")
 
@@ -318,7 +318,7 @@ class Store:
                         lock_token=queues.new_lock_token() if peek else None,
                         delivery_count=count + 1,
                         locked_until=now + q.lock_duration if peek else None))
-            self._dead_letter_rows(
+            queues.dead_letter(
                 conn, entity, exhausted, MAX_DELIVERY_REASON,
                 f"Message could not be consumed after {q.max_delivery_count} delivery attempts.",
             )
@@ -340,24 +340,10 @@ class Store:
     def _expire(self, conn: sqlite3.Connection, q: _Entity, entity: str,
                 rows: list[tuple[int, str | None]]) -> None:
         if q.dead_lettering_on_message_expiration:
-            self._dead_letter_rows(conn, entity, rows, queues.EXPIRED_REASON,
+            queues.dead_letter(conn, entity, rows, queues.EXPIRED_REASON,
                                    queues.EXPIRED_DESCRIPTION)
         else:
             conn.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq, _ in rows])
-
-    def _dead_letter_rows(self, conn: sqlite3.Connection, entity: str,
-                          rows: list[tuple[int, str | None]], reason: str,
-                          description: str) -> None:
-        updates: list[tuple[Any, ...]] = []
-        for seq, props in rows:
-            merged = json.loads(props) if props else {}
-            merged.update(DeadLetterReason=reason, DeadLetterErrorDescription=description)
-            updates.append((entity + DEAD_LETTER_SUFFIX, json.dumps(merged), seq))
-        conn.executemany(
-            "UPDATE messages SET entity = ?, properties = ?, lock_token = NULL, "
-            "locked_until = NULL, expires_at = NULL WHERE seq = ?",
-            updates,
-        )
 
     def settle(self, received: ReceivedMessage, action: str, now: float, *,
                reason: str = "", description: str = "") -> None:
@@ -378,30 +364,14 @@ class Store:
 
         def txn(conn: sqlite3.Connection) -> None:
             q = self._queue_of(conn, entity)
-            row = conn.execute(
-                "SELECT seq, properties, delivery_count FROM messages "
-                "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
-                (received.lock_token, entity, now),
-            ).fetchone()
-            if row is None:
+            assert received.lock_token is not None
+            if not queues.settle(conn, entity, received.lock_token, action, now,
+                                 max_delivery_count=q.max_delivery_count, reason=reason,
+                                 description=description):
                 raise MessageRejected(
                     f"lock lost on message {received.message_id} of {entity!r}: it expired or "
                     "the message was settled; it will be delivered again, do not retry"
                 )
-            seq, props, count = row
-            if action == "complete":
-                conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
-            elif action == "dead_letter":
-                self._dead_letter_rows(conn, entity, [(seq, props)], reason, description)
-            elif not entity.endswith(DEAD_LETTER_SUFFIX) and count >= q.max_delivery_count:
-                # Service Bus dead-letters on the abandon that uses up the last delivery.
-                self._dead_letter_rows(
-                    conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
-                    f"Message could not be consumed after {count} delivery attempts.",
-                )
-            else:
-                conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL "
-                             "WHERE seq = ?", (seq,))
         self.db.write(txn)
 
     # -- partitioned entities ---------------------------------------------------
@@ -478,34 +448,11 @@ class Store:
         """
         def txn(conn: sqlite3.Connection) -> list[bool]:
             q = self._queue_of(conn, entity)
-            return [self._settle_token(conn, q, entity, *s, now) for s in settlements]
+            return [queues.settle(conn, entity, token, action, now,
+                                  max_delivery_count=q.max_delivery_count, reason=reason,
+                                  description=description)
+                    for token, action, reason, description in settlements]
         return self.db.write(txn)
-
-    def _settle_token(self, conn: sqlite3.Connection, q: _Entity, entity: str, lock_token: str,
-                      action: str, reason: str, description: str, now: float) -> bool:
-        row = conn.execute(
-            "SELECT seq, properties, delivery_count FROM messages "
-            "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
-            (lock_token, entity, now),
-        ).fetchone()
-        if row is None:
-            return False
-        seq, props, count = row
-        in_dlq = entity.endswith(DEAD_LETTER_SUFFIX)
-        if action == "complete":
-            conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
-        elif action == "dead_letter" and not in_dlq:  # in the DLQ it is an abandon
-            self._dead_letter_rows(conn, entity, [(seq, props)], reason, description)
-        elif action == "abandon" and not in_dlq and count >= q.max_delivery_count:
-            self._dead_letter_rows(
-                conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
-                f"Message could not be consumed after {count} delivery attempts.",
-            )
-        else:
-            uncount = 1 if action == "release" and count > 0 else 0
-            conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
-                         "delivery_count = delivery_count - ? WHERE seq = ?", (uncount, seq))
-        return True
 
     def renew_locks(self, entity: str, lock_tokens: Sequence[str],
                     now: float) -> list[float | None]:
