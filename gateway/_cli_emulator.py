@@ -13,7 +13,13 @@ import click
 
 from gateway.cli import data_dir_option, fail
 from gateway.emulator import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator, EventHubSpec, QueueSpec
-from gateway.emulator._config import EmulatorConfig, load_config, parse_event_hub, parse_namespace
+from gateway.emulator._config import (
+    SERVICE_BUS_MAX_MESSAGE_SIZE,
+    EmulatorConfig,
+    load_config,
+    parse_event_hub,
+    parse_namespace,
+)
 from replication import ConfigError
 
 _DEFAULT_NAMESPACES = {"primary": 5672, "secondary": 5673}
@@ -61,10 +67,14 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
 @click.option("--key", envvar="GEOGATEWAY_EMULATOR_KEY", show_envvar=True, default=None,
               help="Shared access key [default: the well-known development key]; "
                    "printed as ***.")
+@click.option("--max-message-size", type=int, default=None, metavar="BYTES",
+              help="The largest Service Bus message accepted [default: 262144, the standard "
+                   "tier's 256 KiB]; a queue's own smaller limit applies too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
 def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
              event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
-             host: str | None, key_name: str | None, key: str | None, as_json: bool) -> None:
+             host: str | None, key_name: str | None, key: str | None,
+             max_message_size: int | None, as_json: bool) -> None:
     """Serve Service Bus queues and event hubs of the local namespaces to the Azure SDKs.
 
     Prints one ready line per namespace with its connection string, then serves
@@ -80,6 +90,8 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
             key_name=key_name or config.key_name or DEFAULT_KEY_NAME,
             key=key or DEFAULT_KEY,
             host=host or config.host or "127.0.0.1",
+            max_message_size=_first(max_message_size, config.max_message_size,
+                                    SERVICE_BUS_MAX_MESSAGE_SIZE),
         )
     except ConfigError as exc:
         fail(str(exc), code=2)
@@ -87,6 +99,10 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
                               as_json=as_json))
     if code:
         raise SystemExit(code)
+
+
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)
 
 
 async def _serve(emu: Emulator, *, secret: bool, as_json: bool) -> int:

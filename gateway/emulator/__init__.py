@@ -12,18 +12,20 @@ or from the command line: ``geogateway emulator --namespace primary=5672 --queue
 Emulated: SASL (ANONYMOUS, MSSBCBS, PLAIN), ``$cbs`` put-token checked against the
 key, queue send (batches too), peek-lock and receive-and-delete receive, complete /
 abandon / dead-letter on the link or by lock token over ``$management``, lock
-renewal and expiry, peek, the dead-letter sub-queue; event hub properties, sends by
-partition id or key, reads from every kind of starting position, owner levels; the
-local namespace's control file (down/up, latency, lost replies). Not emulated
-(refused or ignored, never faked): topics and subscriptions, sessions, deferral,
-scheduled messages, time to live, transactions; of a message the namespace keeps the
-MessageId, body, partition key and scalar application properties (``_convert``).
+renewal and expiry, peek, the dead-letter sub-queue, scheduled messages and their
+cancellation, time to live (dropped or dead-lettered on expiry), a 256 KiB message
+limit (configurable); every property, annotation and application property of a queue
+message comes back as sent (``_convert``); event hub properties, sends by partition
+id or key, reads from every kind of starting position, owner levels; the local
+namespace's control file (down/up, latency, lost replies). Not emulated (refused
+with ``amqp:not-implemented``, never faked): topics and subscriptions, session
+receivers, deferral, transactions.
 
 The wire layer lives in private modules: ``_codec`` (the type system), ``_frames``
 (framing), ``_performatives`` (performatives and composite types) and
 ``_amqp_message`` (the message format); the server in ``_server``, ``_namespace``,
 ``_connection``, ``_session``, ``_links``, ``_router``, ``_management``,
-``_servicebus`` and ``_eventhubs``.
+``_servicebus``, ``_servicebus_management`` and ``_eventhubs``.
 """
 
 from __future__ import annotations

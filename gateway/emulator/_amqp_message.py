@@ -23,6 +23,7 @@ from ._codec import (
     UByte,
     UInt,
     ULong,
+    decode,
     decode_all,
     encode_into,
 )
@@ -35,8 +36,10 @@ __all__ = [
     "Properties",
     "body_bytes",
     "decode_message",
+    "decode_spans",
     "encode_message",
     "split_batch",
+    "split_sections",
 ]
 
 #: The transfer message-format of a batch: each data section is one encoded message.
@@ -317,6 +320,53 @@ def decode_message(payload: Buffer) -> AmqpMessage:
             raise DecodeError(f"a message holds sections, not {section!r}")
         _apply(msg, _section_code(section.descriptor), section.value)
     return msg
+
+
+def decode_spans(payload: bytes) -> tuple[AmqpMessage, list[tuple[int, int, int]]]:
+    """As :func:`decode_message`, with where each section is: (code, start, end).
+
+    Raises:
+        DecodeError: the payload is malformed or holds something other than sections.
+    """
+    msg, spans = AmqpMessage(), []
+    p, end = 0, len(payload)
+    while p < end:
+        section, q = decode(payload, p)
+        if not isinstance(section, Described):
+            raise DecodeError(f"a message holds sections, not {section!r}")
+        code = _section_code(section.descriptor)
+        _apply(msg, code, section.value)
+        spans.append((code, p, q))
+        p = q
+    return msg, spans
+
+
+def split_sections(blob: bytes) -> list[tuple[int, bytes]] | None:
+    """The sections of ``blob`` as (code, encoded section), found without decoding them.
+
+    Only sections written as ``encode_message`` and the Azure SDKs write them (a
+    small-ulong descriptor, then a list or a map) are recognised; for anything else
+    the answer is None, and the caller decodes instead.
+    """
+    out: list[tuple[int, bytes]] = []
+    p, n = 0, len(blob)
+    while p < n:
+        if p + 4 > n or blob[p] != 0x00 or blob[p + 1] != 0x53:
+            return None
+        constructor = blob[p + 3]
+        if constructor == 0x45:  # list0
+            q = p + 4
+        elif constructor in (0xC0, 0xC1) and p + 5 <= n:
+            q = p + 5 + blob[p + 4]
+        elif constructor in (0xD0, 0xD1) and p + 8 <= n:
+            q = p + 8 + int.from_bytes(blob[p + 4:p + 8], "big")
+        else:
+            return None
+        if q > n:
+            return None
+        out.append((blob[p + 2], blob[p:q]))
+        p = q
+    return out
 
 
 def split_batch(msg: AmqpMessage) -> list[AmqpMessage]:

@@ -4,6 +4,7 @@ A config file looks like::
 
     host = "127.0.0.1"            # optional
     key_name = "RootManageSharedAccessKey"   # optional; the key itself never goes here
+    max_message_size = 262144     # bytes, every Service Bus message; optional (256 KiB)
 
     [namespaces]
     primary = 5672
@@ -13,7 +14,8 @@ A config file looks like::
     name = "orders"
     lock_duration = 30.0          # seconds; optional
     max_delivery_count = 10       # optional
-    max_message_size = 1048576    # bytes; optional
+    max_message_size = 1048576    # bytes; optional (the namespace's limit caps it)
+    dead_lettering_on_message_expiration = false   # optional
 
     [[event_hub]]
     name = "telemetry"
@@ -36,18 +38,28 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["EmulatorConfig", "EventHubSpec", "QueueSpec", "load_config", "parse_event_hub",
-           "parse_namespace"]
+__all__ = ["SERVICE_BUS_MAX_MESSAGE_SIZE", "EmulatorConfig", "EventHubSpec", "QueueSpec",
+           "load_config", "parse_event_hub", "parse_namespace", "parse_size"]
+
+#: The largest Service Bus message by default: the standard tier's 256 KiB.
+SERVICE_BUS_MAX_MESSAGE_SIZE = 256 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
 class QueueSpec:
-    """A Service Bus queue to declare (the local namespace's queue settings)."""
+    """A Service Bus queue to declare (the local namespace's queue settings).
+
+    The emulator accepts messages up to the smaller of ``max_message_size`` and its
+    namespace's limit (:data:`SERVICE_BUS_MAX_MESSAGE_SIZE` unless configured).
+    ``dead_lettering_on_message_expiration``: a message whose time to live is over
+    moves to the dead-letter sub-queue instead of being dropped.
+    """
 
     name: str
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     max_message_size: int = 1 << 20
+    dead_lettering_on_message_expiration: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +80,20 @@ class EmulatorConfig:
     event_hubs: tuple[EventHubSpec, ...] = ()
     host: str | None = None
     key_name: str | None = None
+    max_message_size: int | None = None
+
+
+def parse_size(value: object, where: str = "max_message_size") -> int:
+    """A message size limit in bytes (1 KiB to 100 MiB, Service Bus premium's largest).
+
+    Raises:
+        ConfigError: not an integer in that range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            1024 <= value <= 100 << 20):
+        raise ConfigError(f"{where} must be a number of bytes from 1024 to {100 << 20}, "
+                          f"got {value!r} (Service Bus standard: {SERVICE_BUS_MAX_MESSAGE_SIZE})")
+    return value
 
 
 def parse_namespace(spec: str) -> tuple[str, int]:
@@ -105,10 +131,11 @@ def _spec(cls: type[Any], raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     if not isinstance(raw.get("name"), str) or not raw["name"]:
         raise ConfigError(f"{where}: 'name' (a non-empty string) is required")
+    kinds = {"float": float, "int": int, "bool": bool}
     for key, value in raw.items():
-        kind = float if known[key].type == "float" else int if known[key].type == "int" else str
+        kind = kinds.get(str(known[key].type), str)
         ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
-        if not ok or isinstance(value, bool):
+        if not ok or (isinstance(value, bool) and kind is not bool):
             raise ConfigError(f"{where}: {key} must be a {kind.__name__}, got {value!r}")
     return cls(**raw)
 
@@ -128,7 +155,8 @@ def load_config(path: str | Path) -> EmulatorConfig:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    unknown = set(data) - {"namespaces", "queue", "event_hub", "host", "key_name"}
+    unknown = set(data) - {"namespaces", "queue", "event_hub", "host", "key_name",
+                           "max_message_size"}
     if unknown:
         raise ConfigError(f"config file {path}: unknown keys {sorted(unknown)}")
     namespaces = data.get("namespaces", {})
@@ -146,6 +174,8 @@ def load_config(path: str | Path) -> EmulatorConfig:
                          for h in _list(data, "event_hub")),
         host=data.get("host"),
         key_name=data.get("key_name"),
+        max_message_size=(parse_size(data["max_message_size"], f"config file {path}: "
+                                     "max_message_size") if "max_message_size" in data else None),
     )
 
 

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from gateway.transports._local_control import ControlFile, ControlState
-from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Store
+from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued, Store
 from gateway.transports.local import namespace_files
 from replication import ConfigError, GatewayError, Message
 
-from ._config import EventHubSpec, QueueSpec
+from ._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from ._connection import Connection
 from ._router import Router
 
@@ -54,8 +54,11 @@ class Namespace:
 
     def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
                  key_name: str, key: str, queues: Sequence[QueueSpec],
-                 event_hubs: Sequence[EventHubSpec]) -> None:
+                 event_hubs: Sequence[EventHubSpec],
+                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE) -> None:
         self.name = name
+        #: The largest Service Bus message accepted (a queue's own limit may be smaller).
+        self.max_message_size = max_message_size
         self.host = host
         self.port = port
         self.key_name = key_name
@@ -75,7 +78,7 @@ class Namespace:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._changed: dict[str, asyncio.Event] = {}
         self._file_stamp: tuple[int, ...] = ()
-        self._pending: list[tuple[str, str | None, list[Message],
+        self._pending: list[tuple[str, str | None, Sequence[Message | Queued],
                                   Callable[[GatewayError | None], None]]] = []
         self._flushing = False
 
@@ -98,9 +101,10 @@ class Namespace:
 
     def _create_entities(self) -> None:
         for q in self._queues:
-            self.store.create(Store.queue(q.name, lock_duration=q.lock_duration,
-                                          max_delivery_count=q.max_delivery_count,
-                                          max_message_size=q.max_message_size))
+            self.store.create(Store.queue(
+                q.name, lock_duration=q.lock_duration, max_delivery_count=q.max_delivery_count,
+                max_message_size=q.max_message_size,
+                dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration))
         for h in self._event_hubs:
             self.store.create(Store.partitioned(h.name, partitions=h.partitions,
                                                 max_message_size=h.max_message_size))
@@ -239,7 +243,8 @@ class Namespace:
 
     # -- sends, committed together --------------------------------------------------
 
-    def append(self, entity: str, partition_id: str | None, messages: list[Message],
+    def append(self, entity: str, partition_id: str | None,
+               messages: Sequence[Message | Queued],
                done: Callable[[GatewayError | None], None]) -> None:
         """Store messages in ``entity`` (one partition of it when ``partition_id`` is set).
 

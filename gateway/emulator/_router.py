@@ -93,14 +93,17 @@ class Router:
             if dead:
                 link.refuse("amqp:not-allowed", "send to the queue, not to its dead-letter queue")
             elif entity.kind is EntityKind.QUEUE:
-                link.accept(QueueWriter(self.namespace, entity.name, entity.max_message_size),
-                            max_message_size=entity.max_message_size)
+                limit = self._queue_limit(entity.max_message_size)
+                link.accept(QueueWriter(self.namespace, entity.name, limit),
+                            max_message_size=limit)
             else:
                 await self._hub_writer(link, entity.name, None)
         elif isinstance(link, OutgoingLink) and entity.kind is EntityKind.QUEUE:
             filters = link.source.filter if link.source is not None else None
             if _SESSION_FILTER in {str(k) for k in filters or {}}:
-                link.refuse("amqp:not-implemented", "sessions are not emulated")
+                link.refuse("amqp:not-implemented", "session receivers are not emulated by the "
+                            "geogateway emulator: use a plain receiver (a message's session "
+                            "id is kept as its property)")
                 return
             full = entity.name + (DEAD_LETTER_SUFFIX if dead else "")
             link.accept(QueueReader(self.namespace, full, link),
@@ -108,6 +111,10 @@ class Router:
         else:
             link.refuse("amqp:not-allowed", f"{entity.name!r} is an event hub: receive from "
                         f"'{entity.name}/ConsumerGroups/$Default/Partitions/<id>'")
+
+    def _queue_limit(self, entity_limit: int) -> int:
+        # A Service Bus namespace caps every queue (256 KiB on the standard tier).
+        return min(entity_limit, self.namespace.max_message_size)
 
     def _not_found(self, link: Link, path: str) -> None:
         link.refuse("amqp:not-found", f"The messaging entity '{self.namespace.name}:{path}' "
@@ -134,9 +141,10 @@ class Router:
                 return
             name = entity.name + (DEAD_LETTER_SUFFIX if dead else "")
             ns = self.namespace
+            limit = self._queue_limit(entity.max_message_size)
 
             async def queue_op(_: IncomingLink, request: AmqpMessage) -> Reply:
-                return await manage_queue(ns, name, request)
+                return await manage_queue(ns, name, request, max_message_size=limit)
 
             self._node(link, queue_op)
             return

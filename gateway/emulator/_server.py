@@ -13,7 +13,7 @@ from typing import Any
 from replication import ConfigError
 
 from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
-from ._config import EventHubSpec, QueueSpec
+from ._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec, parse_size
 from ._namespace import Namespace
 
 __all__ = ["Emulator", "EmulatorThread"]
@@ -46,9 +46,13 @@ class Emulator:
         key_name: the shared access policy clients sign their tokens with.
         key: its key (default: the well-known development key, :data:`DEFAULT_KEY`).
         host: the address to listen on.
+        max_message_size: the largest Service Bus message each namespace accepts, in
+            bytes (256 KiB, the standard tier's, by default); a queue's own smaller
+            limit applies too. Event hubs keep their own limit.
 
     Raises:
-        ConfigError: no namespace, a bad name or port, or two namespaces on one port.
+        ConfigError: no namespace, a bad name or port, two namespaces on one port, or
+            a max_message_size outside 1 KiB to 100 MiB.
     """
 
     def __init__(self, namespaces: Mapping[str, int], *,
@@ -56,7 +60,8 @@ class Emulator:
                  queues: Iterable[str | QueueSpec] = (),
                  event_hubs: Mapping[str, int] | Iterable[EventHubSpec] = (),
                  key_name: str = DEFAULT_KEY_NAME, key: str = DEFAULT_KEY,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1",
+                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE) -> None:
         if not namespaces:
             raise ConfigError("an emulator serves at least one namespace")
         fixed = [p for p in namespaces.values() if p]
@@ -64,6 +69,7 @@ class Emulator:
             raise ConfigError(f"two namespaces on one port: {dict(namespaces)}")
         if not key or not key_name:
             raise ConfigError("the key and the key name must not be empty")
+        limit = parse_size(max_message_size)
         directory = None if data_dir is None else os.fspath(data_dir)
         qs, hs = _queues(queues), _hubs(event_hubs)
         self.host = host
@@ -71,7 +77,7 @@ class Emulator:
         self._key = key
         self._namespaces = {
             name: Namespace(name, port, host=host, data_dir=directory, key_name=key_name,
-                            key=key, queues=qs, event_hubs=hs)
+                            key=key, queues=qs, event_hubs=hs, max_message_size=limit)
             for name, port in namespaces.items()
         }
         self._started = False

@@ -1,5 +1,8 @@
-"""Service Bus queues over the local namespace: send, receive, settle, and management.
+"""Service Bus queues over the local namespace: send, receive and settle on links.
 
+A message is refused when it is larger than the link's max-message-size (the
+smaller of the queue's and the namespace's limit: 256 KiB by default, as on a
+standard tier namespace), with ``amqp:link:message-size-exceeded`` as on Azure.
 Receiving in peek-lock mode, the delivery tag is the lock token (as the SDKs read
 it: a little-endian UUID), and the message carries ``x-opt-locked-until``. A
 settlement the client waits for (it sends it unsettled) is answered with the
@@ -13,19 +16,19 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from gateway.transports._local_store import DEAD_LETTER_SUFFIX
+from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import GatewayError, Message
 
-from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, encode_message, split_batch
-from ._codec import Array, DecodeError, Symbol, Timestamp
-from ._convert import lock_tag, queue_message, tag_token, to_local
+from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
+from ._codec import DecodeError, Symbol
+from ._convert import lock_tag, queue_payload, to_queued
 from ._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
-from ._management import Reply, app_property, status
 from ._performatives import Accepted, DeliveryState, Error, Modified, Rejected, Released
+from ._servicebus_management import LOCK_LOST, NOT_DEFERRED, manage_queue
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
@@ -34,7 +37,6 @@ __all__ = ["LOCK_LOST", "QueueReader", "QueueWriter", "decode_delivery", "manage
            "rejected"]
 
 _LOG = logging.getLogger("gateway.emulator")
-LOCK_LOST = "com.microsoft:message-lock-lost"
 #: How long a receiver with credit and no messages waits before looking again.
 _IDLE_POLL = 0.25
 _MAX_CLAIM = 64
@@ -79,9 +81,11 @@ class QueueWriter(Terminus):
         self.namespace.append(self.entity, self.partition_id, messages,
                               functools.partial(self._stored, link, delivery))
 
-    def convert(self, delivery: Delivery) -> list[Message]:
+    def convert(self, delivery: Delivery) -> Sequence[Message | Queued]:
         """The local messages of a delivery."""
-        return [to_local(m) for m in decode_delivery(delivery)]
+        if delivery.message_format == BATCH_FORMAT:
+            return [to_queued(chunk) for chunk in decode_message(delivery.payload).data or ()]
+        return [to_queued(delivery.payload)]
 
     def _stored(self, link: IncomingLink, delivery: Delivery, error: GatewayError | None) -> None:
         ns = self.namespace
@@ -145,7 +149,7 @@ class QueueReader(Terminus):
                 continue
             changed = ns.changed(self.entity)
             try:
-                received = await ns.run(ns.store.receive, self.entity,
+                received = await ns.run(ns.store.receive_sections, self.entity,
                                         max_messages=min(link.credit, _MAX_CLAIM),
                                         mode=self.mode, now=time.time())
             except GatewayError as exc:
@@ -160,17 +164,18 @@ class QueueReader(Terminus):
             self._send(link, received)
             await conn.drain()
 
-    def _send(self, link: OutgoingLink, received: list[ReceivedMessage]) -> None:
+    def _send(self, link: OutgoingLink,
+              received: list[tuple[ReceivedMessage, bytes | None]]) -> None:
         peek = self.mode is ReceiveMode.PEEK_LOCK
         unsent: list[tuple[str, str, str, str]] = []
-        for r in received:
+        for r, sections in received:
             # Messages taken in receive-and-delete mode are gone from the queue: send
             # them even if the credit shrank meanwhile, rather than lose them.
             if peek and not link.can_send():
                 assert r.lock_token is not None
                 unsent.append((r.lock_token, "release", "", ""))
                 continue
-            payload = encode_message(queue_message(r, dead_letter_source=self._dlq_source))
+            payload = queue_payload(r, sections=sections, dead_letter_source=self._dlq_source)
             # A 16-byte tag either way: the SDK reads any tag as a UUID.
             tag = lock_tag(r.lock_token) if r.lock_token else r.sequence_number.to_bytes(16, "big")
             link.send(tag, payload, settled=not peek, token=r.lock_token)
@@ -198,7 +203,7 @@ class QueueReader(Terminus):
         if isinstance(state, Modified) and state.undeliverable_here:
             action = None  # defer: messages deferred by sequence number are not emulated
         if action is None:
-            refusal = rejected("amqp:not-implemented", "deferring messages is not emulated")
+            refusal = rejected("amqp:not-implemented", NOT_DEFERRED)
             return [(delivery_id, refusal) for delivery_id, _ in deliveries]
         if isinstance(state, Rejected) and isinstance(state.error, Error):
             info = {str(k): v for k, v in (state.error.info or {}).items()}
@@ -232,54 +237,3 @@ async def _first(waits: list[Any], timeout: float | None) -> None:
     finally:
         for t in tasks:
             t.cancel()
-
-
-# -- the $management node of a queue --------------------------------------------------
-
-_DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "suspended": "dead_letter"}
-
-
-async def manage_queue(namespace: Namespace, entity: str, request: AmqpMessage) -> Reply:
-    """One Service Bus management operation on ``entity`` (a queue or its DLQ)."""
-    operation = app_property(request, "operation")
-    body = request.value if isinstance(request.value, dict) else {}
-    args = {str(k): v for k, v in body.items()}
-    if operation == "com.microsoft:renew-lock":
-        tokens = [tag_token(t) for t in _items(args.get("lock-tokens"))]
-        until = await namespace.run(namespace.store.renew_locks, entity, tokens, time.time())
-        if any(u is None for u in until):
-            return Reply(properties=status(410, "the lock on the message was lost", LOCK_LOST))
-        stamps = tuple(Timestamp(round(u * 1000)) for u in until if u is not None)
-        return Reply(properties=status(200, "OK"),
-                     value={"expirations": Array(stamps, "timestamp")})
-    if operation == "com.microsoft:peek-message":
-        start = int(args.get("from-sequence-number") or 0)
-        count = max(1, int(args.get("message-count") or 1))
-        peeked = await namespace.run(namespace.store.peek, entity, from_sequence=start,
-                                     max_messages=count)
-        if not peeked:
-            return Reply(properties=status(204, "No messages"))
-        messages = [{"message": encode_message(queue_message(r))} for r in peeked]
-        return Reply(properties=status(200, "OK"), value={"messages": messages})
-    if operation == "com.microsoft:update-disposition":
-        action = _DISPOSITIONS.get(str(args.get("disposition-status")))
-        if action is None:
-            return Reply(properties=status(501, "deferring messages is not emulated",
-                                           "amqp:not-implemented"))
-        items = [(tag_token(t), action, str(args.get("deadletter-reason") or ""),
-                  str(args.get("deadletter-description") or ""))
-                 for t in _items(args.get("lock-tokens"))]
-        results = await namespace.run(namespace.store.settle_tokens, entity, items, time.time())
-        namespace.wrote([entity])
-        if not all(results):
-            return Reply(properties=status(410, "the lock on the message was lost", LOCK_LOST))
-        return Reply(properties=status(200, "OK"), value={})
-    return Reply(properties=status(501, f"operation {operation!r} is not emulated",
-                                   "amqp:not-implemented"))
-
-
-def _items(value: object) -> list[Any]:
-    if isinstance(value, Array):
-        return list(value.items)
-    return list(value) if isinstance(value, list) else []
-

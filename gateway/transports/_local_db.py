@@ -35,14 +35,16 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
         name TEXT PRIMARY KEY, kind TEXT NOT NULL, partitions INTEGER NOT NULL,
         lock_duration REAL NOT NULL, max_delivery_count INTEGER NOT NULL,
-        max_message_size INTEGER NOT NULL)""",
+        max_message_size INTEGER NOT NULL,
+        dead_lettering_on_message_expiration INTEGER NOT NULL DEFAULT 0)""",
     # One table for every queue and dead-letter sub-queue: dead-lettering is an
     # UPDATE of ``entity``, and ``seq`` (never reused) is the sequence number.
     """CREATE TABLE IF NOT EXISTS messages (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL,
         message_id TEXT NOT NULL, body BLOB NOT NULL, partition_key TEXT,
         properties TEXT, enqueued_time REAL NOT NULL,
-        delivery_count INTEGER NOT NULL DEFAULT 0, lock_token TEXT, locked_until REAL)""",
+        delivery_count INTEGER NOT NULL DEFAULT 0, lock_token TEXT, locked_until REAL,
+        sections BLOB, visible_at REAL, expires_at REAL)""",
     "CREATE INDEX IF NOT EXISTS messages_by_entity ON messages (entity, seq)",
     "CREATE UNIQUE INDEX IF NOT EXISTS messages_by_lock ON messages (lock_token)",
     """CREATE TABLE IF NOT EXISTS partitions (
@@ -57,6 +59,18 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS readers (
         entity TEXT NOT NULL, consumer_group TEXT NOT NULL, partition INTEGER NOT NULL,
         owner_level INTEGER NOT NULL, PRIMARY KEY (entity, consumer_group, partition))""",
+)
+
+# Columns added after schema 1 shipped: a file without them gets them when it is
+# opened (ALTER TABLE ... ADD COLUMN keeps every row; the defaults mean "as before").
+# ``sections`` holds the AMQP sections of a message sent through the emulator (all but
+# the body), ``visible_at`` a scheduled enqueue time, ``expires_at`` the end of its
+# time to live.
+_ADDED_COLUMNS = (
+    ("entities", "dead_lettering_on_message_expiration", "INTEGER NOT NULL DEFAULT 0"),
+    ("messages", "sections", "BLOB"),
+    ("messages", "visible_at", "REAL"),
+    ("messages", "expires_at", "REAL"),
 )
 
 # sqlite3 exposes the primary result code only from Python 3.11 on; the messages
@@ -146,6 +160,8 @@ class Database:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             if version != SCHEMA_VERSION:
                 transaction(conn, self._create_schema)
+            if _missing_columns(conn):
+                transaction(conn, _add_columns)
         except BaseException:
             conn.close()
             raise
@@ -181,3 +197,17 @@ class Database:
             f"namespace file {self.path} failed: {exc}; check the disk and the file",
             namespace=self.namespace,
         )
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    found: dict[str, set[str]] = {}
+    for table, *_ in _ADDED_COLUMNS:
+        if table not in found:
+            found[table] = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    return [c for c in _ADDED_COLUMNS if c[1] not in found[c[0]]]
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    # Looked at again inside the write transaction: another process may have just added them.
+    for table, column, declaration in _missing_columns(conn):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")

@@ -12,7 +12,6 @@ import enum
 import itertools
 import json
 import sqlite3
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,24 +19,17 @@ from typing import Any
 from replication import ConfigError, GatewayError, Message, MessageRejected
 
 from . import _local_events as events
+from . import _local_queues as queues
 from ._local_db import Database
+from ._local_queues import Queued
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
-__all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Store"]
+__all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Queued", "Store"]
 
-DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
-MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
-
-_INSERT = (
-    "INSERT INTO messages (entity, message_id, body, partition_key, properties, "
-    "enqueued_time) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_AVAILABLE = (
-    "SELECT seq, message_id, body, partition_key, properties, enqueued_time, delivery_count "
-    "FROM messages WHERE entity = ? AND (locked_until IS NULL OR locked_until <= ?) "
-    "ORDER BY seq LIMIT ?"
-)
-
+DEAD_LETTER_SUFFIX = queues.DEAD_LETTER_SUFFIX
+MAX_DELIVERY_REASON = queues.MAX_DELIVERY_REASON
+_ENTITY_COLUMNS = ("name, kind, partitions, lock_duration, max_delivery_count, "
+                   "max_message_size, dead_lettering_on_message_expiration")
 
 class EntityKind(str, enum.Enum):
     """What an entity of a local namespace is."""
@@ -54,6 +46,8 @@ class EntityInfo:
     (locked ones too) or events in a partitioned entity; ``dead_letter_count``
     counts a queue's dead-letter sub-queue. ``lock_duration`` and
     ``max_delivery_count`` are 0 for a partitioned entity.
+    ``dead_lettering_on_message_expiration``: a queue moves messages whose time to
+    live is over to its dead-letter sub-queue (otherwise they are dropped).
     """
 
     name: str
@@ -64,6 +58,7 @@ class EntityInfo:
     lock_duration: float
     max_delivery_count: int
     max_message_size: int
+    dead_lettering_on_message_expiration: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +69,7 @@ class _Entity:
     lock_duration: float
     max_delivery_count: int
     max_message_size: int
+    dead_lettering_on_message_expiration: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +84,10 @@ class PartitionState:
 
 def _props(message: Message) -> str | None:
     return json.dumps(dict(message.properties)) if message.properties else None
+
+
+def _message(item: Message | Queued) -> Message:
+    return item.message if isinstance(item, Queued) else item
 
 
 class Store:
@@ -131,13 +131,16 @@ class Store:
 
     @staticmethod
     def queue(name: str, *, lock_duration: float, max_delivery_count: int,
-              max_message_size: int) -> _Entity:
+              max_message_size: int, dead_lettering_on_message_expiration: bool = False
+              ) -> _Entity:
         if not lock_duration > 0 or max_delivery_count < 1 or max_message_size < 1:
             raise ConfigError("queue settings: lock_duration > 0, max_delivery_count >= 1 "
                               "and max_message_size >= 1 are required")
         return _Entity(name=name, kind=EntityKind.QUEUE, partitions=0,
                        lock_duration=float(lock_duration),
-                       max_delivery_count=max_delivery_count, max_message_size=max_message_size)
+                       max_delivery_count=max_delivery_count, max_message_size=max_message_size,
+                       dead_lettering_on_message_expiration=bool(
+                           dead_lettering_on_message_expiration))
 
     @staticmethod
     def partitioned(name: str, *, partitions: int, max_message_size: int) -> _Entity:
@@ -150,9 +153,11 @@ class Store:
 
     def _insert_entity(self, conn: sqlite3.Connection, e: _Entity) -> _Entity:
         cur = conn.execute(
-            "INSERT OR IGNORE INTO entities VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO entities (name, kind, partitions, lock_duration, "
+            "max_delivery_count, max_message_size, dead_lettering_on_message_expiration) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (e.name, e.kind.value, e.partitions, e.lock_duration, e.max_delivery_count,
-             e.max_message_size),
+             e.max_message_size, int(e.dead_lettering_on_message_expiration)),
         )
         if cur.rowcount and e.kind is EntityKind.PARTITIONED:
             conn.executemany(
@@ -167,12 +172,14 @@ class Store:
         cached = self._entities.get(name)
         if cached is not None:
             return cached
-        row = conn.execute("SELECT * FROM entities WHERE name = ?", (name,)).fetchone()
+        row = conn.execute(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = ?",
+                           (name,)).fetchone()
         if row is None:
             return None
         entity = _Entity(name=row[0], kind=EntityKind(row[1]), partitions=row[2],
                          lock_duration=row[3], max_delivery_count=row[4],
-                         max_message_size=row[5])
+                         max_message_size=row[5],
+                         dead_lettering_on_message_expiration=bool(row[6]))
         self._entities[name] = entity
         return entity
 
@@ -203,19 +210,21 @@ class Store:
         def txn(conn: sqlite3.Connection) -> list[EntityInfo]:
             counts = dict(conn.execute("SELECT entity, COUNT(*) FROM messages GROUP BY entity"))
             counts.update(conn.execute("SELECT entity, COUNT(*) FROM events GROUP BY entity"))
-            rows = conn.execute("SELECT * FROM entities ORDER BY name").fetchall()
+            rows = conn.execute(
+                f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name").fetchall()
             return [
                 EntityInfo(name=name, kind=EntityKind(kind), partitions=partitions,
                            active_count=counts.get(name, 0),
                            dead_letter_count=counts.get(name + DEAD_LETTER_SUFFIX, 0),
-                           lock_duration=lock, max_delivery_count=mdc, max_message_size=size)
-                for name, kind, partitions, lock, mdc, size in rows
+                           lock_duration=lock, max_delivery_count=mdc, max_message_size=size,
+                           dead_lettering_on_message_expiration=bool(dle))
+                for name, kind, partitions, lock, mdc, size, dle in rows
             ]
         return self.db.read(txn)
 
     # -- send -------------------------------------------------------------------
 
-    def send(self, entity: str, messages: Sequence[Message], now: float) -> None:
+    def send(self, entity: str, messages: Sequence[Message | Queued], now: float) -> None:
         """Append ``messages`` to a queue or a partitioned entity, all or none."""
         if entity.endswith(DEAD_LETTER_SUFFIX):
             raise MessageRejected(f"cannot send to the dead-letter sub-queue {entity!r}: "
@@ -223,9 +232,10 @@ class Store:
 
         self.db.write(lambda conn: self._send(conn, entity, messages, now))
 
-    def _send(self, conn: sqlite3.Connection, entity: str, messages: Sequence[Message],
-              now: float) -> None:
+    def _send(self, conn: sqlite3.Connection, entity: str, items: Sequence[Message | Queued],
+              now: float) -> list[int]:
         e = self._entity(conn, entity, create=True)
+        messages = [_message(item) for item in items]
         for m in messages:
             if m.size > e.max_message_size:
                 raise MessageRejected(
@@ -233,21 +243,49 @@ class Store:
                     f"{e.max_message_size}-byte limit of {entity!r}: make it smaller"
                 )
         if e.kind is EntityKind.QUEUE:
-            conn.executemany(_INSERT, [
-                (entity, m.message_id, m.body, m.partition_key, _props(m), now)
-                for m in messages
-            ])
-        else:
-            events.append(conn, entity, e.partitions, messages, now,
-                          self._round_robin.__next__)
+            return queues.insert(conn, entity, items, now)
+        events.append(conn, entity, e.partitions, messages, now, self._round_robin.__next__)
+        return []
+
+    def schedule(self, entity: str, messages: Sequence[Queued], now: float) -> list[int]:
+        """Append ``messages`` to a queue (held back until their scheduled time).
+
+        Returns:
+            Their sequence numbers, which :meth:`cancel_scheduled` takes.
+
+        Raises:
+            MessageRejected: no such queue, a partitioned entity, or a message too large.
+        """
+        def txn(conn: sqlite3.Connection) -> list[int]:
+            self._queue_of(conn, entity)
+            return self._send(conn, entity, messages, now)
+        return self.db.write(txn)
+
+    def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int],
+                         now: float) -> list[int]:
+        """Remove scheduled messages that are not enqueued yet.
+
+        Returns:
+            The sequence numbers that name no such message (nothing is removed then).
+        """
+        def txn(conn: sqlite3.Connection) -> list[int]:
+            self._queue_of(conn, entity)
+            return queues.cancel_scheduled(conn, entity, sequence_numbers, now)
+        return self.db.write(txn)
 
     # -- queues -----------------------------------------------------------------
 
     def receive(self, entity: str, *, max_messages: int, mode: ReceiveMode,
                 now: float) -> list[ReceivedMessage]:
         """Claim up to ``max_messages`` available messages; [] when there are none."""
+        return [r for r, _ in self.receive_sections(entity, max_messages=max_messages,
+                                                    mode=mode, now=now)]
+
+    def receive_sections(self, entity: str, *, max_messages: int, mode: ReceiveMode,
+                         now: float) -> list[tuple[ReceivedMessage, bytes | None]]:
+        """As :meth:`receive`, with each message's AMQP sections (None: sent by local://)."""
         def has_any(conn: sqlite3.Connection) -> bool:
-            return conn.execute(_AVAILABLE, (entity, now, 1)).fetchone() is not None
+            return bool(queues.available(conn, entity, now, 1))
 
         # Look before taking the write lock: an idle receiver polling an empty
         # queue then never competes with senders for it.
@@ -256,59 +294,56 @@ class Store:
         return self.db.write(lambda conn: self._claim(conn, entity, max_messages, mode, now))
 
     def _claim(self, conn: sqlite3.Connection, entity: str, max_messages: int,
-               mode: ReceiveMode, now: float) -> list[ReceivedMessage]:
+               mode: ReceiveMode, now: float) -> list[tuple[ReceivedMessage, bytes | None]]:
         q = self._queue_of(conn, entity)
         counts_deliveries = not entity.endswith(DEAD_LETTER_SUFFIX)
         peek = mode is ReceiveMode.PEEK_LOCK
-        out: list[ReceivedMessage] = []
+        out: list[tuple[ReceivedMessage, bytes | None]] = []
         while len(out) < max_messages:
-            rows = conn.execute(_AVAILABLE, (entity, now, max_messages - len(out))).fetchall()
+            rows = queues.available(conn, entity, now, max_messages - len(out))
             if not rows:
                 break
+            exhausted: list[tuple[int, str | None]] = []
             expired: list[tuple[int, str | None]] = []
-            batch: list[ReceivedMessage] = []
-            for seq, mid, body, key, props, enqueued, count in rows:
-                if counts_deliveries and count >= q.max_delivery_count:
+            batch: list[tuple[ReceivedMessage, bytes | None]] = []
+            for row in rows:
+                seq, props, count = row[0], row[4], row[6]
+                if counts_deliveries and queues.expired(row, now):
                     expired.append((seq, props))
-                    continue
-                batch.append(ReceivedMessage(
-                    message=Message(body=body, message_id=mid, partition_key=key,
-                                    properties=json.loads(props) if props else {}),
-                    namespace=self.namespace, entity=entity,
-                    lock_token=uuid.uuid4().hex if peek else None, sequence_number=seq,
-                    delivery_count=count + 1, enqueued_time=enqueued,
-                    locked_until=now + q.lock_duration if peek else None,
-                ))
-            self._dead_letter_rows(
-                conn, entity, expired, MAX_DELIVERY_REASON,
+                elif counts_deliveries and count >= q.max_delivery_count:
+                    exhausted.append((seq, props))
+                else:
+                    batch.append(queues.received(
+                        row, namespace=self.namespace, entity=entity,
+                        lock_token=queues.new_lock_token() if peek else None,
+                        delivery_count=count + 1,
+                        locked_until=now + q.lock_duration if peek else None))
+            queues.dead_letter(
+                conn, entity, exhausted, MAX_DELIVERY_REASON,
                 f"Message could not be consumed after {q.max_delivery_count} delivery attempts.",
             )
+            self._expire(conn, q, entity, expired)
+            received = [r for r, _ in batch]
             if peek:
                 conn.executemany(
                     "UPDATE messages SET delivery_count = ?, lock_token = ?, locked_until = ? "
                     "WHERE seq = ?",
                     [(r.delivery_count, r.lock_token, r.locked_until, r.sequence_number)
-                     for r in batch],
+                     for r in received],
                 )
             else:
                 conn.executemany("DELETE FROM messages WHERE seq = ?",
-                                 [(r.sequence_number,) for r in batch])
+                                 [(r.sequence_number,) for r in received])
             out.extend(batch)
         return out
 
-    def _dead_letter_rows(self, conn: sqlite3.Connection, entity: str,
-                          rows: list[tuple[int, str | None]], reason: str,
-                          description: str) -> None:
-        updates: list[tuple[Any, ...]] = []
-        for seq, props in rows:
-            merged = json.loads(props) if props else {}
-            merged.update(DeadLetterReason=reason, DeadLetterErrorDescription=description)
-            updates.append((entity + DEAD_LETTER_SUFFIX, json.dumps(merged), seq))
-        conn.executemany(
-            "UPDATE messages SET entity = ?, properties = ?, lock_token = NULL, "
-            "locked_until = NULL WHERE seq = ?",
-            updates,
-        )
+    def _expire(self, conn: sqlite3.Connection, q: _Entity, entity: str,
+                rows: list[tuple[int, str | None]]) -> None:
+        if q.dead_lettering_on_message_expiration:
+            queues.dead_letter(conn, entity, rows, queues.EXPIRED_REASON,
+                                   queues.EXPIRED_DESCRIPTION)
+        else:
+            conn.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq, _ in rows])
 
     def settle(self, received: ReceivedMessage, action: str, now: float, *,
                reason: str = "", description: str = "") -> None:
@@ -329,30 +364,14 @@ class Store:
 
         def txn(conn: sqlite3.Connection) -> None:
             q = self._queue_of(conn, entity)
-            row = conn.execute(
-                "SELECT seq, properties, delivery_count FROM messages "
-                "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
-                (received.lock_token, entity, now),
-            ).fetchone()
-            if row is None:
+            assert received.lock_token is not None
+            if not queues.settle(conn, entity, received.lock_token, action, now,
+                                 max_delivery_count=q.max_delivery_count, reason=reason,
+                                 description=description):
                 raise MessageRejected(
                     f"lock lost on message {received.message_id} of {entity!r}: it expired or "
                     "the message was settled; it will be delivered again, do not retry"
                 )
-            seq, props, count = row
-            if action == "complete":
-                conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
-            elif action == "dead_letter":
-                self._dead_letter_rows(conn, entity, [(seq, props)], reason, description)
-            elif not entity.endswith(DEAD_LETTER_SUFFIX) and count >= q.max_delivery_count:
-                # Service Bus dead-letters on the abandon that uses up the last delivery.
-                self._dead_letter_rows(
-                    conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
-                    f"Message could not be consumed after {count} delivery attempts.",
-                )
-            else:
-                conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL "
-                             "WHERE seq = ?", (seq,))
         self.db.write(txn)
 
     # -- partitioned entities ---------------------------------------------------
@@ -429,34 +448,11 @@ class Store:
         """
         def txn(conn: sqlite3.Connection) -> list[bool]:
             q = self._queue_of(conn, entity)
-            return [self._settle_token(conn, q, entity, *s, now) for s in settlements]
+            return [queues.settle(conn, entity, token, action, now,
+                                  max_delivery_count=q.max_delivery_count, reason=reason,
+                                  description=description)
+                    for token, action, reason, description in settlements]
         return self.db.write(txn)
-
-    def _settle_token(self, conn: sqlite3.Connection, q: _Entity, entity: str, lock_token: str,
-                      action: str, reason: str, description: str, now: float) -> bool:
-        row = conn.execute(
-            "SELECT seq, properties, delivery_count FROM messages "
-            "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
-            (lock_token, entity, now),
-        ).fetchone()
-        if row is None:
-            return False
-        seq, props, count = row
-        in_dlq = entity.endswith(DEAD_LETTER_SUFFIX)
-        if action == "complete":
-            conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
-        elif action == "dead_letter" and not in_dlq:  # in the DLQ it is an abandon
-            self._dead_letter_rows(conn, entity, [(seq, props)], reason, description)
-        elif action == "abandon" and not in_dlq and count >= q.max_delivery_count:
-            self._dead_letter_rows(
-                conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
-                f"Message could not be consumed after {count} delivery attempts.",
-            )
-        else:
-            uncount = 1 if action == "release" and count > 0 else 0
-            conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
-                         "delivery_count = delivery_count - ? WHERE seq = ?", (uncount, seq))
-        return True
 
     def renew_locks(self, entity: str, lock_tokens: Sequence[str],
                     now: float) -> list[float | None]:
@@ -474,24 +470,23 @@ class Store:
 
     def peek(self, entity: str, *, from_sequence: int, max_messages: int) -> list[ReceivedMessage]:
         """Up to ``max_messages`` messages from ``from_sequence`` on, locked or not, unchanged."""
-        def txn(conn: sqlite3.Connection) -> list[ReceivedMessage]:
+        return [r for r, _ in self.peek_sections(entity, from_sequence=from_sequence,
+                                                 max_messages=max_messages)]
+
+    def peek_sections(self, entity: str, *, from_sequence: int,
+                      max_messages: int) -> list[tuple[ReceivedMessage, bytes | None]]:
+        """As :meth:`peek`, with each message's AMQP sections; scheduled messages too."""
+        def txn(conn: sqlite3.Connection) -> list[tuple[ReceivedMessage, bytes | None]]:
             self._queue_of(conn, entity)
             rows = conn.execute(
-                "SELECT seq, message_id, body, partition_key, properties, enqueued_time, "
-                "delivery_count FROM messages WHERE entity = ? AND seq >= ? ORDER BY seq LIMIT ?",
-                (entity, from_sequence, max_messages)).fetchall()
-            return [
-                ReceivedMessage(
-                    message=Message(body=body, message_id=mid, partition_key=key,
-                                    properties=json.loads(props) if props else {}),
-                    namespace=self.namespace, entity=entity, lock_token=None,
-                    sequence_number=seq, delivery_count=count, enqueued_time=enqueued,
-                    locked_until=None)
-                for seq, mid, body, key, props, enqueued, count in rows
-            ]
+                f"SELECT {queues.COLUMNS} FROM messages WHERE entity = ? AND seq >= ? "
+                "ORDER BY seq LIMIT ?", (entity, from_sequence, max_messages)).fetchall()
+            return [queues.received(row, namespace=self.namespace, entity=entity,
+                                    lock_token=None, delivery_count=row[6], locked_until=None)
+                    for row in rows]
         return self.db.read(txn)
 
-    def send_many(self, batches: Sequence[tuple[str, str | None, Sequence[Message]]],
+    def send_many(self, batches: Sequence[tuple[str, str | None, Sequence[Message | Queued]]],
                   now: float) -> list[GatewayError | None]:
         """Append several batches in one transaction, each all or none (a savepoint).
 
@@ -499,14 +494,15 @@ class Store:
         that partition of a partitioned entity. Returns each batch's error or None.
         """
         def one(conn: sqlite3.Connection, entity: str, partition_id: str | None,
-                messages: Sequence[Message]) -> None:
+                messages: Sequence[Message | Queued]) -> None:
             if entity.endswith(DEAD_LETTER_SUFFIX):
                 raise MessageRejected(f"cannot send to the dead-letter sub-queue {entity!r}: "
                                       "send to the queue itself")
             if partition_id is None:
                 self._send(conn, entity, messages, now)
             else:
-                self._send_partition(conn, entity, partition_id, messages, now)
+                self._send_partition(conn, entity, partition_id,
+                                     [_message(m) for m in messages], now)
 
         def txn(conn: sqlite3.Connection) -> list[GatewayError | None]:
             results: list[GatewayError | None] = []

@@ -125,16 +125,23 @@ class LocalNamespace:
         self._store.close()
 
     def create_queue(self, name: str, *, lock_duration: float = 30.0,
-                     max_delivery_count: int = 10, max_message_size: int = 1 << 20) -> None:
+                     max_delivery_count: int = 10, max_message_size: int = 1 << 20,
+                     dead_lettering_on_message_expiration: bool = False) -> None:
         """Create a queue; do nothing when it exists with the same settings.
+
+        A message whose time to live is over (one sent through the emulator with a
+        time to live) is never delivered: with ``dead_lettering_on_message_expiration``
+        it moves to the dead-letter sub-queue (reason ``TTLExpiredException``),
+        otherwise it is dropped, as on Service Bus.
 
         Raises:
             ConfigError: bad settings, or the entity exists with other settings.
             NamespaceUnavailable: the namespace file is corrupt or unreadable.
         """
-        self._store.create(Store.queue(name, lock_duration=lock_duration,
-                                       max_delivery_count=max_delivery_count,
-                                       max_message_size=max_message_size))
+        self._store.create(Store.queue(
+            name, lock_duration=lock_duration, max_delivery_count=max_delivery_count,
+            max_message_size=max_message_size,
+            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration))
 
     def create_partitioned(self, name: str, *, partitions: int = 4,
                            max_message_size: int = 1 << 20) -> None:

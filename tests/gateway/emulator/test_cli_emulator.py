@@ -99,19 +99,31 @@ def test_bad_options_are_one_line_errors(env: dict[str, Path], run: Run,
     bad = env["tmp"] / "bad.toml"
     bad.write_text("[[queue]]\nnom = 'x'\n")
     expect_one_line_error(run("emulator", "--config", str(bad)), 2, "unknown keys")
+    expect_one_line_error(run("emulator", "--max-message-size", "10"), 2,
+                          "max_message_size", "262144")
+    expect_one_line_error(run("emulator", "--max-message-size", "lots"), 2,
+                          "--max-message-size")
+    bad.write_text("max_message_size = 1\n")
+    expect_one_line_error(run("emulator", "--config", str(bad)), 2, "max_message_size")
 
 
 def test_load_config(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('host = "127.0.0.1"\nkey_name = "Policy"\n[namespaces]\nprimary = 0\n'
+    path.write_text('host = "127.0.0.1"\nkey_name = "Policy"\nmax_message_size = 1048576\n'
+                    '[namespaces]\nprimary = 0\n'
                     '[[queue]]\nname = "q"\nmax_delivery_count = 3\n'
+                    'dead_lettering_on_message_expiration = true\n'
                     '[[event_hub]]\nname = "h"\npartitions = 8\n')
     config = load_config(path)
     assert config.namespaces == {"primary": 0}
-    assert (config.host, config.key_name) == ("127.0.0.1", "Policy")
-    assert [(q.name, q.max_delivery_count) for q in config.queues] == [("q", 3)]
+    assert (config.host, config.key_name, config.max_message_size) == (
+        "127.0.0.1", "Policy", 1 << 20)
+    assert [(q.name, q.max_delivery_count, q.dead_lettering_on_message_expiration)
+            for q in config.queues] == [("q", 3, True)]
     assert [(h.name, h.partitions) for h in config.event_hubs] == [("h", 8)]
     for text in ('[[queue]]\nname = 3\n', '[[queue]]\nname = "q"\nlock_duration = "x"\n',
+                 '[[queue]]\nname = "q"\ndead_lettering_on_message_expiration = 1\n',
+                 '[[queue]]\nname = "q"\nmax_delivery_count = true\n',
                  'surprise = 1\n', '[namespaces]\nprimary = "x"\n', 'not toml ['):
         path.write_text(text)
         with pytest.raises(ConfigError):
@@ -129,3 +141,23 @@ def test_parse_specs() -> None:
     for bad in ("x", ":4", "x:0", "x:1025", "x:y"):
         with pytest.raises(ConfigError):
             parse_event_hub(bad)
+
+
+def test_max_message_size_option_sets_the_limit(env: dict[str, Path]) -> None:
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from azure.servicebus.exceptions import MessageSizeExceededError
+
+    proc = start("--json", "-n", "primary=0", "-q", "orders", "--max-message-size", "2048",
+                 cwd=env["tmp"])
+    assert proc.stdout is not None
+    ready = json.loads(proc.stdout.readline())["namespaces"]
+    try:
+        with ServiceBusClient.from_connection_string(
+                ready["primary"]["connection_string"], retry_total=0) as c, c.get_queue_sender(
+                "orders") as sender:
+            sender.send_messages(ServiceBusMessage(b"x" * 1000))
+            with pytest.raises(MessageSizeExceededError):
+                sender.send_messages(ServiceBusMessage(b"x" * 3000))
+    finally:
+        code, _, err = stop(proc)
+    assert code == 0, err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from gateway.transports import (
     LocalTransport,
     ReceiveMode,
 )
+from gateway.transports._local_store import Queued, Store
 from replication import ConfigError, Message, MessageRejected
 from tests.conftest import FakeClock
 
@@ -236,3 +238,121 @@ def test_create_is_idempotent_and_rejects_other_settings(namespace: LocalNamespa
     with pytest.raises(ConfigError):
         namespace.create_queue("x/$DeadLetterQueue")
     assert [e.name for e in namespace.entities()] == ["orders"]
+
+
+# -- what the emulator keeps of AMQP messages: sections, schedule, time to live ----------
+
+
+def _store(tmp_path: Path) -> Store:
+    return Store(str(tmp_path / "primary.db"), namespace="primary", auto_create=True)
+
+
+def test_sections_and_schedule_are_kept_beside_the_message(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    # Given a message with AMQP sections, and one scheduled 10 s ahead
+    now = 1000.0
+    store.send("orders", [Queued(message=Message(b"now", message_id="a"), sections=b"\x00S"),
+                          Queued(message=Message(b"later", message_id="b"),
+                                 scheduled_time=now + 10)], now)
+    # When the queue is received before, then after the scheduled time
+    before = store.receive_sections("orders", max_messages=10, mode=ReceiveMode.PEEK_LOCK,
+                                    now=now + 1)
+    after = store.receive("orders", max_messages=10, mode=ReceiveMode.PEEK_LOCK, now=now + 10)
+    # Then the first comes with its sections, the second only once due, enqueued then
+    assert [(r.message_id, sections) for r, sections in before] == [("a", b"\x00S")]
+    assert [(r.message_id, r.enqueued_time) for r in after] == [("b", now + 10)]
+    # and a peek shows a scheduled message before it is due
+    store.send("orders", [Queued(message=Message(b"x", message_id="c"),
+                                 scheduled_time=now + 100)], now)
+    assert [r.message_id for r in store.peek("orders", from_sequence=0, max_messages=9)] == [
+        "a", "b", "c"]
+    store.close()
+
+
+def test_cancel_scheduled_removes_only_messages_still_waiting(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    now = 1000.0
+    due, waiting = store.schedule("orders", [
+        Queued(message=Message(b"due", message_id="due"), scheduled_time=now + 1),
+        Queued(message=Message(b"waiting", message_id="waiting"), scheduled_time=now + 60)], now)
+    # A cancel naming an enqueued (due) message changes nothing and names it
+    assert store.cancel_scheduled("orders", [due, waiting], now + 2) == [due]
+    assert store.cancel_scheduled("orders", [waiting], now + 2) == []
+    got = store.receive("orders", max_messages=10, mode=ReceiveMode.PEEK_LOCK, now=now + 100)
+    assert [r.message_id for r in got] == ["due"]
+    store.close()
+
+
+@pytest.mark.parametrize("dead_letters", [False, True])
+def test_an_expired_message_is_never_delivered(tmp_path: Path, dead_letters: bool) -> None:
+    # Given a queue (dead-lettering on expiration or not) and a message living 5 s
+    LocalNamespace("primary", data_dir=tmp_path).create_queue(
+        "orders", dead_lettering_on_message_expiration=dead_letters)
+    store = _store(tmp_path)
+    now = 1000.0
+    store.send("orders", [Queued(message=Message(b"old", message_id="old"), time_to_live=5),
+                          Message(b"kept", message_id="kept")], now)
+    # When it is received after its time to live
+    got = store.receive("orders", max_messages=10, mode=ReceiveMode.PEEK_LOCK, now=now + 6)
+    # Then only the other message comes; the expired one is a dead letter or gone
+    assert [r.message_id for r in got] == ["kept"]
+    dead = store.receive(DLQ, max_messages=10, mode=ReceiveMode.PEEK_LOCK, now=now + 600)
+    if dead_letters:
+        [letter] = dead
+        assert letter.message_id == "old"
+        assert letter.message.properties["DeadLetterReason"] == "TTLExpiredException"
+    else:
+        assert dead == []
+    store.close()
+
+
+def test_a_file_from_before_the_new_columns_is_upgraded_in_place(tmp_path: Path) -> None:
+    # Given a namespace file written with the first schema (no sections, no schedule)
+    path = tmp_path / "primary.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_FIRST_SCHEMA)
+    conn.execute("INSERT INTO entities VALUES ('orders', 'queue', 0, 30.0, 10, 1048576)")
+    conn.execute("INSERT INTO messages (entity, message_id, body, properties, enqueued_time) "
+                 "VALUES ('orders', 'old', x'6f6c64', '{\"n\": 1}', 1.0)")
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+    # When the namespace opens it
+    namespace = LocalNamespace("primary", data_dir=tmp_path)
+    [info] = namespace.entities()
+    namespace.create_queue("orders")  # the same settings as before: accepted
+    store = _store(tmp_path)
+    [(old, sections)] = store.receive_sections("orders", max_messages=5,
+                                               mode=ReceiveMode.PEEK_LOCK, now=2.0)
+    # Then its messages and settings are intact
+    assert (old.message_id, old.body, dict(old.message.properties), sections) == (
+        "old", b"old", {"n": 1}, None)
+    assert not info.dead_lettering_on_message_expiration
+    store.close()
+    namespace.close()
+
+
+_FIRST_SCHEMA = """
+CREATE TABLE entities (
+    name TEXT PRIMARY KEY, kind TEXT NOT NULL, partitions INTEGER NOT NULL,
+    lock_duration REAL NOT NULL, max_delivery_count INTEGER NOT NULL,
+    max_message_size INTEGER NOT NULL);
+CREATE TABLE messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL,
+    message_id TEXT NOT NULL, body BLOB NOT NULL, partition_key TEXT,
+    properties TEXT, enqueued_time REAL NOT NULL,
+    delivery_count INTEGER NOT NULL DEFAULT 0, lock_token TEXT, locked_until REAL);
+CREATE INDEX messages_by_entity ON messages (entity, seq);
+CREATE UNIQUE INDEX messages_by_lock ON messages (lock_token);
+CREATE TABLE partitions (
+    entity TEXT NOT NULL, partition INTEGER NOT NULL, next_seq INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL, PRIMARY KEY (entity, partition));
+CREATE TABLE events (
+    entity TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL, message_id TEXT NOT NULL, body BLOB NOT NULL,
+    partition_key TEXT, properties TEXT, enqueued_time REAL NOT NULL,
+    PRIMARY KEY (entity, partition, seq));
+CREATE TABLE readers (
+    entity TEXT NOT NULL, consumer_group TEXT NOT NULL, partition INTEGER NOT NULL,
+    owner_level INTEGER NOT NULL, PRIMARY KEY (entity, consumer_group, partition));
+"""

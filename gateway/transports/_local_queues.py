@@ -1,0 +1,190 @@
+"""Queues of the local namespace: insert, claim what is due, expire, settle, dead-letter,
+schedule and cancel.
+
+Pure SQL over a connection that :class:`~._local_db.Database` has put in a
+transaction. A queue message is a row of ``messages``; besides the gateway's
+:class:`~replication.Message` it may carry what only AMQP clients see (a
+:class:`Queued` message from the emulator): the encoded AMQP sections other than
+the body (``sections``), a scheduled enqueue time (``visible_at``: not delivered
+before it) and the end of its time to live (``expires_at``). A message whose time
+to live is over is never delivered: a receive that meets it moves it to the
+dead-letter sub-queue (reason ``TTLExpiredException``) when the queue dead-letters
+on expiration, and deletes it otherwise, as Service Bus does. Messages in a
+dead-letter sub-queue do not expire.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replication import Message
+
+from .base import ReceivedMessage
+
+__all__ = [
+    "DEAD_LETTER_SUFFIX",
+    "EXPIRED_REASON",
+    "MAX_DELIVERY_REASON",
+    "Queued",
+    "available",
+    "cancel_scheduled",
+    "dead_letter",
+    "insert",
+    "received",
+    "settle",
+]
+
+DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
+
+MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
+EXPIRED_REASON = "TTLExpiredException"
+EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
+
+_INSERT = (
+    "INSERT INTO messages (entity, message_id, body, partition_key, properties, "
+    "enqueued_time, sections, visible_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: The columns :func:`received` reads, in its order.
+COLUMNS = ("seq, message_id, body, partition_key, properties, enqueued_time, delivery_count, "
+           "sections, expires_at")
+_AVAILABLE = (
+    f"SELECT {COLUMNS} FROM messages WHERE entity = ? "
+    "AND (locked_until IS NULL OR locked_until <= ?) AND (visible_at IS NULL OR visible_at <= ?) "
+    "ORDER BY seq LIMIT ?"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Queued:
+    """A queue message with what only AMQP clients see (the emulator sends these).
+
+    ``sections`` is the encoded AMQP message without its body (header, message
+    annotations, properties, application properties, footer); ``scheduled_time``
+    (seconds since the epoch) holds the message back until then; ``time_to_live``
+    (seconds) counts from its enqueue time (the scheduled time, when it has one).
+    """
+
+    message: Message
+    sections: bytes | None = None
+    scheduled_time: float | None = None
+    time_to_live: float | None = None
+
+
+def _props(message: Message) -> str | None:
+    return json.dumps(dict(message.properties)) if message.properties else None
+
+
+def insert(conn: sqlite3.Connection, entity: str, items: Sequence[Message | Queued],
+           now: float) -> list[int]:
+    """Append messages to a queue; their sequence numbers."""
+    seqs: list[int] = []
+    for item in items:
+        q = item if isinstance(item, Queued) else Queued(message=item)
+        m = q.message
+        scheduled = q.scheduled_time if q.scheduled_time is not None and (
+            q.scheduled_time > now) else None
+        enqueued = now if scheduled is None else scheduled
+        expires = None if q.time_to_live is None else enqueued + q.time_to_live
+        cur = conn.execute(_INSERT, (entity, m.message_id, m.body, m.partition_key, _props(m),
+                                     enqueued, q.sections, scheduled, expires))
+        assert cur.lastrowid is not None
+        seqs.append(cur.lastrowid)
+    return seqs
+
+
+def available(conn: sqlite3.Connection, entity: str, now: float, limit: int) -> list[Any]:
+    """Up to ``limit`` rows of ``entity`` that are neither locked nor scheduled for later."""
+    return conn.execute(_AVAILABLE, (entity, now, now, limit)).fetchall()
+
+
+def expired(row: Sequence[Any], now: float) -> bool:
+    """Whether the time to live of a row (of :data:`COLUMNS`) is over."""
+    return row[8] is not None and row[8] <= now
+
+
+def received(row: Sequence[Any], *, namespace: str, entity: str, lock_token: str | None,
+             delivery_count: int, locked_until: float | None) -> tuple[ReceivedMessage,
+                                                                      bytes | None]:
+    """A row (of :data:`COLUMNS`) as a received message, and its AMQP sections."""
+    seq, mid, body, key, props, enqueued, _, sections, _ = row
+    message = Message(body=body, message_id=mid, partition_key=key,
+                      properties=json.loads(props) if props else {})
+    return ReceivedMessage(
+        message=message, namespace=namespace, entity=entity, lock_token=lock_token,
+        sequence_number=seq, delivery_count=delivery_count, enqueued_time=enqueued,
+        locked_until=locked_until), sections
+
+
+def new_lock_token() -> str:
+    return uuid.uuid4().hex
+
+
+def cancel_scheduled(conn: sqlite3.Connection, entity: str, sequence_numbers: Sequence[int],
+                     now: float) -> list[int]:
+    """Delete messages of ``entity`` still waiting for their scheduled time, all or none.
+
+    Returns:
+        The sequence numbers that name no such message (enqueued already, or unknown);
+        when there are any, nothing is deleted.
+    """
+    wanted = sorted(set(sequence_numbers))
+    found = {seq for (seq,) in conn.execute(
+        f"SELECT seq FROM messages WHERE entity = ? AND visible_at > ? AND seq IN "
+        f"({', '.join('?' * len(wanted))})", (entity, now, *wanted))} if wanted else set()
+    missing = [seq for seq in wanted if seq not in found]
+    if not missing:
+        conn.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq in wanted])
+    return missing
+
+
+def dead_letter(conn: sqlite3.Connection, entity: str, rows: Sequence[tuple[int, str | None]],
+                reason: str, description: str) -> None:
+    """Move rows (sequence number, properties) of ``entity`` to its dead-letter sub-queue,
+    adding ``DeadLetterReason`` and ``DeadLetterErrorDescription`` to their properties."""
+    updates: list[tuple[Any, ...]] = []
+    for seq, props in rows:
+        merged = json.loads(props) if props else {}
+        merged.update(DeadLetterReason=reason, DeadLetterErrorDescription=description)
+        updates.append((entity + DEAD_LETTER_SUFFIX, json.dumps(merged), seq))
+    conn.executemany(
+        "UPDATE messages SET entity = ?, properties = ?, lock_token = NULL, "
+        "locked_until = NULL, expires_at = NULL WHERE seq = ?",
+        updates,
+    )
+
+
+def settle(conn: sqlite3.Connection, entity: str, lock_token: str, action: str, now: float, *,
+           max_delivery_count: int, reason: str = "", description: str = "") -> bool:
+    """Settle the delivery holding ``lock_token``; False when that lock is lost.
+
+    ``action`` is ``complete``, ``abandon``, ``dead_letter`` (in a dead-letter
+    sub-queue: an abandon) or ``release`` (an abandon that does not count as a
+    delivery: the message never reached an application). The abandon that uses up
+    the last delivery dead-letters the message, as Service Bus does.
+    """
+    row = conn.execute(
+        "SELECT seq, properties, delivery_count FROM messages "
+        "WHERE lock_token = ? AND entity = ? AND locked_until > ?",
+        (lock_token, entity, now),
+    ).fetchone()
+    if row is None:
+        return False
+    seq, props, count = row
+    in_dlq = entity.endswith(DEAD_LETTER_SUFFIX)
+    if action == "complete":
+        conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
+    elif action == "dead_letter" and not in_dlq:
+        dead_letter(conn, entity, [(seq, props)], reason, description)
+    elif action == "abandon" and not in_dlq and count >= max_delivery_count:
+        dead_letter(conn, entity, [(seq, props)], MAX_DELIVERY_REASON,
+                    f"Message could not be consumed after {count} delivery attempts.")
+    else:
+        uncount = 1 if action == "release" and count > 0 else 0
+        conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
+                     "delivery_count = delivery_count - ? WHERE seq = ?", (uncount, seq))
+    return True
