@@ -119,6 +119,8 @@ class ReplayResult:
         remaining: messages still waiting for the destination when the drain ended.
         stopped_by: the error that stopped the drain early (a ``TransportError``,
             or a ``DurableQueueError`` when the lease was lost), else ``None``.
+            An error reading the queue itself (``QueueCorrupt``) is raised, not
+            stored here.
         seconds: how long the drain took.
     """
 

@@ -133,7 +133,8 @@ class Replayer:
     def _keep_lease(self) -> bool:
         # Renew once a third of the lease has passed: cheap (one small write per
         # lease_seconds/3) and leaves two thirds of slack for a slow send.
-        assert self._renewed_at is not None
+        if self._renewed_at is None:
+            return False
         if self._clock() - self._renewed_at < self.lease_seconds / 3:
             return True
         return self.acquire()
@@ -149,9 +150,12 @@ class Replayer:
         Raises:
             DurableQueueError: the lease is not held (or was lost to another replayer).
         """
-        if self._renewed_at is None or not self._keep_lease():
-            raise DurableQueueError(f"replayer {self.owner} lost its lease on {self.destination!r}")
+        if not self._keep_lease():
+            raise self._lost_lease()
         return self.queue.get_batch(self.destination, limit or self.batch_size)
+
+    def _lost_lease(self) -> DurableQueueError:
+        return DurableQueueError(f"replayer {self.owner} lost its lease on {self.destination!r}")
 
     def _flow(self, progress: Callable[[int], None] | None, max_messages: int | None) -> _Flow:
         tally = _Tally()
@@ -161,11 +165,12 @@ class Replayer:
                 limit = min(limit, max_messages - tally.replayed - tally.dead_lettered)
                 if limit <= 0:
                     break
-            try:
-                batch = self.next_batch(limit)
-            except DurableQueueError as exc:
-                tally.stopped_by = exc
+            if not self._keep_lease():
+                tally.stopped_by = self._lost_lease()
                 break
+            # A damaged file (QueueCorrupt) or any other queue error propagates:
+            # a drain that cannot read its queue must not look like a pause.
+            batch = self.queue.get_batch(self.destination, limit)
             if not batch:
                 break
             outcome = yield [item.message for item in batch]
@@ -243,9 +248,11 @@ class Replayer:
             max_messages: stop after this many messages.
 
         Raises:
-            DurableQueueError: another replayer holds the lease.
-            Exception: any error from ``send`` other than the two above, after the
-                batch was put back at the head.
+            DurableQueueError: another replayer holds the lease, or the queue
+                cannot be read or written (``QueueCorrupt`` for a damaged file,
+                after the messages before the damage were sent and acknowledged).
+            Exception: any error from ``send`` other than ``MessageRejected`` and
+                ``TransportError``, after the batch was put back at the head.
 
         Returns:
             What was done; ``stopped_by`` is set when a ``TransportError`` (or a
