@@ -34,7 +34,15 @@ from gateway._factory import NamespaceLike, check_entity, default_state_dir, ope
 from gateway._hooks import GatewayHooks, emit
 from gateway._roles_store import RoleStore
 from gateway.transports.base import Transport
-from replication import GatewayError, Message, MessageRejected, NamespaceUnavailable, TransportError
+from replication import (
+    DurableQueueError,
+    GatewayError,
+    Message,
+    MessageRejected,
+    NamespaceUnavailable,
+    QueueCorrupt,
+    TransportError,
+)
 from replication._policy import Mode, ReplicationPolicy
 from replication._roles import RoleState
 from replication._routing import (
@@ -150,6 +158,12 @@ class AsyncGeoSender:
         self._down: dict[str, float] = {}
         self._backlog: set[str] = self._existing_backlog()
         self._gates: dict[str, asyncio.Lock] = {}
+        # One recovery round at a time (the background task and replay() calls):
+        # two rounds would drain the same destination at once and send it twice.
+        self._recovering: asyncio.Lock | None = None
+        # Destinations whose replay hit a damaged queue file: sends that would be
+        # buffered behind them raise this error instead.
+        self._broken: dict[str, QueueCorrupt] = {}
         self._owner = f"sender-{uuid.uuid4().hex[:12]}"
         self._recovery = recovery
         # A plain asyncio task, not a task group: start() and aclose() may run in
@@ -241,13 +255,21 @@ class AsyncGeoSender:
     async def replay(self, *, progress: Callable[[str, int], None] | None = None) -> int:
         """Probe down namespaces and replay what can be replayed now; return the count.
 
+        A replay running in the background is waited for first, so no message is
+        sent twice by this process.
+
         Args:
             progress: called as ``progress(destination, replayed_so_far)`` after each
                 batch, for long replays.
+
+        Raises:
+            QueueCorrupt: the durable queue file is damaged; the messages before
+                the damage were sent. ``on_replay_failed`` is called too.
+            DurableQueueError: the durable queue could not be read or written.
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
-        return await self._recover_once(progress)
+        return await self._recover_once(progress, raise_errors=True)
 
     async def aclose(self) -> None:
         """Stop the recovery task, then close what this sender opened."""
@@ -399,6 +421,11 @@ class AsyncGeoSender:
                 "configured to hold it",
                 namespace=ANY_NAMESPACE,
             ) from cause
+        broken = self._broken.get(dest)
+        if broken is not None:
+            # Buffering behind a backlog that can never drain would lose the message
+            # in all but name: the caller must know now.
+            raise QueueCorrupt(f"not buffered: {broken}") from broken
         queue = self._queue
         async with self._gate(dest):
             if while_backlog and dest not in self._backlog:
@@ -464,23 +491,46 @@ class AsyncGeoSender:
             await self._sleep(self.policy.probe_interval)
 
     async def _recover_once(
-        self, progress: Callable[[str, int], None] | None = None
+        self, progress: Callable[[str, int], None] | None = None, *, raise_errors: bool = False
     ) -> int:
+        if self._recovering is None:
+            self._recovering = asyncio.Lock()
+        async with self._recovering:
+            await self._probe_down()
+            replayed = 0
+            ready = replayable(sorted(self._backlog), namespaces=self._transports,
+                               down=self._down)
+            for dest in ready:
+                if dest in self._broken and not raise_errors:
+                    continue  # reported once; only an explicit replay() tries again
+                try:
+                    replayed += await self._replay(dest, progress)
+                except DurableQueueError as exc:
+                    self._replay_failed(dest, exc)
+                    if raise_errors:
+                        raise
+            if should_fail_back(failback=self.policy.failback, roles=self._roles,
+                                down=self._down):
+                self._set_roles(self._roles.fail_back(self._clock()))
+            return replayed
+
+    async def _probe_down(self) -> None:
         for ns in list(self._down):
             try:
                 await self._transports[ns].probe()
             except TransportError:
                 continue
-            del self._down[ns]
+            if self._down.pop(ns, None) is None:
+                continue  # marked up meanwhile
             logger.warning("namespace %s is back", ns)
             emit(self._hooks, "on_namespace_up", namespace=ns)
             self._prepare_soon(ns)
-        replayed = 0
-        for dest in replayable(sorted(self._backlog), namespaces=self._transports, down=self._down):
-            replayed += await self._replay(dest, progress)
-        if should_fail_back(failback=self.policy.failback, roles=self._roles, down=self._down):
-            self._set_roles(self._roles.fail_back(self._clock()))
-        return replayed
+
+    def _replay_failed(self, dest: str, error: DurableQueueError) -> None:
+        if isinstance(error, QueueCorrupt):
+            self._broken[dest] = error
+        logger.error("replay of %s stopped: %s", dest, error)
+        emit(self._hooks, "on_replay_failed", destination=dest, error=error)
 
     async def _replay(
         self, dest: str, progress: Callable[[str, int], None] | None = None

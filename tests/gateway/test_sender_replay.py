@@ -1,0 +1,107 @@
+"""AsyncGeoSender's replay: one replayer per destination, and a queue file that
+breaks while replaying is reported, never waited on."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from durable_queue import DurableQueue
+from gateway.aio import AsyncGeoSender
+from gateway.transports import FaultyTransport
+from replication import Message, QueueCorrupt
+from tests.durable_queue._damage import damaged_queue
+from tests.gateway.conftest import Namespaces, Recorder, SenderFactory, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+class ReplayFailures(Recorder):
+    def on_replay_failed(self, **kw: object) -> None:
+        self.events.append(("on_replay_failed", dict(kw)))
+
+
+async def test_replay_while_background_recovery_runs_sends_each_message_once(
+    make_sender: SenderFactory, ns: Namespaces, primary: FaultyTransport,
+    secondary: FaultyTransport, tmp_path: Path,
+) -> None:
+    # Given 2,000 messages buffered while both namespaces were down
+    with DurableQueue(tmp_path / "buffer.db") as queue:
+        sender = make_sender(durable_queue=queue, recovery=True)
+        primary.go_down()
+        secondary.go_down()
+        for start in range(0, 2_000, 100):
+            await sender.send_batch([Message(b"x", message_id=f"m{i}")
+                                     for i in range(start, start + 100)])
+        assert queue.count() == 2_000
+        # When both come back (slowly: each send takes 2 ms) and the background
+        # recovery is draining while the application calls replay() itself
+        primary.latency = secondary.latency = 0.002
+        primary.come_up()
+        secondary.come_up()
+        await sender.start()
+        await wait_for(lambda: queue.count() < 1_900)
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(sender.replay)
+        await wait_for(lambda: not sender.backlog)
+        # Then every id was delivered exactly once, in order
+        delivered = await ns.drain_ids("primary") + await ns.drain_ids("secondary")
+        counts = Counter(delivered)
+        assert len(delivered) == 2_000, f"{len(delivered)} deliveries for 2,000 ids"
+        assert set(counts.values()) == {1}
+        assert delivered == [f"m{i}" for i in range(2_000)]
+
+
+async def test_replay_of_a_damaged_queue_raises_to_the_caller_and_the_hook(
+    make_sender: SenderFactory, ns: Namespaces, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a queue file whose middle page is damaged, holding 300 messages
+    path = tmp_path / "buffer.db"
+    damaged_queue(path, "*/orders")
+    hooks = ReplayFailures()
+    with DurableQueue(path) as queue:
+        sender = make_sender(durable_queue=queue, hooks=hooks)
+        # When the application replays
+        with pytest.raises(QueueCorrupt) as caught, caplog.at_level(logging.ERROR):
+            await sender.replay()
+        # Then QueueCorrupt reaches it, the hook and the log, naming the file
+        assert str(path) in str(caught.value)
+        failed = hooks.named("on_replay_failed")
+        assert [f["destination"] for f in failed] == ["*/orders"]
+        assert failed[0]["error"] is caught.value
+        assert any(str(path) in r.getMessage() for r in caplog.records)
+        # And the messages before the damage were delivered
+        assert 0 < len(await ns.drain_ids("primary")) <= 150
+        # And a new send does not quietly join the backlog that cannot drain
+        with pytest.raises(QueueCorrupt):
+            await sender.send(Message(b"late", message_id="late"))
+
+
+async def test_background_replay_of_a_damaged_queue_is_reported_and_sends_raise(
+    ns: Namespaces, data_dir: Path, state_dir: Path, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a sender with background recovery over a damaged queue file
+    path = tmp_path / "buffer.db"
+    damaged_queue(path, "*/orders")
+    hooks = ReplayFailures()
+    with caplog.at_level(logging.ERROR):
+        async with AsyncGeoSender(
+            primary="local://primary", secondary="local://secondary", entity="orders",
+            data_dir=data_dir, state_dir=state_dir, durable_queue=path, hooks=hooks,
+        ) as sender:
+            # When the background replay reaches the damaged page
+            await wait_for(lambda: bool(hooks.named("on_replay_failed")))
+            # Then sends raise QueueCorrupt instead of being buffered behind it
+            with pytest.raises(QueueCorrupt):
+                await sender.send(Message(b"late", message_id="late"))
+    # And the log names the file (once, not once per recovery round)
+    lines = [r for r in caplog.records if str(path) in r.getMessage()]
+    assert len(lines) == 1
+    assert isinstance(hooks.named("on_replay_failed")[0]["error"], QueueCorrupt)
