@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -120,16 +121,33 @@ def list_(queue_path: Path | None, config_path: Path | None, destination: str | 
 
 @queue.command()
 @queue_path_option
-@click.option("--output", "-o", type=click.File("w"), default="-",
-              help="Write JSON lines here (default stdout).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),
+              default="-", help="Write JSON lines here (default stdout); created 0600.")
 @click.option("--destination", help="Only this destination.")
 @click.option("--dead-letters", is_flag=True, help="Include dead-lettered messages.")
-def export(queue_path: Path | None, config_path: Path | None, output: Any,
+def export(queue_path: Path | None, config_path: Path | None, output: str,
            destination: str | None, dead_letters: bool) -> None:
     """Write messages as JSON lines (bodies as UTF-8 text or base64)."""
-    with _opened(queue_path, config_path) as q:
-        count = q.export(output, destination, include_dead_letters=dead_letters)
+    with _opened(queue_path, config_path) as q, _private_output(output) as fp:
+        count = q.export(fp, destination, include_dead_letters=dead_letters)
     click.echo(f"exported {count} messages", err=True)
+
+
+@contextlib.contextmanager
+def _private_output(output: str) -> Iterator[TextIO]:
+    """stdout for ``-``, else ``output`` truncated and readable by its owner only:
+    it holds message bodies, as the queue file does."""
+    if output == "-":
+        yield sys.stdout
+        return
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    with open(fd, "w", encoding="utf-8") as fp:
+        yield fp
 
 
 @queue.command()

@@ -506,7 +506,7 @@ class AsyncGeoSender:
                 try:
                     replayed += await self._replay(dest, progress)
                 except DurableQueueError as exc:
-                    self._replay_failed(dest, exc)
+                    self._replay_failed(dest, exc, raised=raise_errors)
                     if raise_errors:
                         raise
             if should_fail_back(failback=self.policy.failback, roles=self._roles,
@@ -526,10 +526,13 @@ class AsyncGeoSender:
             emit(self._hooks, "on_namespace_up", namespace=ns)
             self._prepare_soon(ns)
 
-    def _replay_failed(self, dest: str, error: DurableQueueError) -> None:
+    def _replay_failed(self, dest: str, error: DurableQueueError, *, raised: bool) -> None:
         if isinstance(error, QueueCorrupt):
             self._broken[dest] = error
-        logger.error("replay of %s stopped: %s", dest, error)
+        # In the background nobody else hears of it: an error line. A replay() call
+        # raises it to its caller as well, so the log line is a warning there.
+        level = logging.WARNING if raised else logging.ERROR
+        logger.log(level, "replay of %s stopped: %s", dest, error)
         emit(self._hooks, "on_replay_failed", destination=dest, error=error)
 
     async def _replay(
