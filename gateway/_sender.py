@@ -228,7 +228,8 @@ class AsyncGeoSender:
         disk in the durable queue.
 
         Raises:
-            MessageRejected: a namespace refused them for good (never buffered).
+            MessageRejected: a namespace refused them for good, or one is larger than
+                the namespace it would be buffered for takes (never buffered).
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
         """
@@ -421,6 +422,7 @@ class AsyncGeoSender:
                 "configured to hold it",
                 namespace=ANY_NAMESPACE,
             ) from cause
+        self._check_size(dest, batch)
         broken = self._broken.get(dest)
         if broken is not None:
             # Buffering behind a backlog that can never drain would lose the message
@@ -433,6 +435,24 @@ class AsyncGeoSender:
             await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
             self._backlog.add(dest)
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    def _check_size(self, dest: str, batch: Sequence[Message]) -> None:
+        """Refuse a message that the namespace(s) of ``dest`` would never take, before
+        it is buffered: at replay it could only be dead-lettered."""
+        namespace, _ = parse_destination(dest)
+        names = self._transports if namespace == ANY_NAMESPACE else (namespace,)
+        limits = [limit for ns in names
+                  if (limit := self._transports[ns].max_message_size) is not None]
+        if not limits:
+            return
+        limit = min(limits)
+        for message in batch:
+            if message.size > limit:
+                raise MessageRejected(
+                    f"message {message.message_id!r} is {message.size} bytes, over the "
+                    f"{limit}-byte limit of {' and '.join(names)}; it was not sent or "
+                    f"buffered: make it smaller"
+                )
 
     def _gate(self, dest: str) -> asyncio.Lock:
         # Puts into a destination and the replayer's final "it is empty now" check

@@ -109,6 +109,11 @@ class Transport:
     #: The namespace's name as the gateway knows it ("primary", "secondary", ...).
     namespace: str = ""
 
+    #: The largest message (``Message.size``, bytes) the namespace takes, if known.
+    #: The sender refuses a larger message before buffering it for this namespace
+    #: (``MessageRejected``), so it is not found out at replay. ``None``: no limit known.
+    max_message_size: int | None = None
+
     async def __aenter__(self) -> Transport:
         return self
 

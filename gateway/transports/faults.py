@@ -51,6 +51,7 @@ class FaultyTransport(Transport):
                  sleep: Callable[[float], Awaitable[object]] = anyio.sleep) -> None:
         self.inner = inner
         self.namespace = inner.namespace
+        self.max_message_size = inner.max_message_size
         self.latency = 0.0
         self.calls: list[str] = []
         self.down_since: float | None = None

@@ -13,7 +13,7 @@ import pytest
 from durable_queue import DurableQueue
 from gateway.aio import AsyncGeoSender
 from gateway.transports import FaultyTransport
-from replication import Message, QueueCorrupt
+from replication import Message, MessageRejected, QueueCorrupt
 from tests.durable_queue._damage import damaged_queue
 from tests.gateway.conftest import Namespaces, Recorder, SenderFactory, wait_for
 
@@ -105,3 +105,43 @@ async def test_background_replay_of_a_damaged_queue_is_reported_and_sends_raise(
     lines = [r for r in caplog.records if str(path) in r.getMessage()]
     assert len(lines) == 1
     assert isinstance(hooks.named("on_replay_failed")[0]["error"], QueueCorrupt)
+
+
+# -- size limits are checked before buffering ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["passive", "active"])
+async def test_a_message_too_large_for_the_namespaces_is_rejected_not_buffered(
+    make_sender: SenderFactory, ns: Namespaces, primary: FaultyTransport,
+    secondary: FaultyTransport, tmp_path: Path, mode: str,
+) -> None:
+    # Given both namespaces down and a durable queue
+    with DurableQueue(tmp_path / "buffer.db") as queue:
+        sender = make_sender(durable_queue=queue, mode=mode)
+        primary.go_down()
+        secondary.go_down()
+        # When a 10 MB message is sent
+        with pytest.raises(MessageRejected) as caught:
+            await sender.send(Message(b"x" * (10 << 20), message_id="huge"))
+        # Then it is refused at once, naming the limit, and nothing was buffered
+        assert "huge" in str(caught.value) and str(1 << 20) in str(caught.value)
+        assert queue.count() == 0 and sender.backlog == frozenset()
+        # And a message within the limit is still buffered
+        assert (await sender.send(Message(b"x" * 1000, message_id="ok"))).buffered
+
+
+async def test_the_smaller_limit_applies_to_a_destination_of_either_namespace(
+    make_sender: SenderFactory, ns: Namespaces, primary: FaultyTransport,
+    secondary: FaultyTransport, tmp_path: Path,
+) -> None:
+    # Given a secondary that takes 256 KB (Service Bus standard), both down
+    secondary.max_message_size = 256 * 1024
+    with DurableQueue(tmp_path / "buffer.db") as queue:
+        sender = make_sender(durable_queue=queue)
+        primary.go_down()
+        secondary.go_down()
+        # When a 300 KB message must be buffered for whichever comes back first
+        # Then it is refused: it might only be replayable to the secondary
+        with pytest.raises(MessageRejected):
+            await sender.send(Message(b"x" * (300 << 10), message_id="big"))
+        assert queue.count() == 0
