@@ -10,7 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from durable_queue import _inspect
+from durable_queue import _bindings, _inspect
 from durable_queue._group_commit import GroupCommitter
 from durable_queue._records import DeadLetteredMessage, QueueStats, StoredMessage
 from durable_queue._rows import dead_from_row, message_from_row, stored_from_rows
@@ -302,6 +302,34 @@ class DurableQueue:
         sql = "SELECT owner FROM leases WHERE destination = ? AND expires_at > ?"
         row = self._store.read(lambda c: c.execute(sql, (destination, now)).fetchone())
         return None if row is None else str(row[0])
+
+    # -- whose messages -------------------------------------------------------
+
+    def bind(self, destination: str, owner: str) -> str | None:
+        """Record who ``destination``'s messages are for (an opaque text, such as
+        the namespaces and entity; never a secret).
+
+        Args:
+            destination: the destination.
+            owner: the owner to record; kept while messages wait, replaced when
+                the destination is empty.
+
+        Raises:
+            ConfigError: messages of another owner wait for ``destination``.
+
+        Returns:
+            The owner recorded before, or ``None`` (none: a new destination, or a
+            file written before owners were recorded).
+        """
+        _check_destination(destination)
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"owner must be a non-empty str, not {owner!r}")
+        return self._store.write(lambda c: _bindings.bind(c, self.path, destination, owner))
+
+    def binding(self, destination: str) -> str | None:
+        """The owner recorded for ``destination`` (``None``: none recorded)."""
+        _check_destination(destination)
+        return self._store.read(lambda c: _bindings.binding(c, destination))
 
     # -- inspecting -----------------------------------------------------------
 

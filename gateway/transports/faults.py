@@ -61,6 +61,11 @@ class FaultyTransport(Transport):
         self._lost_replies = 0
         self._down_event: anyio.Event | None = None
 
+    @property
+    def identity(self) -> str:
+        """The wrapped namespace's."""
+        return self.inner.identity
+
     async def __aenter__(self) -> FaultyTransport:
         # Narrows Transport.__aenter__'s return type for `async with ... as t`.
         return self
