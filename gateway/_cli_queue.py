@@ -178,7 +178,11 @@ def purge(queue_path: Path | None, config_path: Path | None, destination: str | 
 @data_dir_option
 def replay(queue_path: Path | None, config_path: Path | None, primary: str, secondary: str,
            dead_letters: bool, as_json: bool, data_dir: Path | None) -> None:
-    """Send buffered messages to their namespaces now, in order."""
+    """Send buffered messages to their namespaces now, in order.
+
+    Exits 3 when messages still wait (their namespaces are down), 1 on an error
+    (a damaged file; a file whose messages were buffered for other namespaces).
+    """
     from gateway._cli_send import distinct
     from gateway._sender import AsyncGeoSender
 
@@ -208,7 +212,8 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
                 ) as sender:
                     count = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": count,
-                                    "remaining": sorted(sender.backlog)})
+                                    "remaining": sorted(sender.backlog),
+                                    "down": sorted(sender.down)})
         finally:
             q.close()
 
@@ -230,3 +235,9 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
         print_table("replay", ("entity", "replayed", "still waiting for"),
                     [(r["entity"], r["replayed"], ", ".join(r["remaining"]) or "-")
                      for r in results])
+    waiting = [d for r in results for d in r["remaining"]]
+    if waiting:
+        down = sorted({ns for r in results for ns in r["down"]})
+        why = f"namespaces down: {', '.join(down)}" if down else "another replayer holds them"
+        fail(f"not all replayed: messages still wait for {', '.join(waiting)} ({why}); "
+             f"run again when they are back", code=3)

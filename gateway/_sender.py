@@ -35,6 +35,7 @@ from gateway._hooks import GatewayHooks, emit
 from gateway._roles_store import RoleStore
 from gateway.transports.base import Transport
 from replication import (
+    ConfigError,
     DurableQueueError,
     GatewayError,
     Message,
@@ -161,9 +162,11 @@ class AsyncGeoSender:
         # One recovery round at a time (the background task and replay() calls):
         # two rounds would drain the same destination at once and send it twice.
         self._recovering: asyncio.Lock | None = None
-        # Destinations whose replay hit a damaged queue file: sends that would be
-        # buffered behind them raise this error instead.
-        self._broken: dict[str, QueueCorrupt] = {}
+        # Destinations whose replay hit a damaged queue file (or messages buffered
+        # for other namespaces): sends that would be buffered behind them raise it.
+        self._broken: dict[str, QueueCorrupt | ConfigError] = {}
+        # Destinations whose owner (these namespaces) is recorded in the queue file.
+        self._claimed: set[str] = set()
         self._owner = f"sender-{uuid.uuid4().hex[:12]}"
         self._recovery = recovery
         # A plain asyncio task, not a task group: start() and aclose() may run in
@@ -266,6 +269,8 @@ class AsyncGeoSender:
         Raises:
             QueueCorrupt: the durable queue file is damaged; the messages before
                 the damage were sent. ``on_replay_failed`` is called too.
+            ConfigError: the queue file holds this entity's messages for other
+                namespaces (another data dir, another host); nothing was sent.
             DurableQueueError: the durable queue could not be read or written.
         """
         if self._closed:
@@ -427,14 +432,36 @@ class AsyncGeoSender:
         if broken is not None:
             # Buffering behind a backlog that can never drain would lose the message
             # in all but name: the caller must know now.
-            raise QueueCorrupt(f"not buffered: {broken}") from broken
+            raise type(broken)(f"not buffered: {broken}") from broken
         queue = self._queue
+        await self._claim(queue, dest)
         async with self._gate(dest):
             if while_backlog and dest not in self._backlog:
                 raise _BacklogCleared()
             await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
             self._backlog.add(dest)
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    def _owner_of(self, dest: str) -> str:
+        """Whose messages ``dest`` holds: the identities (kind and host or file, no
+        key) of the namespaces it may be sent to, and the entity."""
+        namespace, entity = parse_destination(dest)
+        names = self._transports if namespace == ANY_NAMESPACE else (namespace,)
+        identities = sorted(self._transports[ns].identity for ns in names)
+        return f"{' + '.join(identities)} entity {entity}"
+
+    async def _claim(self, queue: DurableQueue, dest: str) -> None:
+        """Record in the queue file that ``dest`` holds messages for these namespaces,
+        once per sender; refuse (``ConfigError``) when it holds other namespaces'."""
+        if dest in self._claimed:
+            return
+        owner = self._owner_of(dest)
+        before = await anyio.to_thread.run_sync(queue.bind, dest, owner)
+        if before is None and dest in self._backlog:
+            logger.warning(
+                "queue file %s did not record which namespaces the messages of %s are "
+                "for (an older geogateway wrote it); recorded %s", queue.path, dest, owner)
+        self._claimed.add(dest)
 
     def _check_size(self, dest: str, batch: Sequence[Message]) -> None:
         """Refuse a message that the namespace(s) of ``dest`` would never take, before
@@ -525,7 +552,7 @@ class AsyncGeoSender:
                     continue  # reported once; only an explicit replay() tries again
                 try:
                     replayed += await self._replay(dest, progress)
-                except DurableQueueError as exc:
+                except (DurableQueueError, ConfigError) as exc:
                     self._replay_failed(dest, exc, raised=raise_errors)
                     if raise_errors:
                         raise
@@ -546,8 +573,10 @@ class AsyncGeoSender:
             emit(self._hooks, "on_namespace_up", namespace=ns)
             self._prepare_soon(ns)
 
-    def _replay_failed(self, dest: str, error: DurableQueueError, *, raised: bool) -> None:
-        if isinstance(error, QueueCorrupt):
+    def _replay_failed(
+        self, dest: str, error: DurableQueueError | ConfigError, *, raised: bool
+    ) -> None:
+        if isinstance(error, (QueueCorrupt, ConfigError)):
             self._broken[dest] = error
         # In the background nobody else hears of it: an error line. A replay() call
         # raises it to its caller as well, so the log line is a warning there.
@@ -560,6 +589,7 @@ class AsyncGeoSender:
     ) -> int:
         assert self._queue is not None
         namespace, _ = parse_destination(dest)
+        await self._claim(self._queue, dest)
         replayer = Replayer(self._queue, dest, owner=self._owner)
         if not replayer.acquire():
             return 0  # another sender process is draining this destination

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,34 @@ def test_export_over_an_existing_file_makes_it_private(run: Run, dirs: dict[str,
     assert run("queue", "export", "-q", str(queue), "-o", str(exported))[0] == 0
     assert exported.stat().st_mode & 0o777 == 0o600
     assert "old" not in exported.read_text()
+
+
+def test_replay_while_both_namespaces_are_down_exits_3(run: Run, dirs: dict[str, Path]) -> None:
+    # Given three buffered messages and both namespaces still down
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    # When replayed
+    result = run("queue", "replay", "-q", str(queue), "--json")
+    # Then nothing was sent, the report says so, and the exit code is 3
+    code, out, err = result
+    assert code == 3, result
+    assert json.loads(out) == [{"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
+                                "down": ["primary", "secondary"]}]
+    assert "*/orders" in err and "primary" in err and "Traceback" not in err
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+
+
+def test_replay_into_another_data_dir_is_refused(run: Run, dirs: dict[str, Path]) -> None:
+    # Given messages buffered (as a drill does) for the namespaces of the data dir
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    other = dirs["tmp"] / "other-data"
+    # When replayed into the namespaces of another data dir
+    result = run("queue", "replay", "-q", str(queue), "--data-dir", str(other))
+    # Then it is one clear error naming both, and nothing was sent
+    expect_one_line_error(result, 1, str(dirs["data"] / "primary.db"),
+                          str(other / "primary.db"))
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+    # And with the data dir they were buffered for, they replay
+    run("namespace", "up", "primary")
+    assert ok_json(run("queue", "replay", "-q", str(queue), "--json"))[0]["replayed"] == 3

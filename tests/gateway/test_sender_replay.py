@@ -4,6 +4,7 @@ breaks while replaying is reported, never waited on."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import anyio
 import pytest
 
 from durable_queue import DurableQueue
+from gateway._config import NamespaceConfig
+from gateway._factory import open_transport
 from gateway.aio import AsyncGeoSender
 from gateway.transports import FaultyTransport
-from replication import Message, MessageRejected, QueueCorrupt
+from replication import ConfigError, Message, MessageRejected, QueueCorrupt
 from tests.durable_queue._damage import damaged_queue
 from tests.gateway.conftest import Namespaces, Recorder, SenderFactory, wait_for
 
@@ -145,3 +148,79 @@ async def test_the_smaller_limit_applies_to_a_destination_of_either_namespace(
         with pytest.raises(MessageRejected):
             await sender.send(Message(b"x" * (300 << 10), message_id="big"))
         assert queue.count() == 0
+
+
+# -- a queue file records which namespaces its messages are for ---------------------
+
+
+async def test_messages_buffered_for_one_data_dir_are_not_replayed_into_another(
+    tmp_path: Path, state_dir: Path,
+) -> None:
+    # Given messages buffered by a sender on the local namespaces of data dir "drill"
+    path = tmp_path / "buffer.db"
+    drill, mine = tmp_path / "drill", tmp_path / "mine"
+    for where in (drill, mine):
+        where.mkdir()
+    opts = dict(primary="local://primary", secondary="local://secondary", entity="orders",
+                state_dir=state_dir, durable_queue=path, recovery=False)
+    async with AsyncGeoSender(data_dir=drill, **opts) as sender:  # type: ignore[arg-type]
+        for ns in ("primary", "secondary"):
+            sender._mark_down(ns, RuntimeError("down for the test"))
+        assert (await sender.send(Message(b"a", message_id="a"))).buffered == ("*/orders",)
+    # When a sender on the same names in another data dir replays the file
+    hooks = ReplayFailures()
+    async with AsyncGeoSender(data_dir=mine, hooks=hooks, **opts) as other:  # type: ignore[arg-type]
+        with pytest.raises(ConfigError) as caught:
+            await other.replay()
+        # Then it refuses, naming both, sends nothing, and a send is not buffered behind it
+        text = str(caught.value)
+        assert str(drill / "primary.db") in text and str(mine / "primary.db") in text
+        assert [f["destination"] for f in hooks.named("on_replay_failed")] == ["*/orders"]
+        with pytest.raises(ConfigError):
+            await other.send(Message(b"b", message_id="b"))
+    with DurableQueue(path) as queue:
+        assert [m.message.message_id for m in queue.peek()] == ["a"]
+    # And the sender it was buffered for replays it
+    async with AsyncGeoSender(data_dir=drill, **opts) as sender:  # type: ignore[arg-type]
+        assert await sender.replay() == 1
+
+
+@pytest.mark.parametrize("kind, conn", [
+    ("servicebus", "Endpoint=sb://gg-test.servicebus.windows.net/;"
+                   "SharedAccessKeyName=Root;SharedAccessKey=SECRET123="),
+    ("eventhubs", "Endpoint=sb://gg-test.servicebus.windows.net/;SharedAccessKeyName=Root;"
+                  "SharedAccessKey=SECRET123=;EntityPath=orders"),
+])
+async def test_the_recorded_identity_of_an_azure_namespace_holds_no_key(
+    kind: str, conn: str,
+) -> None:
+    # Given a namespace opened from a connection string with a key
+    transport, _ = open_transport(NamespaceConfig.parse(conn, kind=kind))
+    try:
+        # Then its identity (what a queue file records) is its kind and host only
+        assert transport.identity == f"{kind}://gg-test.servicebus.windows.net"
+        assert "SECRET123" not in transport.identity
+    finally:
+        await transport.aclose()
+
+
+async def test_a_file_from_before_the_record_is_replayed_and_claimed(
+    make_sender: SenderFactory, ns: Namespaces, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a queue file written before owners were recorded (no bindings table)
+    path = tmp_path / "buffer.db"
+    with DurableQueue(path) as queue:
+        queue.put("*/orders", Message(b"a", message_id="a"))
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE bindings")
+    conn.commit()
+    conn.close()
+    # When a sender replays it
+    with DurableQueue(path) as queue, caplog.at_level(logging.WARNING):
+        sender = make_sender(durable_queue=queue)
+        assert await sender.replay() == 1
+        # Then it says it recorded these namespaces as the owner, and did record them
+        assert any("did not record" in r.getMessage() for r in caplog.records)
+        assert "primary.db" in (queue.binding("*/orders") or "")
+    assert await ns.drain_ids("primary") == ["a"]
