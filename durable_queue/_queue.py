@@ -14,6 +14,7 @@ from durable_queue import _bindings, _inspect
 from durable_queue._group_commit import GroupCommitter
 from durable_queue._records import DeadLetteredMessage, QueueStats, StoredMessage
 from durable_queue._rows import dead_from_row, message_from_row, stored_from_rows
+from durable_queue._sqlite import file_bytes
 from durable_queue._store import Row, Store
 from replication import ConfigError, Message, QueueFull
 
@@ -67,6 +68,9 @@ class DurableQueue:
         synchronous: SQLite's ``synchronous`` level; ``FULL`` (the default) makes
             a returned put survive a power loss, ``NORMAL`` only a process crash.
         busy_timeout: seconds to wait for another process's write lock.
+        shrink: give the space of delivered messages back to the file system when
+            the queue is empty or the file mostly free (incremental vacuum); a new
+            file is created for it, an older one is converted once it is empty.
 
     Raises:
         ConfigError: an option has a bad value.
@@ -82,6 +86,7 @@ class DurableQueue:
         max_bytes: int | None = 1 << 30,
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
+        shrink: bool = True,
     ) -> None:
         self.max_messages = _option("max_messages", max_messages)
         self.max_bytes = _option("max_bytes", max_bytes)
@@ -98,6 +103,7 @@ class DurableQueue:
             max_bytes=self.max_bytes,
             synchronous=synchronous.upper(),
             busy_timeout=float(busy_timeout),
+            shrink=bool(shrink),
         )
         self._group: GroupCommitter[Row, int] = GroupCommitter(self._store.commit_puts)
 
@@ -202,6 +208,7 @@ class DurableQueue:
         ids = _ids(items)
         if ids:
             self._store.write(lambda c: self._store.remove_ids(c, ids))
+            self._store.shrink()
 
     def nack(self, items: Sequence[StoredMessage] | Sequence[int], *, error: str = "") -> None:
         """Keep messages at the head of their destination and count a failed attempt.
@@ -388,7 +395,21 @@ class DurableQueue:
             How many were deleted.
         """
         where, params = _where(destination)
-        return self._store.write(lambda c: self._store.remove(c, where, params))
+        removed = self._store.write(lambda c: self._store.remove(c, where, params))
+        self._store.shrink()
+        return removed
+
+    def shrink(self) -> int:
+        """Give every free page back to the file system now (done on its own after
+        deletes when the queue is empty or the file mostly free). A file made by an
+        older geogateway is converted (one full VACUUM) only when no message waits.
+
+        Returns:
+            How many bytes the file (with its ``-wal``) shrank by.
+        """
+        before = file_bytes(self.path)
+        self._store.shrink(force=True)
+        return max(0, before - file_bytes(self.path))
 
     # -- lifecycle ------------------------------------------------------------
 
