@@ -69,8 +69,8 @@ class DurableQueue:
             a returned put survive a power loss, ``NORMAL`` only a process crash.
         busy_timeout: seconds to wait for another process's write lock.
         shrink: give the space of delivered messages back to the file system when
-            the queue is empty or the file mostly free (incremental vacuum); a new
-            file is created for it, an older one is converted once it is empty.
+            the queue is empty or the file is nine tenths free (a ``VACUUM`` of
+            what is left; see ``durable_queue._shrink``).
 
     Raises:
         ConfigError: an option has a bad value.
@@ -401,8 +401,8 @@ class DurableQueue:
 
     def shrink(self) -> int:
         """Give every free page back to the file system now (done on its own after
-        deletes when the queue is empty or the file mostly free). A file made by an
-        older geogateway is converted (one full VACUUM) only when no message waits.
+        deletes when the queue is empty or the file mostly free, unless
+        ``shrink=False``). It rewrites the messages still waiting.
 
         Returns:
             How many bytes the file (with its ``-wal``) shrank by.

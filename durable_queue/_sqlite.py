@@ -320,16 +320,13 @@ def file_bytes(path: Path) -> int:
     return total
 
 
-def open_connection(
-    path: Path, *, synchronous: str, busy_timeout: float, shrink: bool = True
-) -> sqlite3.Connection:
+def open_connection(path: Path, *, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
     """Open (creating when missing) the queue file and check it is a queue.
 
     Args:
         path: the queue file.
         synchronous: the ``PRAGMA synchronous`` level.
         busy_timeout: seconds to wait for another process's write lock.
-        shrink: create a new file with ``auto_vacuum = INCREMENTAL`` (see ``_shrink``).
 
     Raises:
         QueueCorrupt: the file is damaged or is not a geogateway queue.
@@ -351,7 +348,7 @@ def open_connection(
     )
     try:
         with mapped_errors(path):
-            busy_retrying(busy_timeout)(_configure, conn, path, synchronous, shrink)
+            busy_retrying(busy_timeout)(_configure, conn, path, synchronous)
     except BaseException:
         conn.close()
         raise
@@ -376,11 +373,9 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> bool:
     return False
 
 
-def _configure(conn: sqlite3.Connection, path: Path, synchronous: str, shrink: bool) -> None:
+def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     # Check before switching to WAL: someone else's database must stay untouched.
-    if _check_identity(conn, path) and shrink:
-        # Only an empty file takes it without a VACUUM, and only before WAL mode.
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    _check_identity(conn, path)
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise DurableQueueError(f"queue file {path}: cannot switch to WAL mode (got {mode})")

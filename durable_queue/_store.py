@@ -79,7 +79,7 @@ class Store:
         self.max_bytes = max_bytes
         self.shrinks = shrink
         self._conn: sqlite3.Connection | None = open_connection(
-            path, synchronous=synchronous, busy_timeout=busy_timeout, shrink=shrink
+            path, synchronous=synchronous, busy_timeout=busy_timeout
         )
         self._lock = threading.RLock()
         self._retrying = busy_retrying(busy_timeout)
