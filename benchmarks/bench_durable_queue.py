@@ -355,6 +355,18 @@ def on_disk(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
+def checkpointed(path: Path) -> int:
+    """``on_disk`` once the WAL's pages are copied into the file (a passive
+    checkpoint from another connection): pages only in the WAL at that moment would
+    otherwise make one measurement smaller than the next for no lasting reason."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    finally:
+        conn.close()
+    return on_disk(path)
+
+
 def bench_cycles(tmp: Path, s: Scale) -> Result:
     path = tmp / "cycles.db"
     q = DurableQueue(path, max_messages=None, max_bytes=None)
@@ -362,16 +374,16 @@ def bench_cycles(tmp: Path, s: Scale) -> Result:
     for _ in range(10):
         for _ in range(s.cycle // 100):
             q.put_many("d", messages(100))
-        peaks.append(on_disk(path))
+        peaks.append(checkpointed(path))
         drain_ours(q)
-        peaks[-1] = max(peaks[-1], on_disk(path))
-    after = on_disk(path)
+        peaks[-1] = max(peaks[-1], checkpointed(path))
+    after = checkpointed(path)
     q.close()
     worst = max(max(peaks[1:]), after)
     ratio = worst / peaks[0]
     return Result(
         name=f"5. 10 fill/drain cycles of {s.cycle:,}",
-        ours=f"{worst / 1e6:.1f} MB worst later",
+        ours=f"{worst / 1e6:.1f} MB worst later, {after / 1e6:.1f} MB at the end",
         other=f"{peaks[0] / 1e6:.1f} MB cycle-1 peak",
         ratio=f"{ratio:.2f}x",
         target="<= 1.1x",
