@@ -556,6 +556,8 @@ class AsyncGeoSender:
                     self._replay_failed(dest, exc, raised=raise_errors)
                     if raise_errors:
                         raise
+                else:
+                    self._broken.pop(dest, None)
             if should_fail_back(failback=self.policy.failback, roles=self._roles,
                                 down=self._down):
                 self._set_roles(self._roles.fail_back(self._clock()))
