@@ -83,9 +83,9 @@ def stats(queue_path: Path | None, config_path: Path | None, as_json: bool) -> N
         return
     print_table(
         f"durable queue {s.path}",
-        ("destination", "waiting", "bytes", "oldest", "dead-lettered"),
-        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at), d.dead_letters)
-         for d in s.destinations],
+        ("destination", "waiting", "bytes", "oldest", "dead-lettered", "buffered for"),
+        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at), d.dead_letters,
+          d.owner or "-") for d in s.destinations],
     )
     out.print(f"waiting: {s.count} ({s.bytes} bytes)  dead-lettered: {s.dead_letters}  "
               f"file: {s.file_bytes} bytes")

@@ -90,3 +90,13 @@ def test_replay_into_another_data_dir_is_refused(run: Run, dirs: dict[str, Path]
     # And with the data dir they were buffered for, they replay
     run("namespace", "up", "primary")
     assert ok_json(run("queue", "replay", "-q", str(queue), "--json"))[0]["replayed"] == 3
+
+
+def test_stats_shows_which_namespaces_the_messages_are_for(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    stats = ok_json(run("queue", "stats", "-q", str(queue), "--json"))
+    owner = stats["destinations"][0]["owner"]
+    assert str(dirs["data"] / "primary.db") in owner and "orders" in owner
