@@ -30,6 +30,7 @@ from tenacity import (
 )
 
 from durable_queue import DurableQueue, Replayer
+from gateway._buffering import check_size, owner_of
 from gateway._factory import NamespaceLike, check_entity, default_state_dir, open_transport
 from gateway._hooks import GatewayHooks, emit
 from gateway._roles_store import RoleStore
@@ -427,7 +428,7 @@ class AsyncGeoSender:
                 "configured to hold it",
                 namespace=ANY_NAMESPACE,
             ) from cause
-        self._check_size(dest, batch)
+        check_size(self._transports, dest, batch)
         broken = self._broken.get(dest)
         if broken is not None:
             # Buffering behind a backlog that can never drain would lose the message
@@ -442,44 +443,18 @@ class AsyncGeoSender:
             self._backlog.add(dest)
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
 
-    def _owner_of(self, dest: str) -> str:
-        """Whose messages ``dest`` holds: the identities (kind and host or file, no
-        key) of the namespaces it may be sent to, and the entity."""
-        namespace, entity = parse_destination(dest)
-        names = self._transports if namespace == ANY_NAMESPACE else (namespace,)
-        identities = sorted(self._transports[ns].identity for ns in names)
-        return f"{' + '.join(identities)} entity {entity}"
-
     async def _claim(self, queue: DurableQueue, dest: str) -> None:
         """Record in the queue file that ``dest`` holds messages for these namespaces,
         once per sender; refuse (``ConfigError``) when it holds other namespaces'."""
         if dest in self._claimed:
             return
-        owner = self._owner_of(dest)
+        owner = owner_of(self._transports, dest)
         before = await anyio.to_thread.run_sync(queue.bind, dest, owner)
         if before is None and dest in self._backlog:
             logger.warning(
                 "queue file %s did not record which namespaces the messages of %s are "
                 "for (an older geogateway wrote it); recorded %s", queue.path, dest, owner)
         self._claimed.add(dest)
-
-    def _check_size(self, dest: str, batch: Sequence[Message]) -> None:
-        """Refuse a message that the namespace(s) of ``dest`` would never take, before
-        it is buffered: at replay it could only be dead-lettered."""
-        namespace, _ = parse_destination(dest)
-        names = self._transports if namespace == ANY_NAMESPACE else (namespace,)
-        limits = [limit for ns in names
-                  if (limit := self._transports[ns].max_message_size) is not None]
-        if not limits:
-            return
-        limit = min(limits)
-        for message in batch:
-            if message.size > limit:
-                raise MessageRejected(
-                    f"message {message.message_id!r} is {message.size} bytes, over the "
-                    f"{limit}-byte limit of {' and '.join(names)}; it was not sent or "
-                    f"buffered: make it smaller"
-                )
 
     def _gate(self, dest: str) -> asyncio.Lock:
         # Puts into a destination and the replayer's final "it is empty now" check

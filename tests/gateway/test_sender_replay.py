@@ -14,6 +14,7 @@ import pytest
 from durable_queue import DurableQueue
 from gateway._config import NamespaceConfig
 from gateway._factory import open_transport
+from gateway import GeoSender
 from gateway.aio import AsyncGeoSender
 from gateway.transports import FaultyTransport
 from replication import ConfigError, Message, MessageRejected, QueueCorrupt
@@ -224,3 +225,19 @@ async def test_a_file_from_before_the_record_is_replayed_and_claimed(
         assert any("did not record" in r.getMessage() for r in caplog.records)
         assert "primary.db" in (queue.binding("*/orders") or "")
     assert await ns.drain_ids("primary") == ["a"]
+
+
+def test_sync_sender_replay_raises_queue_corrupt(
+    ns: Namespaces, data_dir: Path, state_dir: Path, tmp_path: Path,
+) -> None:
+    # Given a damaged queue file, When the sync GeoSender replays it
+    path = tmp_path / "buffer.db"
+    damaged_queue(path, "*/orders")
+    with GeoSender(primary="local://primary", secondary="local://secondary", entity="orders",
+                   data_dir=data_dir, state_dir=state_dir, durable_queue=path,
+                   recovery=False) as sender:
+        # Then QueueCorrupt reaches the caller through the sync driver too
+        with pytest.raises(QueueCorrupt):
+            sender.replay()
+        with pytest.raises(QueueCorrupt):
+            sender.send(Message(b"late", message_id="late"))
