@@ -195,12 +195,14 @@ class DurableQueue:
         params = (destination, max_messages)
         return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
 
-    def ack(self, items: Sequence[StoredMessage] | Sequence[int]) -> None:
+    def ack(self, items: Sequence[StoredMessage] | Sequence[int], *, shrink: bool = True) -> None:
         """Remove delivered messages in one transaction.
 
         Args:
             items: the messages (or their row ids); ids no longer waiting are
                 ignored, so an ack is idempotent.
+            shrink: then vacuum the file if it is due (see ``maybe_shrink``); an
+                event loop passes ``False`` and calls ``maybe_shrink`` in a thread.
 
         Raises:
             DurableQueueError: the file cannot be written.
@@ -208,7 +210,18 @@ class DurableQueue:
         ids = _ids(items)
         if ids:
             self._store.write(lambda c: self._store.remove_ids(c, ids))
-            self._store.shrink()
+            if shrink:
+                self._store.shrink()
+
+    def maybe_shrink(self) -> bool:
+        """Vacuum the file if it is due: the queue is empty, or nine tenths of the
+        file is free (never with ``shrink=False``). Done after each ``ack`` and
+        ``purge`` unless told otherwise.
+
+        Returns:
+            Whether the file was vacuumed.
+        """
+        return self._store.shrink()
 
     def nack(self, items: Sequence[StoredMessage] | Sequence[int], *, error: str = "") -> None:
         """Keep messages at the head of their destination and count a failed attempt.

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
+import anyio
+
 from durable_queue._queue import DurableQueue
 from durable_queue._records import ReplayResult, StoredMessage
 from replication import ConfigError, DurableQueueError, Message, MessageRejected, TransportError
@@ -33,6 +35,8 @@ class _Tally:
     dead_lettered: int = 0
     stopped_by: BaseException | None = None
     started: float = field(default_factory=time.perf_counter)
+    # Vacuum (when due) on each ack; the async driver does it off the loop instead.
+    shrink_inline: bool = True
 
 
 class Replayer:
@@ -157,8 +161,14 @@ class Replayer:
     def _lost_lease(self) -> DurableQueueError:
         return DurableQueueError(f"replayer {self.owner} lost its lease on {self.destination!r}")
 
-    def _flow(self, progress: Callable[[int], None] | None, max_messages: int | None) -> _Flow:
-        tally = _Tally()
+    def _flow(
+        self,
+        progress: Callable[[int], None] | None,
+        max_messages: int | None,
+        *,
+        shrink_inline: bool = True,
+    ) -> _Flow:
+        tally = _Tally(shrink_inline=shrink_inline)
         while True:
             limit = self.batch_size
             if max_messages is not None:
@@ -195,7 +205,7 @@ class Replayer:
     ) -> None:
         """Record the outcome of sending ``batch`` (never a ``MessageRejected``)."""
         if outcome is None:
-            self.queue.ack(batch)
+            self.queue.ack(batch, shrink=tally.shrink_inline)
             tally.replayed += len(batch)
             return
         self.queue.nack(batch, error=f"{type(outcome).__name__}: {outcome}")
@@ -285,10 +295,12 @@ class Replayer:
         """The async twin of ``drain``: ``send`` is awaited; the rest is the same.
 
         The queue calls themselves are short local SQLite transactions and run
-        inline, as the local transports do.
+        inline, as the local transports do; giving freed space back to the file
+        system (a ``VACUUM`` that may take seconds after a large backlog) runs in a
+        worker thread at the end instead.
         """
         took = self._start()
-        flow = self._flow(progress, max_messages)
+        flow = self._flow(progress, max_messages, shrink_inline=False)
         try:
             batch = next(flow)
             while True:
@@ -299,7 +311,9 @@ class Replayer:
                 else:
                     batch = flow.send(None)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            result: ReplayResult = stop.value
         finally:
             if took:
                 self.release()
+        await anyio.to_thread.run_sync(self.queue.maybe_shrink)
+        return result

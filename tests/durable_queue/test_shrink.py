@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from durable_queue import DurableQueue, Replayer
 from durable_queue._sqlite import file_bytes
@@ -86,4 +89,33 @@ def test_shrink_false_keeps_the_free_pages(tmp_path: Path) -> None:
         assert file_bytes(path) >= peak * 0.9
         # And an explicit shrink() gives it back even so
         assert q.shrink() > 0
+        assert file_bytes(path) < peak / 10
+
+
+def test_ack_without_shrink_leaves_it_to_maybe_shrink(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    with DurableQueue(path) as q:
+        fill(q, 5_000)
+        peak = file_bytes(path)
+        while batch := q.get_batch("d", 500):
+            q.ack(batch, shrink=False)
+        assert file_bytes(path) >= peak * 0.9
+        assert q.maybe_shrink() is True
+        assert file_bytes(path) < peak / 10
+        assert q.maybe_shrink() is False  # nothing left to give back
+
+
+@pytest.mark.anyio
+async def test_adrain_shrinks_the_file_at_the_end(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    sent: list[str] = []
+
+    async def send(batch: Sequence[Message]) -> None:
+        sent.extend(m.message_id for m in batch)
+
+    with DurableQueue(path) as q:
+        fill(q, 10_000)
+        peak = file_bytes(path)
+        result = await Replayer(q, "d").adrain(send)
+        assert result.replayed == 10_000 and sent == [f"m{i}" for i in range(10_000)]
         assert file_bytes(path) < peak / 10
