@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from durable_queue import DurableQueue
+from gateway import GeoSender
 from gateway._config import NamespaceConfig
 from gateway._factory import open_transport
-from gateway import GeoSender
 from gateway.aio import AsyncGeoSender
 from gateway.transports import FaultyTransport
 from replication import ConfigError, Message, MessageRejected, QueueCorrupt
