@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import sqlite_utils
 
+from durable_queue._bindings import binding
 from durable_queue._records import DestinationStats, QueueStats
 from durable_queue._sqlite import file_bytes
 
@@ -59,6 +60,7 @@ def stats(conn: sqlite3.Connection, queue: DurableQueue) -> QueueStats:
             bytes=e["bytes"],
             oldest_enqueued_at=e["oldest"],
             dead_letters=e["dead"],
+            owner=binding(conn, name),
         )
         for name, e in sorted(merged.items())
     )

@@ -10,10 +10,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from durable_queue import _inspect
+from durable_queue import _bindings, _inspect
 from durable_queue._group_commit import GroupCommitter
 from durable_queue._records import DeadLetteredMessage, QueueStats, StoredMessage
 from durable_queue._rows import dead_from_row, message_from_row, stored_from_rows
+from durable_queue._sqlite import file_bytes
 from durable_queue._store import Row, Store
 from replication import ConfigError, Message, QueueFull
 
@@ -67,6 +68,9 @@ class DurableQueue:
         synchronous: SQLite's ``synchronous`` level; ``FULL`` (the default) makes
             a returned put survive a power loss, ``NORMAL`` only a process crash.
         busy_timeout: seconds to wait for another process's write lock.
+        shrink: give the space of delivered messages back to the file system when
+            the queue is empty or the file is nine tenths free (a ``VACUUM`` of
+            what is left; see ``durable_queue._shrink``).
 
     Raises:
         ConfigError: an option has a bad value.
@@ -82,6 +86,7 @@ class DurableQueue:
         max_bytes: int | None = 1 << 30,
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
+        shrink: bool = True,
     ) -> None:
         self.max_messages = _option("max_messages", max_messages)
         self.max_bytes = _option("max_bytes", max_bytes)
@@ -98,6 +103,7 @@ class DurableQueue:
             max_bytes=self.max_bytes,
             synchronous=synchronous.upper(),
             busy_timeout=float(busy_timeout),
+            shrink=bool(shrink),
         )
         self._group: GroupCommitter[Row, int] = GroupCommitter(self._store.commit_puts)
 
@@ -189,12 +195,14 @@ class DurableQueue:
         params = (destination, max_messages)
         return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
 
-    def ack(self, items: Sequence[StoredMessage] | Sequence[int]) -> None:
+    def ack(self, items: Sequence[StoredMessage] | Sequence[int], *, shrink: bool = True) -> None:
         """Remove delivered messages in one transaction.
 
         Args:
             items: the messages (or their row ids); ids no longer waiting are
                 ignored, so an ack is idempotent.
+            shrink: then vacuum the file if it is due (see ``maybe_shrink``); an
+                event loop passes ``False`` and calls ``maybe_shrink`` in a thread.
 
         Raises:
             DurableQueueError: the file cannot be written.
@@ -202,6 +210,18 @@ class DurableQueue:
         ids = _ids(items)
         if ids:
             self._store.write(lambda c: self._store.remove_ids(c, ids))
+            if shrink:
+                self._store.shrink()
+
+    def maybe_shrink(self) -> bool:
+        """Vacuum the file if it is due: the queue is empty, or nine tenths of the
+        file is free (never with ``shrink=False``). Done after each ``ack`` and
+        ``purge`` unless told otherwise.
+
+        Returns:
+            Whether the file was vacuumed.
+        """
+        return self._store.shrink()
 
     def nack(self, items: Sequence[StoredMessage] | Sequence[int], *, error: str = "") -> None:
         """Keep messages at the head of their destination and count a failed attempt.
@@ -303,6 +323,34 @@ class DurableQueue:
         row = self._store.read(lambda c: c.execute(sql, (destination, now)).fetchone())
         return None if row is None else str(row[0])
 
+    # -- whose messages -------------------------------------------------------
+
+    def bind(self, destination: str, owner: str) -> str | None:
+        """Record who ``destination``'s messages are for (an opaque text, such as
+        the namespaces and entity; never a secret).
+
+        Args:
+            destination: the destination.
+            owner: the owner to record; kept while messages wait, replaced when
+                the destination is empty.
+
+        Raises:
+            ConfigError: messages of another owner wait for ``destination``.
+
+        Returns:
+            The owner recorded before, or ``None`` (none: a new destination, or a
+            file written before owners were recorded).
+        """
+        _check_destination(destination)
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"owner must be a non-empty str, not {owner!r}")
+        return self._store.write(lambda c: _bindings.bind(c, self.path, destination, owner))
+
+    def binding(self, destination: str) -> str | None:
+        """The owner recorded for ``destination`` (``None``: none recorded)."""
+        _check_destination(destination)
+        return self._store.read(lambda c: _bindings.binding(c, destination))
+
     # -- inspecting -----------------------------------------------------------
 
     def count(self, destination: str | None = None) -> int:
@@ -360,7 +408,21 @@ class DurableQueue:
             How many were deleted.
         """
         where, params = _where(destination)
-        return self._store.write(lambda c: self._store.remove(c, where, params))
+        removed = self._store.write(lambda c: self._store.remove(c, where, params))
+        self._store.shrink()
+        return removed
+
+    def shrink(self) -> int:
+        """Give every free page back to the file system now (done on its own after
+        deletes when the queue is empty or the file mostly free, unless
+        ``shrink=False``). It rewrites the messages still waiting.
+
+        Returns:
+            How many bytes the file (with its ``-wal``) shrank by.
+        """
+        before = file_bytes(self.path)
+        self._store.shrink(force=True)
+        return max(0, before - file_bytes(self.path))
 
     # -- lifecycle ------------------------------------------------------------
 

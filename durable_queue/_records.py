@@ -72,6 +72,8 @@ class DestinationStats:
         bytes: their total size (``Message.size``).
         oldest_enqueued_at: when the oldest waiting message was put, or ``None``.
         dead_letters: messages dead-lettered for this destination.
+        owner: whose messages they are, as recorded by ``DurableQueue.bind`` (the
+            sender records its namespaces and entity); ``None``: not recorded.
     """
 
     destination: str
@@ -79,6 +81,7 @@ class DestinationStats:
     bytes: int
     oldest_enqueued_at: float | None
     dead_letters: int
+    owner: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +122,8 @@ class ReplayResult:
         remaining: messages still waiting for the destination when the drain ended.
         stopped_by: the error that stopped the drain early (a ``TransportError``,
             or a ``DurableQueueError`` when the lease was lost), else ``None``.
+            An error reading the queue itself (``QueueCorrupt``) is raised, not
+            stored here.
         seconds: how long the drain took.
     """
 

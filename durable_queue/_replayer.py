@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
+import anyio
+
 from durable_queue._queue import DurableQueue
 from durable_queue._records import ReplayResult, StoredMessage
 from replication import ConfigError, DurableQueueError, Message, MessageRejected, TransportError
@@ -33,6 +35,8 @@ class _Tally:
     dead_lettered: int = 0
     stopped_by: BaseException | None = None
     started: float = field(default_factory=time.perf_counter)
+    # Vacuum (when due) on each ack; the async driver does it off the loop instead.
+    shrink_inline: bool = True
 
 
 class Replayer:
@@ -133,7 +137,8 @@ class Replayer:
     def _keep_lease(self) -> bool:
         # Renew once a third of the lease has passed: cheap (one small write per
         # lease_seconds/3) and leaves two thirds of slack for a slow send.
-        assert self._renewed_at is not None
+        if self._renewed_at is None:
+            return False
         if self._clock() - self._renewed_at < self.lease_seconds / 3:
             return True
         return self.acquire()
@@ -149,23 +154,33 @@ class Replayer:
         Raises:
             DurableQueueError: the lease is not held (or was lost to another replayer).
         """
-        if self._renewed_at is None or not self._keep_lease():
-            raise DurableQueueError(f"replayer {self.owner} lost its lease on {self.destination!r}")
+        if not self._keep_lease():
+            raise self._lost_lease()
         return self.queue.get_batch(self.destination, limit or self.batch_size)
 
-    def _flow(self, progress: Callable[[int], None] | None, max_messages: int | None) -> _Flow:
-        tally = _Tally()
+    def _lost_lease(self) -> DurableQueueError:
+        return DurableQueueError(f"replayer {self.owner} lost its lease on {self.destination!r}")
+
+    def _flow(
+        self,
+        progress: Callable[[int], None] | None,
+        max_messages: int | None,
+        *,
+        shrink_inline: bool = True,
+    ) -> _Flow:
+        tally = _Tally(shrink_inline=shrink_inline)
         while True:
             limit = self.batch_size
             if max_messages is not None:
                 limit = min(limit, max_messages - tally.replayed - tally.dead_lettered)
                 if limit <= 0:
                     break
-            try:
-                batch = self.next_batch(limit)
-            except DurableQueueError as exc:
-                tally.stopped_by = exc
+            if not self._keep_lease():
+                tally.stopped_by = self._lost_lease()
                 break
+            # A damaged file (QueueCorrupt) or any other queue error propagates:
+            # a drain that cannot read its queue must not look like a pause.
+            batch = self.queue.get_batch(self.destination, limit)
             if not batch:
                 break
             outcome = yield [item.message for item in batch]
@@ -190,7 +205,7 @@ class Replayer:
     ) -> None:
         """Record the outcome of sending ``batch`` (never a ``MessageRejected``)."""
         if outcome is None:
-            self.queue.ack(batch)
+            self.queue.ack(batch, shrink=tally.shrink_inline)
             tally.replayed += len(batch)
             return
         self.queue.nack(batch, error=f"{type(outcome).__name__}: {outcome}")
@@ -243,9 +258,11 @@ class Replayer:
             max_messages: stop after this many messages.
 
         Raises:
-            DurableQueueError: another replayer holds the lease.
-            Exception: any error from ``send`` other than the two above, after the
-                batch was put back at the head.
+            DurableQueueError: another replayer holds the lease, or the queue
+                cannot be read or written (``QueueCorrupt`` for a damaged file,
+                after the messages before the damage were sent and acknowledged).
+            Exception: any error from ``send`` other than ``MessageRejected`` and
+                ``TransportError``, after the batch was put back at the head.
 
         Returns:
             What was done; ``stopped_by`` is set when a ``TransportError`` (or a
@@ -278,10 +295,12 @@ class Replayer:
         """The async twin of ``drain``: ``send`` is awaited; the rest is the same.
 
         The queue calls themselves are short local SQLite transactions and run
-        inline, as the local transports do.
+        inline, as the local transports do; giving freed space back to the file
+        system (a ``VACUUM`` that may take seconds after a large backlog) runs in a
+        worker thread at the end instead.
         """
         took = self._start()
-        flow = self._flow(progress, max_messages)
+        flow = self._flow(progress, max_messages, shrink_inline=False)
         try:
             batch = next(flow)
             while True:
@@ -292,7 +311,9 @@ class Replayer:
                 else:
                     batch = flow.send(None)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            result: ReplayResult = stop.value
         finally:
             if took:
                 self.release()
+        await anyio.to_thread.run_sync(self.queue.maybe_shrink)
+        return result

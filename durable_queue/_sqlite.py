@@ -32,6 +32,7 @@ from typing import TypeVar
 
 import tenacity
 
+from durable_queue._bindings import BINDINGS_SCHEMA
 from replication import ConfigError, DurableQueueError, GatewayError, QueueCorrupt
 
 T = TypeVar("T")
@@ -110,6 +111,7 @@ CREATE TABLE leases (
     expires_at REAL NOT NULL
 )
 """,
+    BINDINGS_SCHEMA,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )

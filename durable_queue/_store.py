@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from durable_queue import _shrink
 from durable_queue._sqlite import (
     busy_retrying,
     is_busy,
@@ -71,10 +72,12 @@ class Store:
         max_bytes: int | None,
         synchronous: str,
         busy_timeout: float,
+        shrink: bool = True,
     ) -> None:
         self.path = path
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.shrinks = shrink
         self._conn: sqlite3.Connection | None = open_connection(
             path, synchronous=synchronous, busy_timeout=busy_timeout
         )
@@ -287,6 +290,29 @@ class Store:
         """The number of waiting messages, from the counters (no table scan)."""
         top, _total, removed, _bytes = self.read(lambda c: c.execute(_STATE).fetchone())
         return int(top - removed)
+
+    def shrink(self, *, force: bool = False) -> bool:
+        """Give free pages back to the file system when enough are free (see
+        ``_shrink``); a file locked by another process is left for next time.
+
+        Returns:
+            Whether the file was vacuumed.
+        """
+        if not (self.shrinks or force):
+            return False
+        with self._lock:
+            conn = self.live()
+
+            def empty() -> bool:
+                top, _total, removed, _bytes = conn.execute(_STATE).fetchone()
+                return bool(top == removed)
+
+            try:
+                return _shrink.shrink(conn, empty=empty, force=force)
+            except sqlite3.Error as exc:
+                if is_busy(exc):
+                    return False
+                raise translate(exc, self.path) from exc
 
     def close(self) -> None:
         with self._lock:

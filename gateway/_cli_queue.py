@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -82,9 +83,9 @@ def stats(queue_path: Path | None, config_path: Path | None, as_json: bool) -> N
         return
     print_table(
         f"durable queue {s.path}",
-        ("destination", "waiting", "bytes", "oldest", "dead-lettered"),
-        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at), d.dead_letters)
-         for d in s.destinations],
+        ("destination", "waiting", "bytes", "oldest", "dead-lettered", "buffered for"),
+        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at), d.dead_letters,
+          d.owner or "-") for d in s.destinations],
     )
     out.print(f"waiting: {s.count} ({s.bytes} bytes)  dead-lettered: {s.dead_letters}  "
               f"file: {s.file_bytes} bytes")
@@ -120,16 +121,33 @@ def list_(queue_path: Path | None, config_path: Path | None, destination: str | 
 
 @queue.command()
 @queue_path_option
-@click.option("--output", "-o", type=click.File("w"), default="-",
-              help="Write JSON lines here (default stdout).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),
+              default="-", help="Write JSON lines here (default stdout); created 0600.")
 @click.option("--destination", help="Only this destination.")
 @click.option("--dead-letters", is_flag=True, help="Include dead-lettered messages.")
-def export(queue_path: Path | None, config_path: Path | None, output: Any,
+def export(queue_path: Path | None, config_path: Path | None, output: str,
            destination: str | None, dead_letters: bool) -> None:
     """Write messages as JSON lines (bodies as UTF-8 text or base64)."""
-    with _opened(queue_path, config_path) as q:
-        count = q.export(output, destination, include_dead_letters=dead_letters)
+    with _opened(queue_path, config_path) as q, _private_output(output) as fp:
+        count = q.export(fp, destination, include_dead_letters=dead_letters)
     click.echo(f"exported {count} messages", err=True)
+
+
+@contextlib.contextmanager
+def _private_output(output: str) -> Iterator[TextIO]:
+    """stdout for ``-``, else ``output`` truncated and readable by its owner only:
+    it holds message bodies, as the queue file does."""
+    if output == "-":
+        yield sys.stdout
+        return
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    with open(fd, "w", encoding="utf-8") as fp:
+        yield fp
 
 
 @queue.command()
@@ -160,7 +178,11 @@ def purge(queue_path: Path | None, config_path: Path | None, destination: str | 
 @data_dir_option
 def replay(queue_path: Path | None, config_path: Path | None, primary: str, secondary: str,
            dead_letters: bool, as_json: bool, data_dir: Path | None) -> None:
-    """Send buffered messages to their namespaces now, in order."""
+    """Send buffered messages to their namespaces now, in order.
+
+    Exits 3 when messages still wait (their namespaces are down), 1 on an error
+    (a damaged file; a file whose messages were buffered for other namespaces).
+    """
     from gateway._cli_send import distinct
     from gateway._sender import AsyncGeoSender
 
@@ -190,7 +212,8 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
                 ) as sender:
                     count = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": count,
-                                    "remaining": sorted(sender.backlog)})
+                                    "remaining": sorted(sender.backlog),
+                                    "down": sorted(sender.down)})
         finally:
             q.close()
 
@@ -212,3 +235,9 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
         print_table("replay", ("entity", "replayed", "still waiting for"),
                     [(r["entity"], r["replayed"], ", ".join(r["remaining"]) or "-")
                      for r in results])
+    waiting = [d for r in results for d in r["remaining"]]
+    if waiting:
+        down = sorted({ns for r in results for ns in r["down"]})
+        why = f"namespaces down: {', '.join(down)}" if down else "another replayer holds them"
+        fail(f"not all replayed: messages still wait for {', '.join(waiting)} ({why}); "
+             f"run again when they are back", code=3)

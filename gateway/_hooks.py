@@ -33,6 +33,12 @@ class GatewayHooks:
     def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
         """``count`` buffered messages of ``destination`` were sent."""
 
+    def on_replay_failed(self, *, destination: str, error: BaseException) -> None:
+        """Replaying ``destination`` from the durable queue stopped on ``error``: a
+        ``DurableQueueError``, ``QueueCorrupt`` for a damaged file, or ``ConfigError``
+        when the file holds that destination's messages for other namespaces. After
+        the last two, sends that would be buffered behind it raise it too."""
+
     def on_duplicate(self, *, message_id: str, namespace: str) -> None:
         """A second copy of ``message_id`` was received and settled, not delivered."""
 

@@ -30,11 +30,21 @@ from tenacity import (
 )
 
 from durable_queue import DurableQueue, Replayer
+from gateway._buffering import check_size, owner_of
 from gateway._factory import NamespaceLike, check_entity, default_state_dir, open_transport
 from gateway._hooks import GatewayHooks, emit
 from gateway._roles_store import RoleStore
 from gateway.transports.base import Transport
-from replication import GatewayError, Message, MessageRejected, NamespaceUnavailable, TransportError
+from replication import (
+    ConfigError,
+    DurableQueueError,
+    GatewayError,
+    Message,
+    MessageRejected,
+    NamespaceUnavailable,
+    QueueCorrupt,
+    TransportError,
+)
 from replication._policy import Mode, ReplicationPolicy
 from replication._roles import RoleState
 from replication._routing import (
@@ -150,6 +160,14 @@ class AsyncGeoSender:
         self._down: dict[str, float] = {}
         self._backlog: set[str] = self._existing_backlog()
         self._gates: dict[str, asyncio.Lock] = {}
+        # One recovery round at a time (the background task and replay() calls):
+        # two rounds would drain the same destination at once and send it twice.
+        self._recovering: asyncio.Lock | None = None
+        # Destinations whose replay hit a damaged queue file (or messages buffered
+        # for other namespaces): sends that would be buffered behind them raise it.
+        self._broken: dict[str, QueueCorrupt | ConfigError] = {}
+        # Destinations whose owner (these namespaces) is recorded in the queue file.
+        self._claimed: set[str] = set()
         self._owner = f"sender-{uuid.uuid4().hex[:12]}"
         self._recovery = recovery
         # A plain asyncio task, not a task group: start() and aclose() may run in
@@ -214,7 +232,8 @@ class AsyncGeoSender:
         disk in the durable queue.
 
         Raises:
-            MessageRejected: a namespace refused them for good (never buffered).
+            MessageRejected: a namespace refused them for good, or one is larger than
+                the namespace it would be buffered for takes (never buffered).
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
         """
@@ -241,13 +260,23 @@ class AsyncGeoSender:
     async def replay(self, *, progress: Callable[[str, int], None] | None = None) -> int:
         """Probe down namespaces and replay what can be replayed now; return the count.
 
+        A replay running in the background is waited for first, so no message is
+        sent twice by this process.
+
         Args:
             progress: called as ``progress(destination, replayed_so_far)`` after each
                 batch, for long replays.
+
+        Raises:
+            QueueCorrupt: the durable queue file is damaged; the messages before
+                the damage were sent. ``on_replay_failed`` is called too.
+            ConfigError: the queue file holds this entity's messages for other
+                namespaces (another data dir, another host); nothing was sent.
+            DurableQueueError: the durable queue could not be read or written.
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
-        return await self._recover_once(progress)
+        return await self._recover_once(progress, raise_errors=True)
 
     async def aclose(self) -> None:
         """Stop the recovery task, then close what this sender opened."""
@@ -399,13 +428,33 @@ class AsyncGeoSender:
                 "configured to hold it",
                 namespace=ANY_NAMESPACE,
             ) from cause
+        check_size(self._transports, dest, batch)
+        broken = self._broken.get(dest)
+        if broken is not None:
+            # Buffering behind a backlog that can never drain would lose the message
+            # in all but name: the caller must know now.
+            raise type(broken)(f"not buffered: {broken}") from broken
         queue = self._queue
+        await self._claim(queue, dest)
         async with self._gate(dest):
             if while_backlog and dest not in self._backlog:
                 raise _BacklogCleared()
             await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
             self._backlog.add(dest)
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    async def _claim(self, queue: DurableQueue, dest: str) -> None:
+        """Record in the queue file that ``dest`` holds messages for these namespaces,
+        once per sender; refuse (``ConfigError``) when it holds other namespaces'."""
+        if dest in self._claimed:
+            return
+        owner = owner_of(self._transports, dest)
+        before = await anyio.to_thread.run_sync(queue.bind, dest, owner)
+        if before is None and dest in self._backlog:
+            logger.warning(
+                "queue file %s did not record which namespaces the messages of %s are "
+                "for (an older geogateway wrote it); recorded %s", queue.path, dest, owner)
+        self._claimed.add(dest)
 
     def _gate(self, dest: str) -> asyncio.Lock:
         # Puts into a destination and the replayer's final "it is empty now" check
@@ -464,29 +513,60 @@ class AsyncGeoSender:
             await self._sleep(self.policy.probe_interval)
 
     async def _recover_once(
-        self, progress: Callable[[str, int], None] | None = None
+        self, progress: Callable[[str, int], None] | None = None, *, raise_errors: bool = False
     ) -> int:
+        if self._recovering is None:
+            self._recovering = asyncio.Lock()
+        async with self._recovering:
+            await self._probe_down()
+            replayed = 0
+            ready = replayable(sorted(self._backlog), namespaces=self._transports,
+                               down=self._down)
+            for dest in ready:
+                if dest in self._broken and not raise_errors:
+                    continue  # reported once; only an explicit replay() tries again
+                try:
+                    replayed += await self._replay(dest, progress)
+                except (DurableQueueError, ConfigError) as exc:
+                    self._replay_failed(dest, exc, raised=raise_errors)
+                    if raise_errors:
+                        raise
+                else:
+                    self._broken.pop(dest, None)
+            if should_fail_back(failback=self.policy.failback, roles=self._roles,
+                                down=self._down):
+                self._set_roles(self._roles.fail_back(self._clock()))
+            return replayed
+
+    async def _probe_down(self) -> None:
         for ns in list(self._down):
             try:
                 await self._transports[ns].probe()
             except TransportError:
                 continue
-            del self._down[ns]
+            if self._down.pop(ns, None) is None:
+                continue  # marked up meanwhile
             logger.warning("namespace %s is back", ns)
             emit(self._hooks, "on_namespace_up", namespace=ns)
             self._prepare_soon(ns)
-        replayed = 0
-        for dest in replayable(sorted(self._backlog), namespaces=self._transports, down=self._down):
-            replayed += await self._replay(dest, progress)
-        if should_fail_back(failback=self.policy.failback, roles=self._roles, down=self._down):
-            self._set_roles(self._roles.fail_back(self._clock()))
-        return replayed
+
+    def _replay_failed(
+        self, dest: str, error: DurableQueueError | ConfigError, *, raised: bool
+    ) -> None:
+        if isinstance(error, (QueueCorrupt, ConfigError)):
+            self._broken[dest] = error
+        # In the background nobody else hears of it: an error line. A replay() call
+        # raises it to its caller as well, so the log line is a warning there.
+        level = logging.WARNING if raised else logging.ERROR
+        logger.log(level, "replay of %s stopped: %s", dest, error)
+        emit(self._hooks, "on_replay_failed", destination=dest, error=error)
 
     async def _replay(
         self, dest: str, progress: Callable[[str, int], None] | None = None
     ) -> int:
         assert self._queue is not None
         namespace, _ = parse_destination(dest)
+        await self._claim(self._queue, dest)
         replayer = Replayer(self._queue, dest, owner=self._owner)
         if not replayer.acquire():
             return 0  # another sender process is draining this destination

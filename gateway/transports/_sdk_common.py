@@ -536,6 +536,11 @@ class SdkTransport(Transport):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(namespace={self.namespace!r}, host={self.host!r})"
 
+    @property
+    def identity(self) -> str:
+        """``servicebus://HOST`` or ``eventhubs://HOST`` (no credential)."""
+        return f"{type(self).__name__.removesuffix('Transport').lower()}://{self.host}"
+
     def _outcome(self, exc: BaseException) -> Outcome:
         raise NotImplementedError()  # pragma: no cover
 

@@ -109,6 +109,18 @@ class Transport:
     #: The namespace's name as the gateway knows it ("primary", "secondary", ...).
     namespace: str = ""
 
+    #: The largest message (``Message.size``, bytes) the namespace takes, if known.
+    #: The sender refuses a larger message before buffering it for this namespace
+    #: (``MessageRejected``), so it is not found out at replay. ``None``: no limit known.
+    max_message_size: int | None = None
+
+    @property
+    def identity(self) -> str:
+        """Which namespace this is, beyond its role name: its kind and host (or file),
+        never a key. The durable queue records it with what it buffers."""
+        kind = type(self).__name__.removesuffix("Transport").lower()
+        return f"{kind}://{self.namespace}"
+
     async def __aenter__(self) -> Transport:
         return self
 

@@ -214,6 +214,8 @@ class EventHubsTransport(SdkTransport):
         ConfigError: an unknown option or bad value; azure-identity is missing.
     """
 
+    #: Event Hubs: 1 MB an event (basic tier: 256 KB).
+    max_message_size: int | None = 1 << 20
     _owned_credential: AsyncTokenCredential | None = None
 
     def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,

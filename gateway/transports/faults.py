@@ -51,6 +51,7 @@ class FaultyTransport(Transport):
                  sleep: Callable[[float], Awaitable[object]] = anyio.sleep) -> None:
         self.inner = inner
         self.namespace = inner.namespace
+        self.max_message_size = inner.max_message_size
         self.latency = 0.0
         self.calls: list[str] = []
         self.down_since: float | None = None
@@ -59,6 +60,11 @@ class FaultyTransport(Transport):
         self._failures: deque[Exception | type[Exception]] = deque()
         self._lost_replies = 0
         self._down_event: anyio.Event | None = None
+
+    @property
+    def identity(self) -> str:
+        """The wrapped namespace's."""
+        return self.inner.identity
 
     async def __aenter__(self) -> FaultyTransport:
         # Narrows Transport.__aenter__'s return type for `async with ... as t`.

@@ -255,6 +255,15 @@ class LocalTransport(Transport):
         ConfigError: a bad name.
     """
 
+    # The default limit of its entities (``create_queue(max_message_size=...)``); an
+    # entity created with another limit is checked at send, as always.
+    max_message_size: int | None = 1 << 20
+
+    @property
+    def identity(self) -> str:
+        """``local://`` and the namespace file's absolute path (its data dir and name)."""
+        return f"local://{os.path.abspath(self.path)}"
+
     def __init__(self, name: str, *, data_dir: str | os.PathLike[str] | None = None,
                  auto_create: bool = True, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:

@@ -267,6 +267,8 @@ class ServiceBusTransport(SdkTransport):
         ConfigError: an unknown option or bad value; azure-identity is missing.
     """
 
+    #: Service Bus standard tier: 256 KB a message (premium takes 1 MB and more).
+    max_message_size: int | None = 256 * 1024
     _owned_credential: AsyncTokenCredential | None = None
 
     def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,

@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -338,3 +339,45 @@ def test_ids_stay_unique_across_handles_through_removals(queue_path: Path) -> No
     assert len(first) == len(second) == 3
     first.close()
     second.close()
+
+
+# -- bindings: whose messages a destination holds ------------------------------------
+
+
+def test_bind_records_an_owner_and_refuses_another_while_messages_wait(
+    queue: DurableQueue,
+) -> None:
+    assert queue.binding("*/orders") is None
+    assert queue.bind("*/orders", "local:///a/primary.db orders") is None
+    assert queue.bind("*/orders", "local:///a/primary.db orders") == (
+        "local:///a/primary.db orders")
+    queue.put("*/orders", msg("m1"))
+    with pytest.raises(ConfigError) as caught:
+        queue.bind("*/orders", "local:///b/primary.db orders")
+    text = str(caught.value)
+    assert "local:///a/primary.db" in text and "local:///b/primary.db" in text
+    assert str(queue.path) in text and "\n" not in text
+    assert queue.binding("*/orders") == "local:///a/primary.db orders"
+    # Once drained, the destination may be taken by another owner
+    queue.purge()
+    queue.bind("*/orders", "local:///b/primary.db orders")
+    assert queue.binding("*/orders") == "local:///b/primary.db orders"
+
+
+def test_a_file_without_bindings_opens_untouched_and_gets_them_on_first_bind(
+    queue_path: Path,
+) -> None:
+    # Given a queue file of the earlier layout (no bindings table), with a message
+    with DurableQueue(queue_path) as q:
+        q.put("*/orders", msg("m1"))
+    conn = sqlite3.connect(queue_path)
+    conn.execute("DROP TABLE bindings")
+    conn.commit()
+    conn.close()
+    # When it is opened and read, Then it reads as "no owner recorded"
+    with DurableQueue(queue_path) as q:
+        assert q.binding("*/orders") is None
+        assert [m.message.message_id for m in q.peek()] == ["m1"]
+        # And the first bind records one
+        assert q.bind("*/orders", "owner") is None
+        assert q.binding("*/orders") == "owner"

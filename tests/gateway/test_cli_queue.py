@@ -1,0 +1,102 @@
+"""``geogateway queue``: damaged files, exit codes of replay, exported file modes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.durable_queue._damage import damaged_queue
+from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process, ok_json
+
+
+@pytest.fixture(autouse=True)
+def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    return clean_env(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    return in_process(capsys, monkeypatch)
+
+
+def buffer_three(run: Run, queue: Path) -> None:
+    run("namespace", "down", "primary")
+    run("namespace", "down", "secondary")
+    ok_json(run("send", "-e", "orders", "--json", "--durable-queue", str(queue), "a", "b", "c"))
+
+
+def test_replay_of_a_file_damaged_in_the_middle_fails(run: Run, dirs: dict[str, Path]) -> None:
+    # Given a queue file of 300 messages whose middle page is damaged
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When it is replayed
+    result = run("queue", "replay", "-q", str(queue))
+    # Then the exit code is non-zero, with one line naming the file
+    expect_one_line_error(result, 1, str(queue), "corrupt")
+
+
+def test_export_to_a_file_is_private(run: Run, dirs: dict[str, Path]) -> None:
+    # Given buffered messages
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    # When they are exported to a file
+    exported = dirs["tmp"] / "out.jsonl"
+    code, _, err = run("queue", "export", "-q", str(queue), "-o", str(exported))
+    # Then the file holds them and only its owner may read it
+    assert code == 0 and "exported 3" in err
+    assert len(exported.read_text().splitlines()) == 3
+    assert exported.stat().st_mode & 0o777 == 0o600
+
+
+def test_export_over_an_existing_file_makes_it_private(run: Run, dirs: dict[str, Path]) -> None:
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    exported = dirs["tmp"] / "out.jsonl"
+    exported.write_text("old\n" * 10)
+    exported.chmod(0o644)
+    assert run("queue", "export", "-q", str(queue), "-o", str(exported))[0] == 0
+    assert exported.stat().st_mode & 0o777 == 0o600
+    assert "old" not in exported.read_text()
+
+
+def test_replay_while_both_namespaces_are_down_exits_3(run: Run, dirs: dict[str, Path]) -> None:
+    # Given three buffered messages and both namespaces still down
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    # When replayed
+    result = run("queue", "replay", "-q", str(queue), "--json")
+    # Then nothing was sent, the report says so, and the exit code is 3
+    code, out, err = result
+    assert code == 3, result
+    assert json.loads(out) == [{"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
+                                "down": ["primary", "secondary"]}]
+    assert "*/orders" in err and "primary" in err and "Traceback" not in err
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+
+
+def test_replay_into_another_data_dir_is_refused(run: Run, dirs: dict[str, Path]) -> None:
+    # Given messages buffered (as a drill does) for the namespaces of the data dir
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    other = dirs["tmp"] / "other-data"
+    # When replayed into the namespaces of another data dir
+    result = run("queue", "replay", "-q", str(queue), "--data-dir", str(other))
+    # Then it is one clear error naming both, and nothing was sent
+    expect_one_line_error(result, 1, str(dirs["data"] / "primary.db"),
+                          str(other / "primary.db"))
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+    # And with the data dir they were buffered for, they replay
+    run("namespace", "up", "primary")
+    assert ok_json(run("queue", "replay", "-q", str(queue), "--json"))[0]["replayed"] == 3
+
+
+def test_stats_shows_which_namespaces_the_messages_are_for(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    stats = ok_json(run("queue", "stats", "-q", str(queue), "--json"))
+    owner = stats["destinations"][0]["owner"]
+    assert str(dirs["data"] / "primary.db") in owner and "orders" in owner
