@@ -6,7 +6,8 @@ processes. When the parent stops normally it stops them; when it is killed it ca
 parent without the parent's cooperation, in two ways:
 
 * on Linux, ``prctl(PR_SET_PDEATHSIG, SIGTERM)``: the kernel sends the child SIGTERM
-  when the parent dies;
+  when the parent dies (strictly, when the parent's thread that started it ends: the
+  drills start their children from their event loop's thread, which outlives them);
 * everywhere on POSIX, a pipe: the parent keeps the write end open for as long as it
   lives (it never writes), the child reads the other end in a thread; end of file
   means the parent is gone, however it ended.
