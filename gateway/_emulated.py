@@ -3,9 +3,9 @@
 The emulator runs in its own process (its own interpreter and GIL, as a real
 namespace would be elsewhere); :class:`EmulatorProcess` starts it on free ports over
 the local namespaces in ``data_dir``, reads its JSON ready line, and stops it with
-SIGTERM on exit. Should this process be killed instead, the child stops by itself
-(:mod:`gateway._parent_watch`). Outages are injected as for the local namespaces (``LocalNamespace.
-down()``): the emulator watches the same control files.
+SIGTERM on exit; should this process be killed instead, the child stops by itself
+(:mod:`gateway._parent_watch`). Outages are injected as for the local namespaces
+(``LocalNamespace.down()``): the emulator watches the same control files.
 """
 
 from __future__ import annotations
