@@ -59,8 +59,8 @@ async def test_drill_over_the_sdk_transports(transport: str, scenario: Scenario,
         assert report.failovers >= 1 and report.failover_seconds
     # The default settings fail over from an outage within the 2 s the drill is judged
     # by. A lost reply is noticed only by the 2 s operation timeout: that send takes it,
-    # plus the other namespace's send.
-    bound = 3.0 if scenario is Scenario.LOST_REPLIES else 2.0
+    # plus the other namespace's send (2.2-3.0 s measured, benchmarks/README.md §5).
+    bound = 4.0 if scenario is Scenario.LOST_REPLIES else 2.0
     assert all(s <= bound for s in report.failover_seconds), report.failover_seconds
     assert report.failovers == len(report.failover_seconds)
     # The emulator's log is kept with the drill's files.
