@@ -38,6 +38,7 @@ def show_report(report: DrillReport) -> None:
         ("buffered", report.buffered), ("replayed", report.replayed),
         ("failovers", report.failovers),
         ("failover time", ", ".join(_seconds(s) for s in failover) if failover else "-"),
+        ("role swaps", report.role_swaps),
         ("replay time", _seconds(report.replay_seconds)),
         ("elapsed", _seconds(report.elapsed_seconds)),
         ("result", "PASS" if report.passed else "FAIL (lost or duplicates delivered)"),
@@ -59,17 +60,22 @@ def show_report(report: DrillReport) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file ('-' for stdout only).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Keep the drill's namespaces and queue here (default: a temporary dir).")
+              help="Make the run's state folder (its namespaces, queue, dedup store) in "
+                   "this directory, a new one per run [default: the temporary dir].")
+@click.option("--keep", is_flag=True,
+              help="Keep the state folder when the drill passes (it is always kept when "
+                   "the drill fails).")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds to wait for replay and delivery after the last send.")
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
 def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_path: Path | None,
-          data_dir: Path | None, settle_timeout: float, transport: str) -> None:
+          data_dir: Path | None, keep: bool, settle_timeout: float, transport: str) -> None:
     """Run a failover drill on two namespaces and print the report.
 
-    Exits 0 only when nothing was lost and no duplicate was delivered.
+    Exits 0 only when nothing was lost and no duplicate was delivered. Each run has a
+    new state folder, printed first; it is removed when the drill passes.
     """
     quiet = json_path is not None and str(json_path) == "-"
     with Progress(
@@ -86,8 +92,13 @@ def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_
         report = run(run_drill(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
-            transport=transport,
+            transport=transport, keep_state=keep,
+            on_state_dir=lambda path: err.print(f"drill state: {path}", markup=False),
         ))
+    if report.state_dir is None:
+        err.print("drill passed: its state folder was removed")
+    else:
+        err.print(f"drill state kept in {report.state_dir}", markup=False)
     if quiet:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

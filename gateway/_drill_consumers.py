@@ -32,17 +32,18 @@ import logging
 import os
 import signal
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
 from gateway import _drill_consumer as worker_module
 from gateway._config import NamespaceConfig
 from gateway._dedup_store import SqliteDedupStore
+from gateway._drill_report import DrillCounters, DrillReport
 from gateway._emulated import EmulatorProcess
 from gateway._factory import NamespaceLike
+from gateway._parent_watch import child_command
 from gateway._sender import AsyncGeoSender
-from gateway.drill import PRIMARY, SECONDARY, DrillReport, Progress, Scenario, _Counters
+from gateway.drill import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.transports.local import LocalNamespace
 from replication import Message
 from replication._policy import Mode
@@ -112,7 +113,7 @@ class _ConsumerDrill:
         (root / "logs").mkdir(exist_ok=True)
         self.workers: dict[str, asyncio.subprocess.Process] = {}
         self.killed: set[str] = set()
-        self.counters = _Counters()
+        self.counters = DrillCounters()
         self.sent = 0
         self.script = list(_SCRIPTS[scenario])
         self.connection_strings: dict[str, str] = {}  # Event Hubs on the emulator, if set
@@ -155,7 +156,7 @@ class _ConsumerDrill:
             lost=sum(1 for i in ids if i not in rows),
             duplicates_delivered=sum(c - 1 for c in rows.values() if c > 1),
             duplicates_suppressed=self._suppressed(), buffered=self.counters.buffered,
-            replayed=self.counters.replayed, failovers=self.counters.failovers,
+            replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
             elapsed_seconds=round(time.monotonic() - started, 3),
         )
 
@@ -168,11 +169,13 @@ class _ConsumerDrill:
         for ns, value in self.connection_strings.items():
             env[worker_module.connection_string_variable(ns)] = value
         log = await asyncio.to_thread(open, self.root / "logs" / f"{name}.log", "ab")
+        # It stops gracefully by itself should this process die (gateway._parent_watch).
+        command, fds = child_command(["-m", "gateway._drill_consumer", "--root",
+                                      str(self.root), "--worker", name])
         with log:
             self.workers[name] = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway._drill_consumer", "--root", str(self.root),
-                "--worker", name, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=log, env=env,
+                *command, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=log, env=env, pass_fds=fds,
             )
         # Wait until it can take a SIGTERM gracefully (it imports for a second or so).
         process = self.workers[name]

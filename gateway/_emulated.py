@@ -3,8 +3,9 @@
 The emulator runs in its own process (its own interpreter and GIL, as a real
 namespace would be elsewhere); :class:`EmulatorProcess` starts it on free ports over
 the local namespaces in ``data_dir``, reads its JSON ready line, and stops it with
-SIGTERM on exit. Outages are injected as for the local namespaces (``LocalNamespace.
-down()``): the emulator watches the same control files.
+SIGTERM on exit; should this process be killed instead, the child stops by itself
+(:mod:`gateway._parent_watch`). Outages are injected as for the local namespaces
+(``LocalNamespace.down()``): the emulator watches the same control files.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import contextlib
 import json
 import os
 import signal
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from gateway._parent_watch import child_command
 from replication import ConfigError
 
 __all__ = ["EmulatorProcess"]
@@ -83,8 +84,7 @@ class EmulatorProcess:
             ConfigError: it exited or did not get ready in time (its last error
                 line is in the message).
         """
-        args = [sys.executable, "-m", "gateway.cli", "emulator", "--json",
-                "--data-dir", str(self.data_dir)]
+        args = ["-m", "gateway.cli", "emulator", "--json", "--data-dir", str(self.data_dir)]
         for name in self.namespaces:
             args += ["--namespace", f"{name}=0"]
         lines = []
@@ -100,11 +100,13 @@ class EmulatorProcess:
             args += ["--event-hub", f"{hub}:{partitions}"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (_PROJECT, os.environ.get("PYTHONPATH", "")) if p)}
+        command, fds = child_command(args)  # it ends with this process, even if killed
         stderr = self.log.open("ab") if self.log is not None else None
         try:
             self.process = await asyncio.create_subprocess_exec(
-                *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=stderr if stderr is not None else asyncio.subprocess.DEVNULL, env=env)
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=stderr if stderr is not None else asyncio.subprocess.DEVNULL, env=env,
+                pass_fds=fds)
         finally:
             if stderr is not None:
                 stderr.close()

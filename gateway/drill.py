@@ -13,27 +13,37 @@ read by a partition-balanced geo receiver. Outages are injected the same way.
 The ``consumer-*`` scenarios instead run several receiver processes on a
 partitioned entity and crash, add or remove them mid-run; see
 :mod:`gateway._drill_consumers`.
+
+Each run keeps its namespaces, queue, dedup and checkpoint files in a state folder of
+its own, new for every run (``DATA_DIR/drill-TIME-XXXX``, or under the system's
+temporary directory), so a drill run twice in one data dir starts from nothing both
+times. The folder is removed when the drill passes and kept (for its files and logs)
+when it fails or raises, or with ``keep_state=True``. Child processes (the emulator,
+the workers) stop by themselves if the drill's process is killed
+(:mod:`gateway._parent_watch`).
+
+The report and what its fields mean: :mod:`gateway._drill_report`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
-import statistics
+import logging
+import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from gateway._config import NamespaceConfig
+from gateway._drill_report import DrillCounters, DrillReport
 from gateway._emulated import EmulatorProcess
 from gateway._factory import NamespaceLike
 from gateway._geo_partitions import AsyncGeoPartitionReceiver
-from gateway._hooks import GatewayHooks
 from gateway._receiver import AsyncGeoReceiver
 from gateway._sender import AsyncGeoSender
 from gateway.transports.base import PartitionEvent, ReceivedMessage
@@ -42,6 +52,8 @@ from replication import ConfigError, Message
 from replication._policy import Mode
 
 __all__ = ["TRANSPORTS", "DrillReport", "Scenario", "run_drill"]
+
+logger = logging.getLogger("geogateway.drill")
 
 ENTITY = "drill"
 HUB, HUB_PARTITIONS = "drill-events", 4
@@ -89,67 +101,6 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class DrillReport:
-    """The outcome of one drill. ``passed`` is lost == 0 and duplicates_delivered == 0."""
-
-    scenario: str
-    mode: str
-    messages: int
-    sent: int
-    delivered: int
-    lost: int
-    duplicates_delivered: int
-    duplicates_suppressed: int
-    buffered: int
-    replayed: int
-    failovers: int
-    failover_seconds: list[float] = field(default_factory=list)
-    replay_seconds: float | None = None
-    elapsed_seconds: float = 0.0
-    transport: str = "local"
-
-    @property
-    def passed(self) -> bool:
-        return self.lost == 0 and self.duplicates_delivered == 0
-
-    @property
-    def failover_p99(self) -> float | None:
-        return _percentile(self.failover_seconds, 0.99)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["passed"] = self.passed
-        data["failover_p99_seconds"] = self.failover_p99
-        return data
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
-
-
-class _Counters(GatewayHooks):
-    def __init__(self) -> None:
-        self.buffered = 0
-        self.replayed = 0
-        self.failovers = 0
-        self.last_replay_at: float | None = None
-
-    def on_buffered(self, *, destination: str, count: int) -> None:
-        self.buffered += count
-
-    def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
-        self.replayed += count
-        self.last_replay_at = time.monotonic()
-
-    def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
-        self.failovers += 1
-
-
 Progress = Callable[[str, int, int], None]
 
 
@@ -163,6 +114,8 @@ async def run_drill(
     settle_timeout: float = 60.0,
     progress: Progress | None = None,
     transport: str = "local",
+    keep_state: bool = False,
+    on_state_dir: Callable[[Path], None] | None = None,
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -172,12 +125,16 @@ async def run_drill(
         scenario: what fails while messages flow.
         messages: how many messages to send.
         batch_size: messages per ``send_batch`` call.
-        data_dir: where the namespaces, queue and dedup store live (a temporary
-            directory, removed afterwards, when not given).
+        data_dir: where the run's state folder is made (a new one each run, holding
+            its namespaces, queue and dedup store); the system's temporary directory
+            when not given. The folder is removed when the drill passes.
         settle_timeout: how long to wait for replay and delivery after the last send.
         progress: called as ``progress(phase, done, total)``.
         transport: ``"local"`` (the embedded namespaces), or ``"servicebus"`` /
             ``"eventhubs"`` (the Azure SDK transports, against the emulator).
+        keep_state: keep the state folder even when the drill passes.
+        on_state_dir: called with the state folder once it exists, before anything
+            runs (e.g. to print it).
 
     Raises:
         ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
@@ -195,27 +152,46 @@ async def run_drill(
     mode = Mode.parse(mode)
     if messages < 1 or batch_size < 1:
         raise ValueError("messages and batch_size must be >= 1")
-    with _workdir(data_dir) as root:
-        if consumers:
-            from gateway._drill_consumers import run_consumer_drill  # imports this module
+    root = _new_state_dir(data_dir)
+    if on_state_dir is not None:
+        on_state_dir(root)
+    if consumers:
+        from gateway._drill_consumers import run_consumer_drill  # imports this module
 
-            return await run_consumer_drill(
-                mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
-                root=root, settle_timeout=settle_timeout,
-                progress=progress or (lambda phase, done, total: None), transport=transport,
-            )
-        return await _Drill(mode, scenario, messages, batch_size, root, progress,
-                            transport).run(settle_timeout)
+        report = await run_consumer_drill(
+            mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
+            root=root, settle_timeout=settle_timeout,
+            progress=progress or (lambda phase, done, total: None), transport=transport,
+        )
+    else:
+        report = await _Drill(mode, scenario, messages, batch_size, root, progress,
+                              transport).run(settle_timeout)
+    # An error above leaves the folder for a look at its files and logs.
+    if report.passed and not keep_state and _remove(root):
+        return report
+    return dataclasses.replace(report, state_dir=str(root))
 
 
-@contextlib.contextmanager
-def _workdir(data_dir: str | Path | None) -> Iterator[Path]:
-    if data_dir is not None:
-        Path(data_dir).mkdir(parents=True, exist_ok=True)
-        yield Path(data_dir)
-        return
-    with tempfile.TemporaryDirectory(prefix="geogateway-drill-") as tmp:
-        yield Path(tmp)
+def _new_state_dir(data_dir: str | Path | None) -> Path:
+    """A new, empty folder (0700) for one run, in ``data_dir`` or the temp directory."""
+    parent = Path(data_dir) if data_dir is not None else Path(tempfile.gettempdir())
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        prefix = f"{'drill' if data_dir is not None else 'geogateway-drill'}-" \
+                 f"{time.strftime('%Y%m%d-%H%M%S')}-"
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    except OSError as exc:
+        raise ConfigError(f"cannot create the drill's state folder in {parent}: "
+                          f"{exc.strerror or exc}; choose another --data-dir") from None
+
+
+def _remove(root: Path) -> bool:
+    try:
+        shutil.rmtree(root)
+    except OSError as exc:
+        logger.warning("could not remove the drill's state folder %s: %s", root, exc)
+        return False
+    return True
 
 
 class _Drill:
@@ -238,12 +214,13 @@ class _Drill:
             else:
                 namespace.create_queue(ENTITY, lock_duration=_LOCK,
                                        max_delivery_count=_MAX_DELIVERIES)
-        self.counters = _Counters()
+        self.counters = DrillCounters()
         self.delivered: Counter[str] = Counter()
         self.sent_ids: list[str] = []
         self.failover_seconds: list[float] = []
-        self._outage_at: float | None = None
-        self._outage_from: str = PRIMARY
+        # The fault whose failover is not timed yet: (namespace, since when), since
+        # None for lost replies (then the send that moves away is timed by itself).
+        self._fault: tuple[str, float | None] | None = None
         self._down: set[str] = set()
         self._up_at: float | None = None
 
@@ -271,7 +248,7 @@ class _Drill:
             lost=sum(1 for i in unique if not self.delivered[i]),
             duplicates_delivered=sum(c - 1 for c in self.delivered.values() if c > 1),
             duplicates_suppressed=suppressed, buffered=self.counters.buffered,
-            replayed=self.counters.replayed, failovers=self.counters.failovers,
+            replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
             failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
             elapsed_seconds=round(time.monotonic() - started, 3), transport=self.transport,
         )
@@ -352,8 +329,8 @@ class _Drill:
         # poll interval; wait that out, so that the change is in effect for the next
         # send however few messages the drill has, and time a failover from then.
         await asyncio.sleep(_EMULATOR_APPLIES)
-        if self._outage_at is not None:
-            self._outage_at = time.monotonic()
+        if self._fault is not None and self._fault[1] is not None:
+            self._fault = (self._fault[0], time.monotonic())
 
     def _inject(self, action: str, ns: str) -> None:
         namespace = self.namespaces[ns]
@@ -361,27 +338,35 @@ class _Drill:
             namespace.down()
             self._down.add(ns)
             # A failover clock starts only while the other namespace is up to take over.
-            if self._outage_at is None and len(self._down) < len(self.namespaces):
-                self._outage_at, self._outage_from = time.monotonic(), ns
+            if self._fault is None and len(self._down) < len(self.namespaces):
+                self._fault = (ns, time.monotonic())
             elif len(self._down) == len(self.namespaces):
-                self._outage_at = None
+                self._fault = None
         elif action == "up":
             namespace.up()
             self._down.discard(ns)
             self._up_at = time.monotonic()
         elif action == "lose":
             namespace.set_faults(lost_replies=0.3)
+            if self._fault is None:
+                self._fault = (ns, None)
         elif action == "heal":
             namespace.set_faults(lost_replies=0.0)
+            if self._fault == (ns, None):
+                self._fault = None  # no reply was lost on the way: nothing moved
 
     def _note_failover(self, accepted: tuple[str, ...], started: float) -> None:
-        # Failover time: from the outage to the end of the first send accepted by the
-        # other namespace that was started after it.
-        if self._outage_at is None or started < self._outage_at:
+        # One failover per fault: the first send started after it that the faulty
+        # namespace did not accept and the other did. Timed from the outage, or for
+        # lost replies from the start of that send; see the module docstring.
+        if self._fault is None:
             return
-        if any(ns != self._outage_from for ns in accepted):
-            self.failover_seconds.append(round(time.monotonic() - self._outage_at, 4))
-            self._outage_at = None
+        faulty, since = self._fault
+        if (since is not None and started < since) or not accepted or faulty in accepted:
+            return
+        self.failover_seconds.append(
+            round(time.monotonic() - (started if since is None else since), 4))
+        self._fault = None
 
     async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:
         for namespace in self.namespaces.values():

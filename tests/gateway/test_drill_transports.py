@@ -17,6 +17,7 @@ import pytest
 from gateway.drill import Scenario, run_drill
 from replication import ConfigError
 from tests.gateway.cli_support import run_process
+from tests.gateway.drill_support import kill_drill_midway
 
 pytestmark = [
     pytest.mark.anyio,
@@ -46,7 +47,8 @@ def _collect_here() -> Iterator[None]:
 async def test_drill_over_the_sdk_transports(transport: str, scenario: Scenario, mode: str,
                                              tmp_path: Path) -> None:
     report = await run_drill(transport=transport, scenario=scenario, mode=mode,
-                             messages=200, data_dir=tmp_path / "drill", settle_timeout=30.0)
+                             messages=200, data_dir=tmp_path / "drill", settle_timeout=30.0,
+                             keep_state=True)
     assert report.transport == transport
     assert report.sent == report.delivered == 200, report
     assert report.lost == 0 and report.duplicates_delivered == 0, report
@@ -55,10 +57,15 @@ async def test_drill_over_the_sdk_transports(transport: str, scenario: Scenario,
         assert report.buffered > 0  # both were down for a while: the disk held them
     if mode == "passive" and scenario is not Scenario.LOST_REPLIES:
         assert report.failovers >= 1 and report.failover_seconds
-    # The default settings fail over within the 2 s the drill is judged by.
-    assert all(s <= 2.0 for s in report.failover_seconds), report.failover_seconds
+    # The default settings fail over from an outage within the 2 s the drill is judged
+    # by. A lost reply is noticed only by the 2 s operation timeout: that send takes it,
+    # plus the other namespace's send (2.2-3.0 s measured, benchmarks/README.md §5).
+    bound = 4.0 if scenario is Scenario.LOST_REPLIES else 2.0
+    assert all(s <= bound for s in report.failover_seconds), report.failover_seconds
+    assert report.failovers == len(report.failover_seconds)
     # The emulator's log is kept with the drill's files.
-    assert (tmp_path / "drill" / "emulator.log").exists()
+    assert report.state_dir is not None
+    assert (Path(report.state_dir) / "emulator.log").exists()
 
 
 async def test_consumer_scenarios_need_partitions() -> None:
@@ -101,3 +108,12 @@ def test_cli_drill_over_service_bus(tmp_path: Path) -> None:
     report = json.loads(out)
     assert report["transport"] == "servicebus" and report["passed"] is True
     assert report["lost"] == 0 and report["duplicates_delivered"] == 0
+
+
+def test_a_killed_service_bus_drill_leaves_no_emulator(tmp_path: Path) -> None:
+    # Given a Service Bus drill with its emulator child, sending
+    # When the drill itself is SIGKILLed (no chance to stop its child)
+    left = kill_drill_midway(tmp_path / "drill", "--transport", "servicebus",
+                             "--messages", "100000", children=1)
+    # Then the emulator went with it
+    assert left == {}, left
