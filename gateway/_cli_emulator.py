@@ -59,7 +59,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
 @click.option("--key-name", default=None,
               help=f"Shared access key name [default: {DEFAULT_KEY_NAME}].")
 @click.option("--key", envvar="GEOGATEWAY_EMULATOR_KEY", show_envvar=True, default=None,
-              help="Shared access key [default: the well-known development key]; "
+              help="Shared access key [default: SAS_KEY_VALUE, the official emulators' "
+                   "well-known key; a key given here replaces it]; "
                    "printed as ***.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
 def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
