@@ -7,6 +7,10 @@ Hubs: a reader with an equal or higher level takes the partition and the old rea
 is detached with ``amqp:link:stolen``; a lower level, or none while a level is held,
 is refused with the same condition. The level is also recorded in the namespace
 file, so readers in other processes (``local://``) are fenced too.
+
+A receiver that desires ``com.microsoft:enable-receiver-runtime-metric`` (the SDKs'
+``track_last_enqueued_event_properties``) gets the partition's last enqueued event
+in each event's delivery annotations, read when the batch was.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.transports._local_store import EntityKind
@@ -38,6 +43,7 @@ _SELECTOR = re.compile(
     r"\s*amqp\.annotation\.x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>|=)\s*'([^']*)'\s*",
     re.IGNORECASE)
 _MAX_READ = 300
+_RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 _IDLE_POLL = 1.0
 
 
@@ -165,11 +171,31 @@ class PartitionReader(Terminus):
                 await _first([changed.wait(), self._wake.wait()], _IDLE_POLL)
                 continue
             await ns.delay()
+            runtime = await self._runtime_info() if self._tracks(link) else None
             for event in events:
                 tag = event.sequence_number.to_bytes(8, "big")
-                link.send(tag, encode_message(event_message(event)), settled=True)
+                message = event_message(event)
+                message.delivery_annotations = runtime
+                link.send(tag, encode_message(message), settled=True)
             self.position = EventPosition(sequence_number=events[-1].sequence_number)
             await link.session.connection.drain()
+
+
+    @staticmethod
+    def _tracks(link: OutgoingLink) -> bool:
+        return _RUNTIME_METRIC in {str(c) for c in link.attach.desired_capabilities or ()}
+
+    async def _runtime_info(self) -> dict[str, Any]:
+        """The last enqueued event's annotations (``track_last_enqueued_event_properties``)."""
+        ns = self.namespace
+        state = await ns.run(ns.store.partition_state, self.hub, self.partition_id)
+        last = state.last_sequence_number
+        return {
+            "last_enqueued_sequence_number": Long(-1 if last is None else last),
+            "last_enqueued_offset": str(-1 if state.last_offset is None else state.last_offset),
+            "last_enqueued_time_utc": Timestamp(round((state.last_enqueued_time or 0) * 1000)),
+            "runtime_info_retrieval_time_utc": Timestamp(round(time.time() * 1000)),
+        }
 
 
 async def manage_hub(namespace: Namespace, request: AmqpMessage) -> Reply:

@@ -87,7 +87,10 @@ def _where(position: EventPosition) -> tuple[str, float]:
     if position.offset is not None:
         return f'"offset" {op} ?', position.offset
     if position.enqueued_time is not None:
-        return f"enqueued_time {op} ?", position.enqueued_time
+        # Enqueued times are compared to the millisecond, the precision Event Hubs (and
+        # the emulator) report them in: starting from an event's own reported time,
+        # inclusive, returns that event; exclusive, what was enqueued after that ms.
+        return f"round(enqueued_time * 1000) {op} ?", round(position.enqueued_time * 1000)
     if position.sequence_number is not None:
         return f"seq {op} ?", position.sequence_number
     # latest is resolved to a sequence number before the first read (see

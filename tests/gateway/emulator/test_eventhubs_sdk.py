@@ -263,3 +263,55 @@ async def test_checkpoints_in_the_sqlite_store(conn_str: str, tmp_path: Path,
     [namespace] = namespaces
     checkpoints = await store.sdk().list_checkpoints(namespace, HUB, "$Default")
     assert [(c["partition_id"], c["sequence_number"]) for c in checkpoints] == [(pid, 1)]
+
+
+async def test_last_enqueued_event_properties_are_tracked(conn_str: str,
+                                                          producer: EventHubProducerClient) -> None:
+    # Given three events in partition 2
+    await send(producer, ["t0", "t1", "t2"], partition_id="2")
+    expected = await producer.get_partition_properties("2")
+    seen: list[Any] = []
+    done = asyncio.Event()
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            seen.append(context.last_enqueued_event_properties)
+            if len(seen) == 3:
+                done.set()
+
+    # When a consumer tracks the last enqueued event while reading the first ones
+    async with consumer(conn_str) as c:
+        task = asyncio.create_task(c.receive(
+            on_event, partition_id="2", starting_position="-1", max_wait_time=0.2,
+            track_last_enqueued_event_properties=True))
+        await asyncio.wait_for(done.wait(), 5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Then every event carries the partition's last enqueued event, as on Event Hubs
+    props = seen[0]
+    assert props is not None
+    assert props["sequence_number"] == expected["last_enqueued_sequence_number"] == 2
+    assert props["offset"] == expected["last_enqueued_offset"]
+    assert props["enqueued_time"] == expected["last_enqueued_time_utc"]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert now - datetime.timedelta(seconds=10) < props["retrieval_time"] <= now
+
+
+async def test_starting_at_an_events_own_enqueued_time_inclusive_returns_it(
+        conn_str: str, data_dir: Path) -> None:
+    # Given events sent a few at a time (several share no millisecond with the next)
+    async with LocalTransport("primary", data_dir=data_dir) as local:
+        for i in range(6):
+            await local.send(HUB, [Message(f"w{i}".encode(), partition_key="when")])
+            await asyncio.sleep(0.003)
+    pid = await partition_of(data_dir, b"w0")
+    everything = await read(conn_str, pid, "-1", expect=6)
+    # When each one's enqueued time, as the SDK reports it, is the inclusive start
+    for event in everything[1:]:
+        got = await read(conn_str, pid, event.enqueued_time, inclusive=True, expect=1)
+        # Then the first event returned is that event (or one of its millisecond)
+        same_ms = [e.sequence_number for e in everything if e.enqueued_time == event.enqueued_time]
+        assert got and got[0].sequence_number == min(same_ms), (event.sequence_number, got)
+        # and exclusive starts after it
+        after = await read(conn_str, pid, event.enqueued_time, expect=1)
+        assert all(e.enqueued_time > event.enqueued_time for e in after)
