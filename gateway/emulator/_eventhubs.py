@@ -5,8 +5,10 @@ the link's selector filter says (``amqp.annotation.x-opt-offset > '-1'`` and the
 like). Owner levels (the ``com.microsoft:epoch`` link property) work as on Event
 Hubs: a reader with an equal or higher level takes the partition and the old reader
 is detached with ``amqp:link:stolen``; a lower level, or none while a level is held,
-is refused with the same condition. The level is also recorded in the namespace
-file, so readers in other processes (``local://``) are fenced too.
+is refused with the same condition. The level is also held as a lease in the
+namespace file, so readers in other processes (``local://``) are fenced too; only
+open readers fence: a detached link releases its lease at once, and the lease of an
+attached link is renewed while it waits for credit.
 
 A receiver that desires ``com.microsoft:enable-receiver-runtime-metric`` (the SDKs'
 ``track_last_enqueued_event_properties``) gets the partition's last enqueued event
@@ -19,10 +21,12 @@ import asyncio
 import logging
 import re
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
+from gateway.transports._local_events import LEASE
 from gateway.transports._local_store import EntityKind
-from gateway.transports.base import EventPosition
+from gateway.transports.base import EventPosition, PartitionEvent
 from replication import GatewayError, Message, MessageRejected, OwnershipLost
 
 from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, encode_message, split_batch
@@ -43,6 +47,8 @@ _SELECTOR = re.compile(
     r"\s*amqp\.annotation\.x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>|=)\s*'([^']*)'\s*",
     re.IGNORECASE)
 _MAX_READ = 300
+#: How often a waiting reader renews its owner-level lease (well within LEASE).
+_RENEW = LEASE / 4
 _RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 _IDLE_POLL = 1.0
 
@@ -99,6 +105,10 @@ class PartitionReader(Terminus):
         self.key = (hub, group.lower(), partition_id)
         self._wake = asyncio.Event()
         self.link: OutgoingLink | None = None
+        #: This reader's lease on the owner level in the namespace file.
+        self.lease = uuid.uuid4().hex
+        self._leased = False  # its first fenced read claims the partition
+        self._renewed = 0.0
 
     def claim(self, link: OutgoingLink) -> str | None:
         """Take the partition for this reader; the refusal's description if it may not."""
@@ -132,6 +142,17 @@ class PartitionReader(Terminus):
         if self in readers:
             readers.remove(self)
         self._wake.set()
+        if self._leased:
+            self._leased = False
+            self.namespace.spawn(self._release())
+
+    async def _release(self) -> None:
+        ns = self.namespace
+        try:
+            await ns.run(ns.store.release, [self.lease])
+        except GatewayError as exc:  # the lease then ends when it runs out
+            _LOG.warning("releasing the owner level of %s/%s failed: %s", self.hub,
+                         self.partition_id, exc)
 
     async def _pump(self, link: OutgoingLink) -> None:
         try:
@@ -149,14 +170,13 @@ class PartitionReader(Terminus):
                 waits = [self._wake.wait()]
                 if link.credit > 0:
                     waits.append(link.session.window_open.wait())
-                await _first(waits, None)
+                await _first(waits, _RENEW if self._leased else None)
+                if self._leased and time.monotonic() - self._renewed >= _RENEW:
+                    await self._read(link, 0)  # renews the lease: the link is open
                 continue
             changed = ns.changed(self.hub)
             try:
-                events = await ns.run(
-                    ns.store.read, self.hub, self.partition_id, position=self.position,
-                    max_events=min(link.credit, _MAX_READ), owner_level=self.epoch,
-                    consumer_group=self.group)
+                events = await self._read(link, min(link.credit, _MAX_READ))
             except OwnershipLost as exc:
                 link.detach(STOLEN, str(exc))
                 return
@@ -180,6 +200,17 @@ class PartitionReader(Terminus):
             self.position = EventPosition(sequence_number=events[-1].sequence_number)
             await link.session.connection.drain()
 
+
+    async def _read(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent]:
+        ns = self.namespace
+        leased = self.epoch is not None
+        found = await ns.run(
+            ns.store.read, self.hub, self.partition_id, position=self.position,
+            max_events=max_events, owner_level=self.epoch, consumer_group=self.group,
+            reader=self.lease if leased else None, claim=not self._leased)
+        if leased and link.state != "detached":
+            self._leased, self._renewed = True, time.monotonic()
+        return found
 
     @staticmethod
     def _tracks(link: OutgoingLink) -> bool:

@@ -14,10 +14,17 @@ from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError, ConnectionLostError, EventHubError
 
+from gateway.consumer import (
+    AsyncPartitionProcessor,
+    BalanceSettings,
+    PartitionContext,
+    ProcessorSettings,
+)
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
 from gateway.emulator import Emulator
-from gateway.transports import EventPosition, LocalTransport
-from replication import Message
+from gateway.transports import EventPosition, LocalTransport, PartitionEvent
+from gateway.transports.eventhubs import EventHubsTransport
+from replication import Message, OwnershipLost
 from tests.gateway.emulator.conftest import HUB
 
 pytestmark = pytest.mark.anyio
@@ -315,3 +322,121 @@ async def test_starting_at_an_events_own_enqueued_time_inclusive_returns_it(
         # and exclusive starts after it
         after = await read(conn_str, pid, event.enqueued_time, expect=1)
         assert all(e.enqueued_time > event.enqueued_time for e in after)
+
+
+FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
+                       heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
+
+
+async def run_processor(transport: Any, store: SqliteCheckpointStore, expect: int) -> list[str]:
+    """Run geogateway's processor until ``expect`` events were handled, then stop it."""
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def on_event(ctx: PartitionContext, event: PartitionEvent | None) -> None:
+        if event is not None:
+            handled.append(event.message.body.decode())
+            await ctx.update_checkpoint(event)
+            if len(handled) >= expect:
+                done.set()
+
+    processor = AsyncPartitionProcessor(
+        transport=transport, entity=HUB, store=store, on_event=on_event, balance=FAST,
+        settings=ProcessorSettings(poll_wait=0.1))
+    async with transport:
+        await processor.start()
+        await asyncio.wait_for(done.wait(), 20)
+        await processor.stop(handover_timeout=0)
+    return handled
+
+
+async def sdk_reads(conn_str: str, store: SqliteCheckpointStore, partition_id: str,
+                    owner_level: int | None, expect: int) -> tuple[list[str], list[Exception]]:
+    """Receive with the SDK's client and checkpoint store until ``expect`` events came."""
+    got: list[str] = []
+    errors: list[Exception] = []
+    done = asyncio.Event()
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            got.append(event.body_as_str())
+            if len(got) >= expect:
+                done.set()
+
+    async def on_error(context: Any, error: Exception) -> None:
+        errors.append(error)
+        done.set()
+
+    async with consumer(conn_str, checkpoint_store=store.sdk()) as c:
+        task = asyncio.create_task(c.receive(
+            on_event, partition_id=partition_id, owner_level=owner_level, on_error=on_error,
+            starting_position="-1", max_wait_time=0.2))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), 10)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return got, errors
+
+
+@pytest.mark.parametrize("owner_level", [0, None])
+async def test_a_consumer_group_moves_from_the_processor_to_the_sdk_client(
+        conn_str: str, producer: EventHubProducerClient, tmp_path: Path,
+        owner_level: int | None) -> None:
+    # Given geogateway's processor that read partition 0 over the emulator, with
+    # checkpoints in a SQLite store, and stopped
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    await send(producer, ["g0", "g1", "g2"], partition_id="0")
+    transport = EventHubsTransport.from_connection_string(conn_str)
+    assert await run_processor(transport, store, expect=3) == ["g0", "g1", "g2"]
+    await send(producer, ["s0", "s1"], partition_id="0")
+    # When the SDK's EventHubConsumerClient takes the consumer group over with a lower
+    # owner level (or none), with the same checkpoint store
+    got, errors = await sdk_reads(conn_str, store, "0", owner_level, expect=2)
+    # Then it is not fenced, and continues from the processor's checkpoint
+    assert errors == []
+    assert got == ["s0", "s1"]
+
+
+async def test_a_closed_local_reader_does_not_fence_the_sdk_client(
+        conn_str: str, data_dir: Path, tmp_path: Path) -> None:
+    # Given geogateway's processor that read local://primary (the emulator's data)
+    # and stopped
+    async with LocalTransport("primary", data_dir=data_dir) as local:
+        await local.send(HUB, [Message(b"l0", partition_key="x")])
+    pid = await partition_of(data_dir, b"l0")
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    local = LocalTransport("primary", data_dir=data_dir)
+    assert await run_processor(local, store, expect=1) == ["l0"]
+    # When the SDK's client reads that partition with a lower owner level
+    got, errors = await sdk_reads(conn_str, store, pid, 0, expect=1)
+    # Then it is not fenced
+    assert (got, errors) == (["l0"], [])
+
+
+async def test_an_open_local_reader_still_fences_the_sdk_client(
+        conn_str: str, data_dir: Path, tmp_path: Path) -> None:
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    async with LocalTransport("primary", data_dir=data_dir) as local:
+        # Given a local:// reader of partition 2 with owner level 10, open
+        await local.read_partition(HUB, "2", position=EventPosition.earliest(), owner_level=10)
+        # When the SDK's client reads it with level 5 / Then it is refused (link stolen)
+        got, errors = await sdk_reads(conn_str, store, "2", 5, expect=1)
+        assert got == [] and len(errors) == 1
+        assert "amqp:link:stolen" in str(errors[0]) and "owner level 10" in str(errors[0])
+        # and while a reader with level 11 is open, the local reader is fenced off
+        got_one = asyncio.Event()
+
+        async def on_event(context: Any, event: Any) -> None:
+            got_one.set()
+
+        async with consumer(conn_str) as c:
+            task = asyncio.create_task(c.receive(on_event, partition_id="2", owner_level=11,
+                                                 max_wait_time=0.2))
+            await asyncio.wait_for(got_one.wait(), 10)
+            with pytest.raises(OwnershipLost, match="owner level 11"):
+                for _ in range(50):  # the SDK may call on_event before its link reads
+                    await local.read_partition(HUB, "2", position=EventPosition.earliest(),
+                                               owner_level=10)
+                    await asyncio.sleep(0.1)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

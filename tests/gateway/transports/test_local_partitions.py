@@ -144,7 +144,7 @@ async def test_owner_level_fencing(hub: str, transport: LocalTransport, tmp_path
             await other.read_partition(hub, "0", position=start, owner_level=0)
         # When another process reads with a higher level, the first one is fenced off
         await other.read_partition(hub, "0", position=start, owner_level=2)
-        with pytest.raises(OwnershipLost, match="higher than this reader's 1"):
+        with pytest.raises(OwnershipLost, match="taken over by a reader with owner level 2"):
             await transport.read_partition(hub, "0", position=start, owner_level=1)
         # Other partitions and consumer groups are independent
         await transport.read_partition(hub, "1", position=start, owner_level=1)
