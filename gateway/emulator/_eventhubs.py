@@ -171,17 +171,14 @@ class PartitionReader(Terminus):
                 if link.credit > 0:
                     waits.append(link.session.window_open.wait())
                 await _first(waits, _RENEW if self._leased else None)
-                if self._leased and time.monotonic() - self._renewed >= _RENEW:
-                    await self._read(link, 0)  # renews the lease: the link is open
+                # No credit, so no reads: renew the lease, the link is still open.
+                due = self._leased and time.monotonic() - self._renewed >= _RENEW
+                if due and await self._fenced(link, 0) is None:
+                    return
                 continue
             changed = ns.changed(self.hub)
-            try:
-                events = await self._read(link, min(link.credit, _MAX_READ))
-            except OwnershipLost as exc:
-                link.detach(STOLEN, str(exc))
-                return
-            except GatewayError as exc:
-                link.detach("amqp:internal-error", str(exc))
+            events = await self._fenced(link, min(link.credit, _MAX_READ))
+            if events is None:
                 return
             _LOG.debug("read %s/%s from %s: %d events", self.hub, self.partition_id,
                        self.position, len(events))
@@ -200,6 +197,15 @@ class PartitionReader(Terminus):
             self.position = EventPosition(sequence_number=events[-1].sequence_number)
             await link.session.connection.drain()
 
+    async def _fenced(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent] | None:
+        """Read (``max_events=0``: only hold the lease); None once the link is detached."""
+        try:
+            return await self._read(link, max_events)
+        except OwnershipLost as exc:
+            link.detach(STOLEN, str(exc))
+        except GatewayError as exc:
+            link.detach("amqp:internal-error", str(exc))
+        return None
 
     async def _read(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent]:
         ns = self.namespace

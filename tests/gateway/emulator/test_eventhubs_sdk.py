@@ -21,8 +21,8 @@ from gateway.consumer import (
     ProcessorSettings,
 )
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
-from gateway.emulator import Emulator
-from gateway.transports import EventPosition, LocalTransport, PartitionEvent
+from gateway.emulator import Emulator, _eventhubs
+from gateway.transports import EventPosition, LocalTransport, PartitionEvent, _local_events
 from gateway.transports.eventhubs import EventHubsTransport
 from replication import Message, OwnershipLost
 from tests.gateway.emulator.conftest import HUB
@@ -440,3 +440,33 @@ async def test_an_open_local_reader_still_fences_the_sdk_client(
                     await asyncio.sleep(0.1)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_open_reader_waiting_for_credit_keeps_its_owner_level(
+        conn_str: str, data_dir: Path, producer: EventHubProducerClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given leases of one second, renewed every quarter of a second
+    monkeypatch.setattr(_local_events, "LEASE", 1.0)
+    monkeypatch.setattr(_eventhubs, "_RENEW", 0.25)
+    await send(producer, ["slow0", "slow1", "slow2"], partition_id="3")
+    busy, release = asyncio.Event(), asyncio.Event()
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            busy.set()
+            await release.wait()  # a slow handler: the link gets no more credit
+
+    # When an SDK reader with owner level 5 is stuck in its handler for two leases
+    async with consumer(conn_str) as c:
+        task = asyncio.create_task(c.receive(on_event, partition_id="3", owner_level=5,
+                                             prefetch=1, starting_position="-1"))
+        await asyncio.wait_for(busy.wait(), 10)
+        await asyncio.sleep(2.5)
+        # Then its level still fences a local:// reader with a lower one
+        async with LocalTransport("primary", data_dir=data_dir) as local:
+            with pytest.raises(OwnershipLost, match="owner level 5"):
+                await local.read_partition(HUB, "3", position=EventPosition.earliest(),
+                                           owner_level=1)
+        release.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
