@@ -143,16 +143,14 @@ class PartitionReader(Terminus):
             readers.remove(self)
         self._wake.set()
         if self._leased:
+            # At once (the file is used from the loop), so that a reader attaching
+            # next never finds this closed reader's level.
             self._leased = False
-            self.namespace.spawn(self._release())
-
-    async def _release(self) -> None:
-        ns = self.namespace
-        try:
-            await ns.run(ns.store.release, [self.lease])
-        except GatewayError as exc:  # the lease then ends when it runs out
-            _LOG.warning("releasing the owner level of %s/%s failed: %s", self.hub,
-                         self.partition_id, exc)
+            try:
+                self.namespace.store.release([self.lease])
+            except GatewayError as exc:  # the lease then ends when it runs out
+                _LOG.warning("releasing the owner level of %s/%s failed: %s", self.hub,
+                             self.partition_id, exc)
 
     async def _pump(self, link: OutgoingLink) -> None:
         try:
