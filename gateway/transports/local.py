@@ -441,7 +441,8 @@ class LocalTransport(Transport):
         ``owner_level=None`` reads without fencing. As on Event Hubs, a reader with
         an equal or higher owner level takes the partition over, and only open
         readers fence: a level is held while this transport keeps reading with it,
-        and released when the transport closes or its process dies.
+        and released when the transport closes, when its process dies, or after
+        30 s without a read.
 
         Raises:
             OwnershipLost: an open reader with a higher owner level holds the
