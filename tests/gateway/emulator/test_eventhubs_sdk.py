@@ -272,6 +272,14 @@ async def test_checkpoints_in_the_sqlite_store(conn_str: str, tmp_path: Path,
     assert [(c["partition_id"], c["sequence_number"]) for c in checkpoints] == [(pid, 1)]
 
 
+async def finish(client: EventHubConsumerClient, task: asyncio.Task[Any]) -> None:
+    """Stop a receive: close the client first (its connections end cleanly), then the
+    receive task, which the SDK leaves sleeping in its load-balancing loop."""
+    await client.close()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_last_enqueued_event_properties_are_tracked(conn_str: str,
                                                           producer: EventHubProducerClient) -> None:
     # Given three events in partition 2
@@ -292,8 +300,7 @@ async def test_last_enqueued_event_properties_are_tracked(conn_str: str,
             on_event, partition_id="2", starting_position="-1", max_wait_time=0.2,
             track_last_enqueued_event_properties=True))
         await asyncio.wait_for(done.wait(), 5)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await finish(c, task)
     # Then every event carries the partition's last enqueued event, as on Event Hubs
     props = seen[0]
     assert props is not None
@@ -373,8 +380,7 @@ async def sdk_reads(conn_str: str, store: SqliteCheckpointStore, partition_id: s
             starting_position="-1", max_wait_time=0.2))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(done.wait(), 10)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await finish(c, task)
     return got, errors
 
 
@@ -438,8 +444,7 @@ async def test_an_open_local_reader_still_fences_the_sdk_client(
                     await local.read_partition(HUB, "2", position=EventPosition.earliest(),
                                                owner_level=10)
                     await asyncio.sleep(0.1)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await finish(c, task)
 
 
 async def test_an_open_reader_waiting_for_credit_keeps_its_owner_level(
@@ -468,5 +473,4 @@ async def test_an_open_reader_waiting_for_credit_keeps_its_owner_level(
                 await local.read_partition(HUB, "3", position=EventPosition.earliest(),
                                            owner_level=1)
         release.set()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await finish(c, task)
