@@ -29,6 +29,7 @@ from azure.servicebus._pyamqp.error import (
     ErrorCondition,
 )
 from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     AutoLockRenewFailed,
     AutoLockRenewTimeout,
@@ -652,3 +653,51 @@ async def test_handler_options_reach_every_sender_and_receiver(emulator: Any) ->
             assert handler._config.keep_alive == 7
     # By default the keep-alive task is off: a failed handler closes at once.
     assert ServiceBusOptions().keep_alive == 0
+
+
+async def test_probe_reopens_the_sender_that_the_next_send_uses(
+        sb: ServiceBusTransport, tmp_path: Path) -> None:
+    # Given a transport that sent to a queue before its namespace went down and came back
+    await sb.send("orders", [Message(b"before")])
+    before = sb._senders["orders"]
+    control = LocalNamespace("primary", data_dir=tmp_path)
+    try:
+        control.down()
+        await asyncio.sleep(0.3)
+        with pytest.raises(NamespaceUnavailable):
+            await sb.send("orders", [Message(b"during")])
+        control.up()
+        await asyncio.sleep(0.3)
+        # When the probe finds it back
+        await sb.probe()
+    finally:
+        control.up()
+        control.close()
+    # Then its sender to that queue is a new one, open on a new connection, without
+    # the keep-alive task (closing it does not wait for one)
+    probed = sb._senders["orders"]
+    assert probed is not before and probed._running
+    assert probed._config.keep_alive == 0
+    # And the next send (a replay) goes through it instead of opening another
+    await sb.send("orders", [Message(b"after")])
+    assert sb._senders["orders"] is probed
+    assert [r.body for r in await _drain(sb, "orders")] == [b"before", b"after"]
+
+
+async def test_a_probe_about_an_entity_not_sent_to_keeps_no_sender(
+        sb: ServiceBusTransport, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a transport that never sent: the probe asks about a queue nobody sends to
+    opened: list[Any] = []
+    original = ServiceBusClient.get_queue_sender
+
+    def spy(self: ServiceBusClient, *args: Any, **kwargs: Any) -> Any:
+        opened.append(original(self, *args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(ServiceBusClient, "get_queue_sender", spy)
+    await sb.probe()
+    # Then its sender had the handler options (no keep-alive), was closed, and not kept
+    [sender] = opened
+    assert sender._config.keep_alive == 0 and sender._config.socket_timeout == 0.2
+    assert not sender._running
+    assert sb._senders == {}
