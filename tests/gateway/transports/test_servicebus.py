@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable
@@ -701,3 +702,35 @@ async def test_a_probe_about_an_entity_not_sent_to_keeps_no_sender(
     assert sender._config.keep_alive == 0 and sender._config.socket_timeout == 0.2
     assert not sender._running
     assert sb._senders == {}
+
+
+async def test_connections_do_not_load_the_ca_certificates_each_time(
+        emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loading the CA bundle takes 20-100 ms of CPU on the event loop; the SDK does it on
+    # every connection (each reconnect attempt and probe during an outage) unless it is
+    # given an SSL context.
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        original(self, *args, **kwargs)
+
+    async with ServiceBusTransport.from_connection_string(
+            emulator.connection_string("primary"), name="primary") as transport:
+        await transport.probe()  # a first connection may build the shared context
+        monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+        # When it opens several connections
+        await transport.send("orders", [Message(b"a")])
+        for _ in range(3):
+            await transport.probe()
+        assert await transport.receive("orders", max_wait=0.3, mode=ReceiveMode.RECEIVE_AND_DELETE)
+        # Then none loads the certificates again, and every handler has the same context
+        assert loads == []
+        [sender] = transport._senders.values()
+        [receiver] = transport._receivers.values()
+        context = sender._config.ssl_context
+        assert isinstance(context, ssl.SSLContext) and receiver._config.ssl_context is context
+        # which verifies servers as the SDK's own would (for namespaces with TLS)
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        assert context.cert_store_stats()["x509_ca"] > 0
