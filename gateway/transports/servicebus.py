@@ -608,8 +608,13 @@ class ServiceBusTransport(SdkTransport):
             NamespaceUnavailable: no answer within ``probe_timeout``, or an outage.
         """
         entity = self._probe_entity(self.options)
-        # A new sender, hence a new connection: a cached link proves nothing about now.
-        sender = self._sdk().get_queue_sender(entity, **self.options.handler_kwargs())
+        try:
+            # A new sender, hence a new connection: a cached link proves nothing about now.
+            sender = self._sdk().get_queue_sender(entity, **self.options.handler_kwargs())
+        except (ValueError, TypeError) as exc:  # e.g. not the connection string's entity
+            logger.info("probe of %s: refused: %s", self.namespace,
+                        self._map(exc, f"probe of {entity!r}"))
+            return
         try:
             await self._call(f"probe of {entity!r}", sender.__aenter__,
                              seconds=self.options.probe_timeout)

@@ -386,6 +386,12 @@ async def test_another_entity_than_the_connection_strings_is_rejected() -> None:
             await sb.send("invoices", [Message(b"a")])
         with pytest.raises(MessageRejected, match="EntityPath"):
             await sb.receive("invoices")
+    # A probe about another entity is refused for good, as the send would be: it is
+    # logged (the next send says it too) and does not raise (the probe reports outages)
+    async with ServiceBusTransport.from_connection_string(
+            conn_str, name="primary", probe_entity="invoices") as sb:
+        await sb.probe()
+        assert sb._senders == {}
 
 
 class FakeSender:
