@@ -23,7 +23,9 @@ A second table does the same with single messages, one ``send(message)`` per cal
 the README shows (``--single-chunk`` sends per chunk): the raw path is
 ``await LocalTransport.send(entity, [message])`` on one namespace in a running loop,
 the transport driven directly with no gateway and no thread of the caller's
-(target for the sync ``GeoSender.send``: <= 1.3x of it).
+(target for the sync ``GeoSender.send``: <= 1.3x of it). For context, the floor
+below any async transport: the namespace's SQLite ``Store.send`` called in the
+caller's own thread, no thread crossing at all.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from rich.table import Table
 
 from gateway._client import GeoSender
 from gateway._sender import AsyncGeoSender
+from gateway.transports._local_store import Store
 from gateway.transports.local import LocalNamespace, LocalTransport
 from replication import Message
 
@@ -142,6 +145,27 @@ class ThreadHop(Runner):
         self.portal_cm.__exit__(None, None, None)
 
 
+class StoreDirect(Runner):
+    """No thread at all: the local namespace's SQLite ``Store.send`` called in the
+    caller's thread (what no async transport can do; the floor, for context)."""
+
+    async def setup(self, root: Path, batch: list[Message]) -> None:
+        make_namespaces(root, "primary")
+        self.store = Store(LocalTransport("primary", data_dir=root).path,
+                           namespace="primary", auto_create=False)
+        self.store.send(ENTITY, batch, time.time())
+
+    async def chunk(self, batch: list[Message], n: int) -> float:
+        send = self.store.send
+        started = time.perf_counter()
+        for _ in range(n):
+            send(ENTITY, batch, time.time())
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        self.store.close()
+
+
 # -- the gateway ----------------------------------------------------------------------
 
 
@@ -215,13 +239,16 @@ REF_ONE = "ref 1: LocalTransport.send, 1 namespace"
 REF_S = "raw: await LocalTransport.send([m])"
 SYNC_S = "sync GeoSender.send(m) (passive)"
 HOP_S = "thread hop alone: portal.call(send, [m])"
+FLOOR_S = "floor: Store.send in the caller's thread"
 REF_TWO = "ref 2: gather(2 x LocalTransport.send)"
 SYNC = "sync GeoSender.send_batch (passive)"
 HOP = "thread hop alone: portal.call(send)"
-SHORT = {REF_ONE: "ref 1", REF_TWO: "ref 2", HOP: "hop", REF_S: "raw", HOP_S: "hop"}
+SHORT = {REF_ONE: "ref 1", REF_TWO: "ref 2", HOP: "hop", REF_S: "raw", HOP_S: "hop",
+         FLOOR_S: "floor"}
 # Extra rows: (label, variant, reference), shown after the reference's own row.
 EXTRA = {HOP: ("sync GeoSender vs the thread hop alone", SYNC, HOP),
-         HOP_S: ("sync GeoSender.send vs the thread hop alone", SYNC_S, HOP_S)}
+         HOP_S: ("sync GeoSender.send vs the thread hop alone", SYNC_S, HOP_S),
+         FLOOR_S: ("sync GeoSender.send vs that floor", SYNC_S, FLOOR_S)}
 VARIANTS = [
     Variant(REF_ONE, RefOne, None),
     Variant("passive AsyncGeoSender.send_batch",
@@ -243,6 +270,7 @@ SINGLE_VARIANTS = [
             lambda: Gateway("passive", durable_queue=False, single=True), REF_S, target=False),
     Variant(SYNC_S, lambda: SyncGateway(single=True), REF_S),
     Variant(HOP_S, ThreadHop, REF_S, target=False),
+    Variant(FLOOR_S, StoreDirect, REF_S, target=False),
 ]
 
 
