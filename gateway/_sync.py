@@ -41,7 +41,16 @@ class _LoopThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            # Calls of other threads still running when the driver was closed end
+            # with an error instead of blocking their callers forever.
+            tasks = asyncio.all_tasks(self.loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
     def call(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         if threading.current_thread() is self._thread:
@@ -88,6 +97,8 @@ class _Handoff(Generic[T]):
         self._done.acquire()
         if self._task is None:
             raise RuntimeError("the sync driver's loop could not start the call")
+        if self._task.cancelled():
+            raise RuntimeError("the sync driver was closed while this call was running")
         return self._task.result()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -332,3 +333,28 @@ def test_close_stops_the_loop_thread(sender_kw: dict[str, Any],
     sender.close()
     receiver.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("geogateway-Geo")]
+
+
+def test_a_call_in_flight_when_another_thread_closes_gets_an_error_not_a_hang(
+    receiver_kw: dict[str, Any]
+) -> None:
+    # Given a receiver whose receive() is waiting in another thread (an empty queue)
+    receiver = GeoReceiver(**receiver_kw)
+    outcome: list[BaseException | list[Any]] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(receiver.receive(max_messages=1, max_wait=30))
+        except BaseException as exc:  # recorded for the assertion below
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    # When this thread closes the receiver
+    receiver.close()
+    # Then the waiting call ends promptly with an error saying so
+    waiter.join(timeout=10)
+    assert not waiter.is_alive(), "the call in flight was left blocked"
+    [error] = outcome
+    assert isinstance(error, RuntimeError) and "closed" in str(error)
