@@ -50,11 +50,6 @@ class DoneMarks(Generic[T]):
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
 
-    @property
-    def busy(self) -> bool:
-        """Whether marks are queued or being written."""
-        return self._task is not None
-
     def add(self, message_id: str, item: T) -> asyncio.Future[None]:
         """Queue ``message_id``; the future resolves once it is marked and handled."""
         loop = asyncio.get_running_loop()

@@ -463,3 +463,35 @@ async def test_aclose_raises_a_failed_mark_that_no_call_waited_for(
     # When the receiver closes and the mark fails, Then aclose() raises it
     with pytest.raises(GatewayError, match="disk I/O error"):
         await receiver.aclose()
+
+
+async def test_no_copy_is_settled_before_its_mark_committed(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given a message in both namespaces and a dedup store whose done marks are slow
+    await send_to_both(ns, Message("a", message_id="m1"))
+    gate = threading.Event()
+
+    class SlowMarks(WatchedStore):
+        def finish_many(self, message_ids: Any, **kw: Any) -> None:
+            if kw["succeeded"]:
+                gate.wait(10)
+            super().finish_many(message_ids, **kw)
+
+    receiver = await make_receiver(dedup_store=SlowMarks(tmp_path / "slow.db"))
+    [first] = await receiver.receive(max_messages=1, max_wait=5)
+    async with anyio.create_task_group() as tg:
+        # When it is completed and its mark is still being written
+        tg.start_soon(receiver.complete, first)
+        started = time.monotonic()
+        await anyio.sleep(0.3)
+        # Then the event loop is not blocked meanwhile (the mark waits 10 s at most),
+        # and neither copy is settled yet
+        assert time.monotonic() - started < 5
+        assert ns.count("primary") == ns.count("secondary") == 1
+        gate.set()
+    # And once the mark committed, the first copy is settled, and the other one is
+    # settled as a duplicate when the receiver gets to it
+    assert ns.count(first.namespace) == 0
+    await receive_until(receiver, lambda: receiver.stats.duplicates_suppressed == 1)
+    assert ns.count("primary") + ns.count("secondary") == 0
