@@ -66,7 +66,10 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
 _POLL = 0.1
 # The directory that holds the gateway package, for the workers' PYTHONPATH.
 _PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(worker_module.__file__)))
-_STOP_TIMEOUT = 20.0
+# A worker's graceful stop waits at most DRILL_BALANCE.handover_timeout for takers,
+# then hands over what is left (each partition after its handler call): a worker
+# still running this long after SIGTERM is stuck.
+_STOP_TIMEOUT = 4 * worker_module.DRILL_BALANCE.handover_timeout
 _READY_TIMEOUT = 30.0
 
 
@@ -210,8 +213,8 @@ class _ConsumerDrill:
             try:
                 await asyncio.wait_for(process.wait(), _STOP_TIMEOUT)
             except asyncio.TimeoutError:
-                logger.warning("drill worker %s did not stop in %s s: killed", name,
-                               _STOP_TIMEOUT)
+                logger.warning("drill worker %s did not stop in %s s: killed; see %s", name,
+                               _STOP_TIMEOUT, self.root / "logs" / f"{name}.log")
                 process.kill()
                 await process.wait()
             if process.returncode not in (0, -signal.SIGKILL) or (
