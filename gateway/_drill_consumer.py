@@ -16,7 +16,8 @@ the dedup file, in the same transaction as the done mark::
 so a second delivery of an id is *counted*, not hidden. It prints ``ready`` once its
 signal handlers are installed. SIGTERM (or SIGINT) stops it
 gracefully: checkpoint, release the partitions, close, then write its de-dup counters
-to ``DIR/stats/NAME.json``. Its log (stderr: ``DIR/logs/NAME.log``) says when it was
+to ``DIR/stats/NAME.json`` (while it runs, the same counters go to
+``DIR/progress/NAME.json`` every 0.2 s). Its log (stderr: ``DIR/logs/NAME.log``) says when it was
 asked to stop and how long the stop took. A SIGKILLed worker writes nothing; its
 partitions are re-owned once its heartbeat expires, and its in-flight claims after
 the lease.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -39,10 +41,11 @@ from gateway._geo_partitions import AsyncGeoPartitionReceiver, InboxHandler
 from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._processor import ProcessorSettings
 from gateway.transports.base import PartitionEvent
+from replication import DedupStats
 from replication._policy import RetryPolicy
 
 __all__ = ["DRILL_BALANCE", "DRILL_LEASE", "DRILL_SETTINGS", "ENTITY", "PARTITIONS",
-           "create_delivered_table", "main"]
+           "PROGRESS_EVERY", "create_delivered_table", "main"]
 
 logger = logging.getLogger("geogateway.drill")
 
@@ -63,6 +66,8 @@ DRILL_SETTINGS = ProcessorSettings(max_batch_size=50, poll_wait=0.1,
                                    checkpoint_every_events=20, checkpoint_every_seconds=1.0)
 #: A killed worker's in-flight ids are claimable again after 3 s (default 60 s).
 DRILL_LEASE = 3.0
+#: How often a worker writes its counters to ``DIR/progress/NAME.json`` while running.
+PROGRESS_EVERY = 0.2
 _RETRY = RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5, max_delay=10.0)
 
 _DELIVERED_TABLE = """
@@ -101,6 +106,24 @@ def _namespace(name: str) -> str | NamespaceConfig:
     return NamespaceConfig(connection_string=value, name=name, kind="eventhubs")
 
 
+def _write_counters(folder: Path, worker: str, stats: DedupStats) -> None:
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f"{worker}.json.tmp"
+    tmp.write_text(json.dumps({"worker": worker, "delivered": stats.delivered,
+                               "duplicates": stats.duplicates, "held": stats.held}))
+    tmp.replace(folder / f"{worker}.json")
+
+
+async def _report_progress(receiver: AsyncGeoPartitionReceiver, root: Path,
+                           worker: str) -> None:
+    """Write the counters to ``progress/NAME.json`` while running, so that the drill
+    sees when every copy was consumed (delivered or suppressed)."""
+    while True:
+        await asyncio.to_thread(_write_counters, root / "progress", worker,
+                                receiver.dedup_stats)
+        await asyncio.sleep(PROGRESS_EVERY)
+
+
 async def run_worker(root: Path, worker: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -123,15 +146,16 @@ async def run_worker(root: Path, worker: str) -> None:
         balance=DRILL_BALANCE, handler_retry=_RETRY, dedup_lease=DRILL_LEASE,
     )
     async with receiver:
-        handler = _record(worker)
-        await receiver.run(handler, stop=stop, transactional=True)
+        progress = asyncio.create_task(_report_progress(receiver, root, worker))
+        try:
+            await receiver.run(_record(worker), stop=stop, transactional=True)
+        finally:
+            progress.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await progress
         stats = receiver.dedup_stats
-    out = root / "stats"
-    out.mkdir(exist_ok=True)
-    tmp = out / f"{worker}.json.tmp"
-    tmp.write_text(json.dumps({"worker": worker, "delivered": stats.delivered,
-                               "duplicates": stats.duplicates, "held": stats.held}))
-    tmp.replace(out / f"{worker}.json")
+    for folder in ("progress", "stats"):  # the final counts, in both
+        _write_counters(root / folder, worker, stats)
     if asked:
         logger.info("%s: stopped in %.2f s", worker, time.monotonic() - asked[0])
 
