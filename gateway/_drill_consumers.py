@@ -15,8 +15,10 @@ the fraction of the messages *delivered* so far (so the event lands mid-consumpt
 * ``consumer-scale``: w1 and w2; start w3 at 30%; SIGTERM w1 at 60% (it checkpoints,
   releases its partitions and exits).
 
-The drill waits until every id was delivered (or ``settle_timeout``), half a second
-more for late duplicates, then stops the workers with SIGTERM. ``lost`` counts ids
+The drill waits until every id was delivered and (unless a worker was SIGKILLed)
+the workers' progress counters show every copy consumed, delivered or suppressed
+(or ``settle_timeout``), half a second more for late duplicates, then stops the
+workers with SIGTERM. ``lost`` counts ids
 never recorded, ``duplicates_delivered`` the sum of ``count - 1`` over the table
 ``drill_delivered``. ``duplicates_suppressed`` sums the counters that workers write
 when they exit gracefully: a SIGKILLed worker's suppressions are not included.
@@ -66,7 +68,10 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
 _POLL = 0.1
 # The directory that holds the gateway package, for the workers' PYTHONPATH.
 _PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(worker_module.__file__)))
-_STOP_TIMEOUT = 20.0
+# A worker's graceful stop waits at most DRILL_BALANCE.handover_timeout for takers,
+# then hands over what is left (each partition after its handler call): a worker
+# still running this long after SIGTERM is stuck.
+_STOP_TIMEOUT = 4 * worker_module.DRILL_BALANCE.handover_timeout
 _READY_TIMEOUT = 30.0
 
 
@@ -210,8 +215,8 @@ class _ConsumerDrill:
             try:
                 await asyncio.wait_for(process.wait(), _STOP_TIMEOUT)
             except asyncio.TimeoutError:
-                logger.warning("drill worker %s did not stop in %s s: killed", name,
-                               _STOP_TIMEOUT)
+                logger.warning("drill worker %s did not stop in %s s: killed; see %s", name,
+                               _STOP_TIMEOUT, self.root / "logs" / f"{name}.log")
                 process.kill()
                 await process.wait()
             if process.returncode not in (0, -signal.SIGKILL) or (
@@ -262,13 +267,29 @@ class _ConsumerDrill:
             if not drained and not sender.backlog:
                 drained = True
                 self.progress("replaying", 1, 1)
-            # Every script step ran (its mark was passed) and every id arrived.
+            # Every script step ran (its mark was passed), every id arrived, and
+            # every copy was consumed.
             if (drained and not self.script
-                    and await asyncio.to_thread(self._count) >= self.sent):
+                    and await asyncio.to_thread(self._count) >= self.sent
+                    and await asyncio.to_thread(self._all_consumed)):
                 return
             if watching.done():
                 watching.result()  # the watcher failed: raise its error
             await asyncio.sleep(_POLL)
+
+    def _all_consumed(self) -> bool:
+        """True once the workers handled or suppressed every copy (one per namespace
+        in active mode), by their progress files. A SIGKILLed worker's last counts
+        are lost with it, so with one the drill does not wait for this."""
+        if self.killed:
+            return True
+        copies = self.sent * (2 if self.mode is Mode.ACTIVE else 1)
+        consumed = 0
+        for path in (self.root / "progress").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                counters = json.loads(path.read_text())
+                consumed += int(counters["delivered"]) + int(counters["duplicates"])
+        return consumed >= copies
 
     def _count(self) -> int:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:

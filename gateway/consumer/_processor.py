@@ -473,11 +473,24 @@ class AsyncPartitionProcessor:
             logger.exception("on_error failed")
 
     async def _halt(self, reader: _Reader) -> None:
+        """Stop the reader and wait until it has ended (its handler call finished).
+
+        Waiting does not tie the reader's fate to the caller's: when the caller (the
+        ownership loop) is cancelled meanwhile, as ``stop()`` does, the reader is not
+        cancelled with it, and the cancellation reaches the caller, so the loop ends
+        and ``stop()`` hands the partition over once the reader is done.
+        """
         reader.stopping = True
         reader.halted.set()
-        if reader.task is not None and reader.task is not asyncio.current_task():
-            with contextlib.suppress(asyncio.CancelledError, GatewayError):
-                await reader.task
+        task = reader.task
+        if task is None or task is asyncio.current_task():
+            return
+        if not task.done():
+            await asyncio.wait((task,))
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None and not isinstance(error, GatewayError):
+                raise error
 
     async def _close(self, reader: _Reader, reason: CloseReason) -> None:
         if reader.closed:

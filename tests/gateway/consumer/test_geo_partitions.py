@@ -458,3 +458,53 @@ def test_the_sync_twin_delivers_once_and_returns_when_idle(
         geo.stop()
         assert geo.owned == {}
     assert all(seen[i] == 1 for i in sent)
+
+
+async def test_a_stop_during_a_handler_backoff_or_retry_round_ends_after_that_round(
+    tmp_path: Path, hubs: dict[str, LocalNamespace]
+) -> None:
+    # Given a handler that always fails "bad0": rounds of 3 attempts (QUICK), and a
+    # pause of 30 s between rounds (far beyond the 10 s that finish() waits)
+    await send(tmp_path, ["bad0"], to=("primary",))
+    attempts: list[float] = []
+    errors: list[BaseException] = []
+    in_round = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def handle(event: PartitionEvent) -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) == 4:  # the first attempt of the second round waits
+            in_round.set()
+            await go_on.wait()
+        raise ValueError("bad0 cannot be handled")
+
+    async def on_error(ctx: PartitionContext | None, exc: BaseException) -> None:
+        errors.append(exc)
+
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=1,
+                                 checkpoint_every_seconds=None, handler_backoff=30.0,
+                                 max_handler_backoff=30.0)
+    async with receiver(tmp_path, on_error=on_error, settings=settings) as geo:
+        # When the first round failed and the partition pauses before the next one,
+        # and the receiver is stopped
+        running = Running(geo, handle)
+        await wait_for(lambda: len(errors) == 1)
+        await running.finish()
+        # Then the stop ended the pause: no new round began
+        assert len(attempts) == QUICK.attempts
+    # Given the same, but stopped while an attempt of a round runs
+    attempts.clear()
+    errors.clear()
+    settings = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=1,
+                                 checkpoint_every_seconds=None, handler_backoff=0.01,
+                                 max_handler_backoff=0.01)
+    async with receiver(tmp_path, on_error=on_error, settings=settings) as geo:
+        running = Running(geo, handle)
+        await asyncio.wait_for(in_round.wait(), 10)
+        stopping = asyncio.get_running_loop().create_task(running.finish())
+        await asyncio.sleep(0.2)
+        go_on.set()
+        await stopping
+        # Then that round's attempts ran out, and no other round began
+        assert len(attempts) == 2 * QUICK.attempts
+        assert len(errors) == 2
