@@ -100,3 +100,21 @@ def test_stats_shows_which_namespaces_the_messages_are_for(
     stats = ok_json(run("queue", "stats", "-q", str(queue), "--json"))
     owner = stats["destinations"][0]["owner"]
     assert str(dirs["data"] / "primary.db") in owner and "orders" in owner
+
+
+def test_replay_of_a_destination_without_namespace_is_one_line(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    # Given a queue file written through DurableQueue directly, its destination a bare entity
+    from durable_queue import DurableQueue
+    from replication import Message
+
+    queue = dirs["tmp"] / "foreign.db"
+    q = DurableQueue(queue)
+    q.put("orders", Message(b"a", message_id="m1"))
+    q.close()
+    # When it is replayed / Then one line names the destination and the form expected
+    expect_one_line_error(run("queue", "replay", "-q", str(queue)), 1,
+                          "'orders'", "namespace/entity")
+    # And the message still waits
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 1
