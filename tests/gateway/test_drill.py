@@ -161,6 +161,9 @@ async def test_failovers_count_the_failover_times(mode: str, scenario: Scenario,
     assert data["failovers"] == len(data["failover_seconds"]), data
     if scenario is Scenario.FLAPPING:
         assert data["failovers"] == 3, data  # three outages, the secondary up in each
+    if scenario is Scenario.PRIMARY_OUTAGE:
+        assert data["failovers"] == 1, data  # timed in active mode too, with no role swap
+        assert data["role_swaps"] == 0, data
     if mode == "passive" and data["role_swaps"]:
         # The sender moved to the secondary (a lost reply): that failover is timed.
         assert data["failovers"] >= 1, data
