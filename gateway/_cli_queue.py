@@ -229,7 +229,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
 
     with Progress(
         TextColumn("replaying {task.description}"), TextColumn("{task.completed:,} sent"),
-        TimeElapsedColumn(), console=err, transient=True, disable=as_json,
+        TimeElapsedColumn(), console=err, transient=True, disable=as_json or not err.is_terminal,
     ) as bar:
         tasks: dict[str, TaskID] = {}
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.durable_queue._damage import damaged_queue
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process, ok_json
+from tests.gateway.cli_support import (
+    Run,
+    clean_env,
+    expect_one_line_error,
+    in_process,
+    ok_json,
+    run_process,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -118,3 +125,14 @@ def test_replay_of_a_destination_without_namespace_is_one_line(
                           "'orders'", "namespace/entity")
     # And the message still waits
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 1
+
+
+def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -> None:
+    # Given a damaged queue file, and stderr that is not a terminal (a script, a log)
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When it is replayed by the installed command / Then stderr is the one error line,
+    # with no blank line left by the progress display before it
+    code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
+    assert code == 1
+    assert err.startswith("error: ") and err.count("\n") == 1, repr(err)
