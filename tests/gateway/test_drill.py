@@ -226,6 +226,8 @@ def test_cli_unusable_data_dir_is_a_one_line_error(tmp_path: Path) -> None:
     result = run_process("drill", "--messages", "10", "--data-dir", str(blocker / "drill"),
                          cwd=tmp_path)
     expect_one_line_error(result, 1, "cannot create the drill's state folder", "--data-dir")
+    # stderr is not a terminal here: no blank line left by the progress display
+    assert result[2].startswith("error: ") and result[2].count("\n") == 1, result[2]
 
 
 def test_cli_drill_keep(tmp_path: Path) -> None:
