@@ -80,7 +80,7 @@ def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_
     quiet = json_path is not None and str(json_path) == "-"
     with Progress(
         TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err, transient=True, disable=quiet,
+        TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal,
     ) as bar:
         tasks: dict[str, TaskID] = {}
 

@@ -25,6 +25,7 @@ from replication import ConfigError
 
 DEFAULT_NAMES = ("primary", "secondary")
 _SUFFIXES = (".control.json", ".db")
+_DEDUP_FILE = "dedup.db"  # the default de-dup store of `geogateway receive`
 
 
 def register(group: click.Group) -> None:
@@ -40,12 +41,14 @@ def _name(name: str) -> str:
 
 
 def existing_names(directory: str) -> set[str]:
-    """The local namespaces that have a namespace or control file in ``directory``."""
+    """The local namespaces that have a namespace or control file in ``directory``
+    (``dedup.db``, where ``geogateway receive`` keeps its window, is not one)."""
     try:
         files = os.listdir(directory)
     except OSError:
         return set()
-    return {f[: -len(s)] for f in files for s in _SUFFIXES if f.endswith(s) and f[: -len(s)]}
+    return {f[: -len(s)] for f in files for s in _SUFFIXES
+            if f.endswith(s) and f[: -len(s)] and f != _DEDUP_FILE}
 
 
 def configured_names() -> set[str]:

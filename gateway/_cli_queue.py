@@ -167,6 +167,16 @@ def purge(queue_path: Path | None, config_path: Path | None, destination: str | 
     out.print(f"purged {removed} messages")
 
 
+def _entity(dest: str) -> str:
+    """The entity of a destination; a malformed one (a file written by other code) is
+    a one-line error, not a traceback."""
+    try:
+        return parse_destination(dest)[1]
+    except ValueError as exc:
+        fail(f"{exc}: this queue file was not written by a geogateway sender; "
+             "export its messages with `geogateway queue export`")
+
+
 @queue.command()
 @queue_path_option
 @click.option("--primary", default="local://primary", show_default=True,
@@ -202,7 +212,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
         try:
             if dead_letters:
                 q.requeue_dead_letters()
-            entities = sorted({parse_destination(d)[1] for d in q.destinations()})
+            entities = sorted({_entity(d) for d in q.destinations()})
             for entity in entities:
                 async with AsyncGeoSender(
                     primary=primary_ns, secondary=secondary_ns, entity=entity,
@@ -219,7 +229,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
 
     with Progress(
         TextColumn("replaying {task.description}"), TextColumn("{task.completed:,} sent"),
-        TimeElapsedColumn(), console=err, transient=True, disable=as_json,
+        TimeElapsedColumn(), console=err, transient=True, disable=as_json or not err.is_terminal,
     ) as bar:
         tasks: dict[str, TaskID] = {}
 

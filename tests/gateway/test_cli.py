@@ -90,6 +90,18 @@ def test_namespace_unknown_name_changes_nothing(run: Run, dirs: dict[str, Path])
     assert not (dirs["data"] / "nosuch.db").exists()
 
 
+def test_the_receivers_dedup_file_is_not_taken_for_a_namespace(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    # Given a data dir where `receive` keeps its de-dup window (<data dir>/dedup.db)
+    assert run("receive", "-e", "orders", "--wait", "0")[0] == 0
+    assert (dirs["data"] / "dedup.db").exists()
+    # When "dedup" is taken down / Then it is an unknown namespace, and nothing is written
+    line = expect_one_line_error(run("namespace", "down", "dedup"), 1, "'dedup'")
+    assert "known namespaces: primary, secondary (" in line
+    assert not (dirs["data"] / "dedup.control.json").exists()
+
+
 def test_namespace_new_and_then_existing_names(run: Run, dirs: dict[str, Path]) -> None:
     # Given a namespace that does not exist yet: --new takes it down (and so creates it)
     code, out, _ = run("namespace", "down", "--new", "local://eu")

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.durable_queue._damage import damaged_queue
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process, ok_json
+from tests.gateway.cli_support import (
+    Run,
+    clean_env,
+    expect_one_line_error,
+    in_process,
+    ok_json,
+    run_process,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -100,3 +107,32 @@ def test_stats_shows_which_namespaces_the_messages_are_for(
     stats = ok_json(run("queue", "stats", "-q", str(queue), "--json"))
     owner = stats["destinations"][0]["owner"]
     assert str(dirs["data"] / "primary.db") in owner and "orders" in owner
+
+
+def test_replay_of_a_destination_without_namespace_is_one_line(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    # Given a queue file written through DurableQueue directly, its destination a bare entity
+    from durable_queue import DurableQueue
+    from replication import Message
+
+    queue = dirs["tmp"] / "foreign.db"
+    q = DurableQueue(queue)
+    q.put("orders", Message(b"a", message_id="m1"))
+    q.close()
+    # When it is replayed / Then one line names the destination and the form expected
+    expect_one_line_error(run("queue", "replay", "-q", str(queue)), 1,
+                          "'orders'", "namespace/entity")
+    # And the message still waits
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 1
+
+
+def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -> None:
+    # Given a damaged queue file, and stderr that is not a terminal (a script, a log)
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When it is replayed by the installed command / Then stderr is the one error line,
+    # with no blank line left by the progress display before it
+    code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
+    assert code == 1
+    assert err.startswith("error: ") and err.count("\n") == 1, repr(err)

@@ -161,6 +161,9 @@ async def test_failovers_count_the_failover_times(mode: str, scenario: Scenario,
     assert data["failovers"] == len(data["failover_seconds"]), data
     if scenario is Scenario.FLAPPING:
         assert data["failovers"] == 3, data  # three outages, the secondary up in each
+    if scenario is Scenario.PRIMARY_OUTAGE:
+        assert data["failovers"] == 1, data  # timed in active mode too, with no role swap
+        assert data["role_swaps"] == 0, data
     if mode == "passive" and data["role_swaps"]:
         # The sender moved to the secondary (a lost reply): that failover is timed.
         assert data["failovers"] >= 1, data
@@ -223,6 +226,8 @@ def test_cli_unusable_data_dir_is_a_one_line_error(tmp_path: Path) -> None:
     result = run_process("drill", "--messages", "10", "--data-dir", str(blocker / "drill"),
                          cwd=tmp_path)
     expect_one_line_error(result, 1, "cannot create the drill's state folder", "--data-dir")
+    # stderr is not a terminal here: no blank line left by the progress display
+    assert result[2].startswith("error: ") and result[2].count("\n") == 1, result[2]
 
 
 def test_cli_drill_keep(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -241,3 +243,47 @@ def test_sync_sender_replay_raises_queue_corrupt(
             sender.replay()
         with pytest.raises(QueueCorrupt):
             sender.send(Message(b"late", message_id="late"))
+
+
+def test_sync_replay_from_threads_while_recovery_runs_sends_each_message_once(
+    ns: Namespaces, data_dir: Path, state_dir: Path, tmp_path: Path,
+) -> None:
+    # Given 2,000 messages buffered for the queue, and slow namespaces (each send 20 ms)
+    path = tmp_path / "buffer.db"
+    with DurableQueue(path) as queue:
+        for start in range(0, 2_000, 500):
+            queue.put_many("*/orders", [Message(b"x", message_id=f"m{i}")
+                                        for i in range(start, start + 500)])
+    ns.primary.set_faults(latency=0.02)
+    ns.secondary.set_faults(latency=0.02)
+    with GeoSender(primary="local://primary", secondary="local://secondary", entity="orders",
+                   data_dir=data_dir, state_dir=state_dir, durable_queue=path) as sender:
+        # When the background recovery is draining and three threads call replay() too
+        deadline = time.monotonic() + 30
+        while ns.count("primary") == 0:
+            assert time.monotonic() < deadline, "the background recovery did not start"
+            time.sleep(0.005)
+        errors: list[BaseException] = []
+
+        def replay() -> None:
+            try:
+                sender.replay()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=replay) for _ in range(3)]
+        for t in threads:
+            t.start()
+        assert ns.count("primary") < 2_000, "the recovery ended before replay() was called"
+        for t in threads:
+            t.join(60)
+        while sender.backlog:
+            assert time.monotonic() < deadline + 60, sender.backlog
+            time.sleep(0.01)
+    ns.primary.set_faults()
+    ns.secondary.set_faults()
+    # Then no call failed, and every id was delivered exactly once, in order
+    assert errors == []
+    delivered = anyio.run(ns.drain_ids, "primary") + anyio.run(ns.drain_ids, "secondary")
+    assert Counter(delivered).most_common(1)[0][1] == 1, "an id was delivered twice"
+    assert delivered == [f"m{i}" for i in range(2_000)]
