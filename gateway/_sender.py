@@ -505,7 +505,10 @@ class AsyncGeoSender:
         await asyncio.gather(*(one(ns) for ns in namespaces if ns not in self._down))
 
     async def _recovery_loop(self) -> None:
-        while True:
+        # Checked each round, not left to the cancellation alone: an SDK call can
+        # swallow the cancel (turning it into a TransportError), and then only this
+        # flag ends the loop that aclose() waits for.
+        while not self._closed:
             try:
                 await self._recover_once()
             except Exception:  # keep recovering; the next round may succeed

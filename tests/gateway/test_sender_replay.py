@@ -19,7 +19,7 @@ from gateway._config import NamespaceConfig
 from gateway._factory import open_transport
 from gateway.aio import AsyncGeoSender
 from gateway.transports import FaultyTransport
-from replication import ConfigError, Message, MessageRejected, QueueCorrupt
+from replication import ConfigError, Message, MessageRejected, NamespaceUnavailable, QueueCorrupt
 from tests.durable_queue._damage import damaged_queue
 from tests.gateway.conftest import Namespaces, Recorder, SenderFactory, wait_for
 
@@ -287,3 +287,38 @@ def test_sync_replay_from_threads_while_recovery_runs_sends_each_message_once(
     delivered = anyio.run(ns.drain_ids, "primary") + anyio.run(ns.drain_ids, "secondary")
     assert Counter(delivered).most_common(1)[0][1] == 1, "an id was delivered twice"
     assert delivered == [f"m{i}" for i in range(2_000)]
+class SwallowsCancel(FaultyTransport):
+    """A probe that turns its cancellation into a transport error, as an SDK's connect
+    can when it is cancelled halfway through opening a socket."""
+
+    probing = 0
+    swallowed = 0
+
+    async def probe(self) -> None:
+        self.probing += 1
+        try:
+            await anyio.sleep(3600)
+        except BaseException as exc:
+            self.swallowed += 1
+            raise NamespaceUnavailable("probe cancelled", namespace="primary") from exc
+
+
+async def test_close_ends_a_recovery_round_whose_probe_swallows_the_cancellation(
+    make_sender: SenderFactory, primary: FaultyTransport, secondary: FaultyTransport,
+) -> None:
+    # Given a sender whose background recovery is probing a namespace marked down,
+    # through a probe that swallows cancellation
+    primary.__class__ = SwallowsCancel
+    sender = make_sender(recovery=True)
+    await sender.start()
+    sender._mark_down("primary", NamespaceUnavailable("down", namespace="primary"))
+    await wait_for(lambda: getattr(primary, "probing", 0) > 0)
+    task = sender._task
+    assert task is not None
+    # When it is closed (bounded: the bug made it wait until cancelled again)
+    with anyio.move_on_after(5):
+        await sender.aclose()
+    # Then the recovery task ended after the one cancellation close() sent: it once
+    # kept looping, probing again, and close() waited for it until cancelled again
+    assert task.done()
+    assert primary.swallowed == 1, f"probed {primary.probing} times after close"
