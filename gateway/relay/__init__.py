@@ -6,6 +6,8 @@ A service listens on one hybrid connection in each of two namespaces
 drills and local development.
 """
 
+from gateway.relay._client import AsyncGeoRelayClient, GeoRelayClient
+from gateway.relay._policy import RelayClientPolicy
 from gateway.relay._protocol import (
     Accept,
     ProtocolError,
@@ -19,7 +21,10 @@ from gateway.relay._protocol import (
 
 __all__ = [
     "Accept",
+    "AsyncGeoRelayClient",
+    "GeoRelayClient",
     "ProtocolError",
+    "RelayClientPolicy",
     "RelayEndpoint",
     "RemoteEndpoint",
     "RenewToken",
