@@ -97,6 +97,8 @@ def classify_response(status_code: int, *, via: bool) -> Verdict:
 
 def classify_error(exc: BaseException) -> Verdict:
     """The verdict on an exception raised while sending one request."""
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return Verdict.RAISE  # a bad URL fails the same way on the other namespace
     if isinstance(exc, _BEFORE_SEND):
         return Verdict.UNAVAILABLE
     if isinstance(exc, _AFTER_SEND):
