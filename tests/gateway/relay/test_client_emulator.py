@@ -39,7 +39,7 @@ class Listener:
         self.task = asyncio.create_task(self._serve(ws))
         return self
 
-    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse[bool]) -> None:
         async for msg in ws:
             request = decode(msg.data)
             if not isinstance(request, Request):
