@@ -163,8 +163,12 @@ class _BaseGeoRelayClient:
         endpoint = self._endpoints[namespace]
         token = self._tokens[namespace].get(
             self._clock(), lambda now: endpoint.token(ttl=self.policy.token_ttl, now=now))
-        headers = httpx.Headers(call.headers)
-        headers[AUTH_HEADER] = token
+        headers: httpx.Headers | dict[str, str]
+        if call.headers:
+            headers = httpx.Headers(call.headers)
+            headers[AUTH_HEADER] = token  # replaces one the caller gave, in any case
+        else:
+            headers = {AUTH_HEADER: token}
         return httpx.Request(call.method, endpoint.http_url(call.target), params=call.params,
                              headers=headers, content=call.content, json=call.json,
                              extensions={"timeout": self._timeout})
