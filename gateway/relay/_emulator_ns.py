@@ -26,13 +26,23 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
 from aiohttp import WSMsgType, web
 
-from gateway.emulator._auth import AuthError, Grant, check_token
+from gateway.emulator._auth import AuthError, Grant
 from gateway.relay import _protocol as p
-from gateway.relay._emulator_ws import pipe, read_body
+from gateway.relay._emulator_io import (
+    AUTH_HEADERS,
+    forwarded_headers,
+    grant_for,
+    pipe,
+    read_body,
+    relay_error,
+    relayed,
+    remote,
+    target,
+)
 from gateway.transports._local_control import ControlFile, ControlState
 
 _LOG = logging.getLogger("gateway.relay.emulator")
@@ -41,9 +51,6 @@ _LOG = logging.getLogger("gateway.relay.emulator")
 MAX_LISTENERS = 25
 #: The largest request or response body the emulator relays (bytes).
 MAX_BODY = 64 * 1024 * 1024
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "upgrade", "host",
-                         "content-length", "te", "trailer", "proxy-connection"})
-_AUTH_HEADERS = (p.TOKEN, "ServiceBusAuthorization", "Authorization")
 
 
 @dataclass(eq=False)
@@ -163,7 +170,7 @@ class RelayNamespace:
         if self.state.down:  # between the control file's change and the next poll
             if request.transport is not None:
                 request.transport.abort()
-            return _relay_error(503, f"namespace {self.name} is down")
+            return relay_error(503, f"namespace {self.name} is down")
         parts = request.path.lstrip("/").split("/", 2)
         if parts[0] == "$hc":
             return await self._hc(request, parts[1] if len(parts) > 1 else "")
@@ -176,14 +183,14 @@ class RelayNamespace:
         if action == "accept":
             return await self._accept(request, path.lower())
         if action not in ("listen", "connect"):
-            return _relay_error(400, f"{p.ACTION} must be listen, connect, accept or request")
+            return relay_error(400, f"{p.ACTION} must be listen, connect, accept or request")
         known = self._known(path)
         if known is None:
-            return _relay_error(404, f"hybrid connection {path!r} does not exist")
+            return relay_error(404, f"hybrid connection {path!r} does not exist")
         try:
             grant = self._authorize(request, known)
         except AuthError as exc:
-            return _relay_error(401, f"unauthorized: {exc}")
+            return relay_error(401, f"unauthorized: {exc}")
         if action == "listen":
             return await self._listen(request, known, grant)
         return await self._connect(request, known)
@@ -194,15 +201,10 @@ class RelayNamespace:
 
     def _authorize(self, request: web.Request, path: str) -> Grant:
         token = request.query.get(p.TOKEN) or next(
-            (request.headers[h] for h in _AUTH_HEADERS if h in request.headers), "")
+            (request.headers[h] for h in AUTH_HEADERS if h in request.headers), "")
         if not token:
             raise AuthError("no token: send it in ServiceBusAuthorization or sb-hc-token")
-        fields = dict(parse_qsl(token.partition(" ")[2]))
-        grant = check_token(token, audience=fields.get("sr", ""), key_name=self.key_name,
-                            key=self._key, now=self.clock())
-        if not grant.covers(path, self.clock()):
-            raise AuthError("the token is for another hybrid connection")
-        return grant
+        return grant_for(token, path, key_name=self.key_name, key=self._key, now=self.clock())
 
     def _address(self, action: str, path: str, ident: str) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
@@ -213,7 +215,7 @@ class RelayNamespace:
 
     async def _listen(self, request: web.Request, path: str, grant: Grant) -> web.StreamResponse:
         if len(self.listeners[path]) >= MAX_LISTENERS:
-            return _relay_error(403, f"hybrid connection {path!r} has {MAX_LISTENERS} "
+            return relay_error(403, f"hybrid connection {path!r} has {MAX_LISTENERS} "
                                      "listeners already")
         ws = await self._upgrade(request)
         listener = _Listener(ws=ws, path=path, expires=grant.expires)
@@ -270,12 +272,8 @@ class RelayNamespace:
                 return
 
     def _renew(self, listener: _Listener, message: p.RenewToken) -> None:
-        fields = dict(parse_qsl(message.token.partition(" ")[2]))
-        grant = check_token(message.token, audience=fields.get("sr", ""),
-                            key_name=self.key_name, key=self._key, now=self.clock())
-        if not grant.covers(listener.path, self.clock()):
-            raise AuthError("the renewed token is for another hybrid connection")
-        listener.expires = grant.expires
+        listener.expires = grant_for(message.token, listener.path, key_name=self.key_name,
+                                     key=self._key, now=self.clock()).expires
 
     def _answer(self, response: p.Response, body: bytes) -> None:
         pending = self._pending.get(response.request_id)
@@ -287,20 +285,20 @@ class RelayNamespace:
     async def _http_send(self, request: web.Request, path: str) -> web.StreamResponse:
         known = self._known(path)
         if known is None:
-            return _relay_error(404, f"hybrid connection {path!r} does not exist")
+            return relay_error(404, f"hybrid connection {path!r} does not exist")
         try:
             self._authorize(request, known)
         except AuthError as exc:
-            return _relay_error(401, f"unauthorized: {exc}")
+            return relay_error(401, f"unauthorized: {exc}")
         if not self.listeners[known]:
-            return _relay_error(502, "no listener is connected to the hybrid connection")
+            return relay_error(502, "no listener is connected to the hybrid connection")
         body = await request.read()
         ident = uuid.uuid4().hex
         listener = self.rng.choice(self.listeners[known])
         message = p.Request(address=self._address("request", known, ident), id=ident,
-                            request_target=_target(request), method=request.method,
-                            request_headers=_forwarded_headers(request),
-                            remote_endpoint=_remote(request), body=bool(body))
+                            request_target=target(request), method=request.method,
+                            request_headers=forwarded_headers(request),
+                            remote_endpoint=remote(request), body=bool(body))
         inline = (len(body) <= p.INLINE_BODY_LIMIT
                   and p.headers_size(message.request_headers) <= p.INLINE_HEADERS_LIMIT)
         answer: asyncio.Future[tuple[p.Response, bytes]] = (
@@ -313,25 +311,17 @@ class RelayNamespace:
                 await listener.send(p.Request(address=message.address, id=ident))
             response, out = await asyncio.wait_for(answer, self.answer_timeout)
         except asyncio.TimeoutError:
-            return _relay_error(504, f"the listener did not answer in {self.answer_timeout:g} s")
+            return relay_error(504, f"the listener did not answer in {self.answer_timeout:g} s")
         except (ConnectionError, RuntimeError) as exc:
-            return _relay_error(502, f"the listener went away before answering ({exc})")
+            return relay_error(502, f"the listener went away before answering ({exc})")
         finally:
             del self._pending[ident]
-        return self._relayed(response, out)
-
-    def _relayed(self, response: p.Response, body: bytes) -> web.Response:
-        headers = {k: v for k, v in response.response_headers.items()
-                   if k.lower() not in _HOP_BY_HOP}
-        headers["Via"] = f"1.1 {self.name}"
-        reason = response.status_description.replace("\r", " ").replace("\n", " ") or None
-        return web.Response(status=response.status_code, reason=reason, headers=headers,
-                            body=body)
+        return relayed(response, out, via=f"1.1 {self.name}")
 
     async def _rendezvous(self, request: web.Request, path: str) -> web.StreamResponse:
         pending = self._pending.get(request.query.get(p.ID, ""))
         if pending is None or pending.listener.path != path or pending.answer.done():
-            return _relay_error(404, "no such request: it was answered or timed out")
+            return relay_error(404, "no such request: it was answered or timed out")
         ws = await self._upgrade(request)
         try:
             if not pending.inline:
@@ -360,26 +350,26 @@ class RelayNamespace:
 
     async def _connect(self, request: web.Request, path: str) -> web.StreamResponse:
         if not self.listeners[path]:
-            return _relay_error(404, "no listeners connected")
+            return relay_error(404, "no listeners connected")
         ident = uuid.uuid4().hex
         accepting = _Accepting(path, asyncio.get_running_loop().create_future())
         self._accepting[ident] = accepting
         listener = self.rng.choice(self.listeners[path])
-        headers = {k: v for k, v in _forwarded_headers(request).items()
-                   if not k.lower().startswith("sec-websocket")}
+        # Sec-WebSocket-* go along: the listener completes the handshake with them.
+        headers = forwarded_headers(request)
         try:
             await listener.send(p.Accept(address=self._address("accept", path, ident),
                                          id=ident, connect_headers=headers,
-                                         remote_endpoint=_remote(request)))
+                                         remote_endpoint=remote(request)))
             taken = await asyncio.wait_for(accepting.taken, self.answer_timeout)
         except asyncio.TimeoutError:
-            return _relay_error(504, "the listener did not accept in time")
+            return relay_error(504, "the listener did not accept in time")
         except (ConnectionError, RuntimeError):
-            return _relay_error(502, "the listener went away")
+            return relay_error(502, "the listener went away")
         finally:
             del self._accepting[ident]
         if isinstance(taken, tuple):
-            return _relay_error(*taken)
+            return relay_error(*taken)
         sender = await self._upgrade(request)
         try:
             await pipe(sender, taken)
@@ -391,11 +381,14 @@ class RelayNamespace:
     async def _accept(self, request: web.Request, path: str) -> web.StreamResponse:
         accepting = self._accepting.get(request.query.get(p.ID, ""))
         if accepting is None or accepting.path != path or accepting.taken.done():
-            return _relay_error(404, "no such connection: it was taken or timed out")
-        status = request.query.get(p.STATUS_CODE)
+            return relay_error(404, "no such connection: it was taken or timed out")
+        # sb-hc-statusCode as the .NET client sends it, statusCode as the Node client does.
+        status = request.query.get(p.STATUS_CODE, request.query.get("statusCode"))
         if status is not None:
             code = int(status) if status.isdigit() and 400 <= int(status) <= 599 else 400
-            accepting.taken.set_result((code, request.query.get(p.STATUS_DESCRIPTION, "")))
+            reason = request.query.get(p.STATUS_DESCRIPTION,
+                                       request.query.get("statusDescription", ""))
+            accepting.taken.set_result((code, reason))
             return web.Response(status=410, text="rejected\n")
         ws = await self._upgrade(request)
         accepting.taken.set_result(ws)
@@ -404,32 +397,3 @@ class RelayNamespace:
         finally:
             self._sockets.discard(ws)
         return ws
-
-
-def _relay_error(status: int, text: str) -> web.Response:
-    """A response the relay made itself: no ``Via`` header."""
-    return web.Response(status=status, text=text + "\n")
-
-
-def _target(request: web.Request) -> str:
-    query = [(k, v) for k, v in request.query.items() if k != p.TOKEN]
-    return request.path + (f"?{urlencode(query)}" if query else "")
-
-
-def _forwarded_headers(request: web.Request) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for name, value in request.headers.items():
-        if name.lower() in _HOP_BY_HOP or name.lower() in ("servicebusauthorization",
-                                                           p.TOKEN):
-            continue
-        found[name] = f"{found[name]}, {value}" if name in found else value
-    if not (p.TOKEN in request.query or any(h in request.headers for h in _AUTH_HEADERS[:2])):
-        found.pop("Authorization", None)  # it carried the relay's token
-    return found
-
-
-def _remote(request: web.Request) -> p.RemoteEndpoint:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return p.RemoteEndpoint(address=str(peer[0]), port=int(peer[1]))
-    return p.RemoteEndpoint()

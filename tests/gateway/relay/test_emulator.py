@@ -133,3 +133,69 @@ async def test_namespace_down_closes_listeners_and_refuses_until_up(
             except httpx.ConnectError:
                 continue
     assert r.status_code == 502  # up again, and no listener yet
+
+
+async def test_an_inline_request_may_be_answered_over_its_rendezvous_address(
+        emulator: RelayEmulator, session: aiohttp.ClientSession) -> None:
+    # As the Node client does: every response goes over the request's address.
+    ep = emulator.endpoint("primary", HC)
+    ws = await session.ws_connect(ep.listen_url(token=ep.token()))
+
+    async def answer_by_rendezvous() -> None:
+        request = decode((await ws.receive()).data)
+        assert isinstance(request, Request) and not request.rendezvous and not request.body
+        async with session.ws_connect(request.address) as rz:
+            await rz.send_str(encode(Response(request_id=request.id, status_code=202,
+                                              body=True)))
+            await rz.send_bytes(b"by rendezvous")
+
+    task = asyncio.create_task(answer_by_rendezvous())
+    async with httpx.AsyncClient() as client:
+        r = await client.get(ep.http_url(), headers={"ServiceBusAuthorization": ep.token()})
+    await task
+    assert (r.status_code, r.content) == (202, b"by rendezvous") and "via" in r.headers
+
+
+async def test_at_most_25_listeners_per_hybrid_connection(
+        emulator: RelayEmulator, session: aiohttp.ClientSession) -> None:
+    ep = emulator.endpoint("secondary", HC)
+    sockets = [await session.ws_connect(ep.listen_url(token=ep.token())) for _ in range(25)]
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await session.ws_connect(ep.listen_url(token=ep.token()))
+    assert info.value.status == 403
+    for ws in sockets:
+        await ws.close()
+
+
+async def test_websocket_sender_without_listener_gets_404(
+        emulator: RelayEmulator, session: aiohttp.ClientSession) -> None:
+    ep = emulator.endpoint("primary", HC)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await session.ws_connect(ep.connect_url(token=ep.token()))
+    assert info.value.status == 404
+
+
+async def test_injected_latency_delays_every_request(
+        emulator: RelayEmulator, tmp_path: Path) -> None:
+    ep = emulator.endpoint("primary", HC)
+    ControlFile(namespace_files("primary", tmp_path)[1]).update(latency=0.5)
+    await asyncio.sleep(0.3)  # the control file is polled every 0.1 s
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient() as client:
+        started = loop.time()
+        r = await client.get(ep.http_url(), headers={"ServiceBusAuthorization": ep.token()})
+        took = loop.time() - started
+    assert r.status_code == 502 and took >= 0.45
+
+
+async def test_a_token_for_another_hybrid_connection_is_refused(
+        emulator: RelayEmulator) -> None:
+    from gateway.relay import create_token
+
+    ep = emulator.endpoint("primary", HC)
+    other = create_token("http://127.0.0.1/other/", key_name=ep.key_name, key=ep.key)
+    namespace_wide = create_token("http://127.0.0.1/", key_name=ep.key_name, key=ep.key)
+    async with httpx.AsyncClient() as client:
+        refused = await client.get(ep.http_url(), headers={"Authorization": other})
+        allowed = await client.get(ep.http_url(), params={"sb-hc-token": namespace_wide})
+    assert refused.status_code == 401 and allowed.status_code == 502

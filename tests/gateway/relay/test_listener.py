@@ -1,0 +1,231 @@
+"""GeoRelayListener against the relay emulator, with httpx as the HTTP sender."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from aiohttp import web
+
+from gateway._hooks import GatewayHooks
+from gateway.errors import NamespaceUnavailable
+from gateway.relay import (
+    Accept,
+    GeoRelayListener,
+    ProtocolError,
+    RelayEmulator,
+    RelayEndpoint,
+    RelayRequest,
+    RelayResponse,
+)
+from gateway.transports._local_control import ControlFile, namespace_files
+
+from .conftest import HC
+
+pytestmark = pytest.mark.anyio
+FAST = (0.0, 0.1, 0.2)
+
+
+async def echo(request: RelayRequest) -> RelayResponse:
+    return RelayResponse(status=200, headers={"X-Method": request.method,
+                                              "X-Target": request.target},
+                         body=request.body or f"from {request.namespace}".encode())
+
+
+def endpoints(emu: RelayEmulator) -> list[RelayEndpoint]:
+    return [emu.endpoint(name, HC) for name in emu.namespaces]
+
+
+async def send(ep: RelayEndpoint, method: str = "GET", target: str = "",
+               body: bytes = b"", timeout: float = 10.0) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        return await client.request(method, ep.http_url(target), content=body,
+                                    headers={"ServiceBusAuthorization": ep.token()})
+
+
+@pytest.fixture
+async def listening(emulator: RelayEmulator) -> AsyncIterator[GeoRelayListener]:
+    async with GeoRelayListener(endpoints(emulator), echo, backoff=FAST) as listener:
+        await listener.wait_connected()
+        yield listener
+
+
+async def test_both_namespaces_are_served_inline(emulator: RelayEmulator,
+                                                 listening: GeoRelayListener) -> None:
+    for ep in endpoints(emulator):
+        r = await send(ep, "PUT", "/items/1?x=y", b"payload")
+        assert (r.status_code, r.content) == (200, b"payload")
+        assert r.headers["x-method"] == "PUT" and r.headers["x-target"] == f"/{HC}/items/1?x=y"
+        assert "via" in r.headers
+    assert sorted(listening.connected) == sorted(e.namespace for e in endpoints(emulator))
+
+
+async def test_large_bodies_go_through_rendezvous_both_ways(
+        emulator: RelayEmulator, listening: GeoRelayListener) -> None:
+    big = bytes(range(256)) * 4096  # 1 MiB
+    r = await send(endpoints(emulator)[0], "POST", body=big)
+    assert r.status_code == 200 and r.content == big and "via" in r.headers
+
+
+async def test_handler_error_gives_500_and_is_reported(emulator: RelayEmulator) -> None:
+    errors: list[BaseException] = []
+
+    async def broken(request: RelayRequest) -> RelayResponse:
+        raise KeyError("boom")
+
+    async with GeoRelayListener(endpoints(emulator), broken, on_error=errors.append) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[0])
+    assert r.status_code == 500 and "via" in r.headers
+    assert any(isinstance(e, KeyError) for e in errors)
+
+
+async def test_no_handler_gives_501(emulator: RelayEmulator) -> None:
+    async with GeoRelayListener(endpoints(emulator)) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[1])
+    assert r.status_code == 501 and "via" in r.headers
+
+
+async def test_tokens_are_renewed_before_they_expire(emulator: RelayEmulator) -> None:
+    downs: list[str] = []
+
+    class Hooks(GatewayHooks):
+        def on_namespace_down(self, *, namespace: str, error: BaseException) -> None:
+            downs.append(namespace)
+
+    async with GeoRelayListener(endpoints(emulator), echo, token_ttl=2.0,
+                                hooks=[Hooks()]) as lst:
+        await lst.wait_connected()
+        await asyncio.sleep(3.5)  # the first token expired 1.5 s ago
+        r = await send(endpoints(emulator)[0])
+    assert r.status_code == 200 and downs == []
+
+
+async def test_namespace_down_closes_the_channel_and_it_reconnects_after_up(
+        emulator: RelayEmulator, listening: GeoRelayListener, tmp_path: Path) -> None:
+    control = ControlFile(namespace_files("primary", tmp_path)[1])
+    control.update(down=True)
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if f"127.0.0.1:{emulator.port('primary')}" not in listening.connected:
+            break
+    else:
+        pytest.fail("the listener did not see the outage")
+    r = await send(endpoints(emulator)[1])  # the other namespace still serves
+    assert r.status_code == 200
+    control.update(down=False)
+    await listening.wait_connected(timeout=10)
+    assert (await send(endpoints(emulator)[0])).status_code == 200
+
+
+async def test_a_missing_hybrid_connection_makes_the_listener_give_up(
+        emulator: RelayEmulator) -> None:
+    ep = emulator.endpoint("primary", HC)
+    wrong = RelayEndpoint(namespace=ep.namespace, path="missing", key_name=ep.key_name,
+                          key=ep.key, plain=True)
+    errors: list[BaseException] = []
+    listener = GeoRelayListener([wrong], echo, on_error=errors.append)
+    with pytest.raises(NamespaceUnavailable, match="404"):
+        await asyncio.wait_for(listener.serve_forever(), 10)
+    assert "does not exist" in str(errors[0])
+
+
+async def test_asgi_app_serves_requests(emulator: RelayEmulator) -> None:
+    from gateway.relay import asgi_handler
+
+    seen: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send_: Any) -> None:
+        seen.append(dict(scope))
+        event = await receive()
+        await send_({"type": "http.response.start", "status": 201,
+                     "headers": [(b"content-type", b"text/plain")]})
+        await send_({"type": "http.response.body", "body": b"got ", "more_body": True})
+        await send_({"type": "http.response.body", "body": event["body"]})
+
+    async with GeoRelayListener(endpoints(emulator), asgi_handler(app)) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[0], "POST", "/api/x?q=1", b"body")
+    assert (r.status_code, r.content) == (201, b"got body")
+    assert r.headers["content-type"] == "text/plain"
+    scope = seen[0]
+    assert (scope["type"], scope["method"], scope["path"], scope["root_path"],
+            scope["query_string"]) == ("http", "POST", f"/{HC}/api/x", f"/{HC}", b"q=1")
+
+
+async def test_asgi_app_that_sends_no_response_gives_500(emulator: RelayEmulator) -> None:
+    from gateway.relay import asgi_handler
+
+    async def silent(scope: Any, receive: Any, send_: Any) -> None:
+        return None
+
+    async with GeoRelayListener(endpoints(emulator), asgi_handler(silent)) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[0])
+    assert r.status_code == 500
+
+
+async def test_websocket_senders_reach_the_websocket_handler(emulator: RelayEmulator) -> None:
+    accepted: list[Accept] = []
+
+    async def ws_echo(accept: Accept, ws: Any) -> None:
+        accepted.append(accept)
+        async for msg in ws:
+            await ws.send_str("echo:" + msg.data)
+
+    ep = endpoints(emulator)[0]
+    async with GeoRelayListener([ep], echo, websocket_handler=ws_echo) as lst, \
+            aiohttp.ClientSession() as session:
+        await lst.wait_connected()
+        async with session.ws_connect(ep.connect_url(token=ep.token()),
+                                      headers={"X-Hello": "1"}) as ws:
+            await ws.send_str("ping")
+            reply = await asyncio.wait_for(ws.receive(), 5)
+    assert reply.data == "echo:ping"
+    assert accepted[0].connect_headers.get("X-Hello") == "1"
+
+
+async def test_websocket_senders_are_rejected_without_a_handler(
+        emulator: RelayEmulator) -> None:
+    ep = endpoints(emulator)[0]
+    async with GeoRelayListener([ep], echo) as lst, aiohttp.ClientSession() as session:
+        await lst.wait_connected()
+        with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+            await session.ws_connect(ep.connect_url(token=ep.token()))
+    assert info.value.status == 501
+
+
+async def test_a_malformed_frame_from_the_relay_is_a_clear_reported_error() -> None:
+    async def garbage(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str('{"request": {"id": 5}}')
+        await ws.receive()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", garbage)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    errors: list[BaseException] = []
+    ep = RelayEndpoint(namespace=f"127.0.0.1:{port}", path=HC, key_name="k", key="k",
+                       plain=True)
+    try:
+        async with GeoRelayListener([ep], echo, on_error=errors.append, backoff=(5.0,)):
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                if any(isinstance(e, ProtocolError) for e in errors):
+                    break
+    finally:
+        await runner.cleanup()
+    found = [e for e in errors if isinstance(e, ProtocolError)]
+    assert found and "'id' must be a string" in str(found[0])
