@@ -179,3 +179,29 @@ async def test_sync_post_whose_answer_times_out_is_not_sent_twice(
             await anyio.to_thread.run_sync(lambda: client.post(content=b"pay"))
     assert primary_listener.requests == [("POST", b"pay")]
     assert secondary_listener.requests == []
+
+
+async def test_with_the_geo_listener_large_bodies_go_through_and_failover_keeps_serving(
+        emulator: RelayEmulator, tmp_path: Path) -> None:
+    from gateway.relay import GeoRelayListener, RelayRequest, RelayResponse
+
+    async def echo(request: RelayRequest) -> RelayResponse:
+        return RelayResponse(headers={"X-Namespace": request.namespace},
+                             body=request.body[::-1])
+
+    primary, secondary = pair(emulator)
+    body = bytes(range(256)) * 1024  # 256 KB: over 64 KB, so through a rendezvous
+    async with GeoRelayListener([primary, secondary], echo) as listener, \
+            AsyncGeoRelayClient(primary, secondary, randomize=False) as client:
+        await listener.wait_connected()
+        big = await client.put("/blob", content=body)
+        ControlFile(namespace_files("primary", tmp_path)[1]).update(down=True)
+        for _ in range(50):  # until the emulator obeyed (it polls the control file)
+            await asyncio.sleep(0.05)
+            if emulator.listener_count("primary", HC) == 0:
+                break
+        after = await client.put("/blob", content=b"abc")
+    assert big.status_code == 200 and big.content == body[::-1]
+    assert big.headers["x-namespace"] == primary.namespace
+    assert after.content == b"cba" and after.headers["x-namespace"] == secondary.namespace
+    assert client.roles.active == secondary.namespace

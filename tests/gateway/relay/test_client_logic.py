@@ -222,3 +222,17 @@ async def test_async_client_fails_over_and_keeps_post_safe() -> None:
             await c.post(content=b"pay")
     assert hosts.hosts == [A.namespace, B.namespace, B.namespace]
     assert hooks.calls == [(A.namespace, B.namespace)]
+
+
+def test_clients_are_exported_and_loaded_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    import gateway.relay
+
+    assert {"AsyncGeoRelayClient", "GeoRelayClient", "RelayClientPolicy"} <= set(
+        gateway.relay.__all__)
+    assert gateway.relay.GeoRelayClient is GeoRelayClient
+    code = ("import sys, gateway.relay; assert 'httpx' not in sys.modules; "
+            "gateway.relay.AsyncGeoRelayClient; assert 'httpx' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
