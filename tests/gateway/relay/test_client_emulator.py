@@ -205,3 +205,25 @@ async def test_with_the_geo_listener_large_bodies_go_through_and_failover_keeps_
     assert big.headers["x-namespace"] == primary.namespace
     assert after.content == b"cba" and after.headers["x-namespace"] == secondary.namespace
     assert client.roles.active == secondary.namespace
+
+
+async def test_tokens_are_renewed_before_the_relay_would_refuse_them(
+        emulator: RelayEmulator, session: aiohttp.ClientSession) -> None:
+    from gateway.relay import RelayClientPolicy
+
+    await listeners(emulator, session)
+    renewing = RelayClientPolicy(token_ttl=2.0, token_renew_before=1.0)
+    async with AsyncGeoRelayClient(*pair(emulator), randomize=False,
+                                   policy=renewing) as client:
+        first = await client.get()
+        await asyncio.sleep(1.2)  # less than 1 s left on the first token: a new one
+        second = await client.get()
+        await asyncio.sleep(1.2)
+        third = await client.get()
+    assert [r.text for r in (first, second, third)] == ["primary"] * 3
+    # The check can fail: a token kept past its expiry is refused, and not failed over.
+    late = RelayClientPolicy(token_ttl=1.0, token_renew_before=0.0)
+    async with AsyncGeoRelayClient(*pair(emulator), randomize=False, policy=late,
+                                   clock=lambda: 0.0) as stale:
+        with pytest.raises(MessageRejected, match="401"):
+            await stale.get()

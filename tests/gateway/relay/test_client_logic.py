@@ -236,3 +236,52 @@ def test_clients_are_exported_and_loaded_on_first_use() -> None:
     code = ("import sys, gateway.relay; assert 'httpx' not in sys.modules; "
             "gateway.relay.AsyncGeoRelayClient; assert 'httpx' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_tokens_are_cached_and_renewed_before_they_expire() -> None:
+    now = [1_000_000.0]
+    hosts = Hosts(ok, ok)
+    policy = RelayClientPolicy(token_ttl=600, token_renew_before=60)
+    with client(hosts, policy=policy, clock=lambda: now[0]) as c:
+        c.get()
+        c.get()
+        now[0] += 539  # 61 s left: still good
+        c.get()
+        now[0] += 1  # 60 s left: renewed
+        c.get()
+    tokens = [r.headers["ServiceBusAuthorization"] for r in hosts.seen]
+    assert tokens[0] == tokens[1] == tokens[2] != tokens[3]
+    assert f"se={int(now[0]) + 600}" in tokens[3]
+
+
+@pytest.mark.anyio
+async def test_a_slow_answer_from_the_old_primary_does_not_swap_roles_back() -> None:
+    import anyio
+
+    release = anyio.Event()
+    calls = [0]
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == B.namespace:
+            return ok(request)
+        calls[0] += 1
+        if calls[0] == 1:  # the slow request: answered after the failover
+            await release.wait()
+            return ok(request)
+        return httpx.Response(503)
+
+    hooks = Failovers()
+    async with AsyncGeoRelayClient(A, B, randomize=False, hooks=[hooks],
+                                   transport=httpx.MockTransport(handler)) as c, \
+            anyio.create_task_group() as tg:
+        slow: list[httpx.Response] = []
+
+        async def send_slow() -> None:
+            slow.append(await c.get())
+
+        tg.start_soon(send_slow)
+        await anyio.sleep(0.01)
+        assert (await c.get()).text == B.namespace  # A's 503: failed over
+        release.set()
+    assert slow[0].text == A.namespace
+    assert c.roles.active == B.namespace and hooks.calls == [(A.namespace, B.namespace)]
