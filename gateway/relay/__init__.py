@@ -34,6 +34,7 @@ from gateway.relay._protocol import (
 if TYPE_CHECKING:
     from gateway.relay._emulator import RelayEmulator
     from gateway.relay._listener import GeoRelayListener, WebSocketHandler
+    from gateway.relay._thread import RelayThread
 
 __all__ = [
     "Accept",
@@ -45,6 +46,7 @@ __all__ = [
     "RelayEndpoint",
     "RelayRequest",
     "RelayResponse",
+    "RelayThread",
     "RemoteEndpoint",
     "RenewToken",
     "Request",
@@ -56,7 +58,8 @@ __all__ = [
 
 _LAZY = {"GeoRelayListener": "gateway.relay._listener",
          "WebSocketHandler": "gateway.relay._listener",
-         "RelayEmulator": "gateway.relay._emulator"}
+         "RelayEmulator": "gateway.relay._emulator",
+         "RelayThread": "gateway.relay._thread"}
 
 
 def __getattr__(name: str) -> Any:

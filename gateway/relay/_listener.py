@@ -124,6 +124,8 @@ class GeoRelayListener:
             NamespaceUnavailable: not connected in time (or the hybrid connection
                 does not exist).
         """
+        if not self._connected:
+            raise RuntimeError("start the relay listener first (start() or async with)")
         waits = [asyncio.ensure_future(e.wait()) for e in self._connected.values()]
         try:
             done, _ = await asyncio.wait(waits, timeout=timeout, return_when=(

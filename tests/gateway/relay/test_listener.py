@@ -229,3 +229,46 @@ async def test_a_malformed_frame_from_the_relay_is_a_clear_reported_error() -> N
         await runner.cleanup()
     found = [e for e in errors if isinstance(e, ProtocolError)]
     assert found and "'id' must be a string" in str(found[0])
+
+
+async def test_a_large_response_to_a_small_request_goes_by_rendezvous(
+        emulator: RelayEmulator) -> None:
+    big = b"r" * (200 * 1024)
+
+    async def large(request: RelayRequest) -> RelayResponse:
+        return RelayResponse(body=big, headers={"Content-Type": "application/octet-stream"})
+
+    async with GeoRelayListener(endpoints(emulator), large) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[1])
+    assert r.status_code == 200 and r.content == big and "via" in r.headers
+
+
+async def test_large_request_headers_go_by_rendezvous(emulator: RelayEmulator) -> None:
+    seen: list[RelayRequest] = []
+
+    async def record(request: RelayRequest) -> RelayResponse:
+        seen.append(request)
+        return RelayResponse(status=204)
+
+    ep = endpoints(emulator)[0]
+    headers = {f"X-Big-{i}": "h" * 1000 for i in range(40)}  # 40 KB of headers
+    async with GeoRelayListener([ep], record) as lst, httpx.AsyncClient(timeout=10) as client:
+        await lst.wait_connected()
+        r = await client.get(ep.http_url(), headers={"ServiceBusAuthorization": ep.token(),
+                                                     **headers})
+    assert r.status_code == 204 and "via" in r.headers
+    assert seen[0].header("x-big-39") == "h" * 1000
+    assert seen[0].header("ServiceBusAuthorization") is None  # the relay's token stays there
+
+
+async def test_a_bad_key_is_reported_once_and_retried_with_backoff(
+        emulator: RelayEmulator) -> None:
+    ep = emulator.endpoint("primary", HC)
+    wrong = RelayEndpoint(namespace=ep.namespace, path=HC, key_name=ep.key_name,
+                          key="d3Jvbmcta2V5", plain=True)
+    errors: list[BaseException] = []
+    async with GeoRelayListener([wrong], echo, on_error=errors.append, backoff=FAST) as lst:
+        await asyncio.sleep(1.0)  # 0 + 0.1 + 0.2 + 0.2 ... : several attempts
+        assert lst.connected == []
+    assert len(errors) == 1 and "401" in str(errors[0])
