@@ -27,7 +27,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-async def echo_listener(ws: aiohttp.ClientWebSocketResponse) -> None:
+async def echo_listener(ws: aiohttp.ClientWebSocketResponse[bool]) -> None:
     """Answers every inline request with 200 and the body it got."""
     async for msg in ws:
         request = decode(msg.data)
@@ -97,7 +97,7 @@ async def test_a_malformed_control_frame_closes_the_listener_with_a_reason(
     await ws.send_str('{"response": {"statusCode": 200}}')
     msg = await ws.receive()
     assert msg.type == aiohttp.WSMsgType.CLOSE
-    assert ws.close_code == 1002 and "lacks 'requestId'" in msg.extra
+    assert ws.close_code == 1002 and "lacks 'requestId'" in str(msg.extra)
 
 
 async def test_listener_token_expiry_closes_with_1008_unless_renewed(
