@@ -270,6 +270,10 @@ class RelayNamespace:
             except AuthError as exc:
                 await ws.close(code=p.CLOSE_TOKEN_EXPIRED, message=str(exc)[:120].encode())
                 return
+            except Exception:  # the relay's own fault: the listener should reconnect
+                _LOG.exception("namespace %s: a listener's control channel failed", self.name)
+                await ws.close(code=p.CLOSE_SERVICE_ERROR, message=b"service error")
+                return
 
     def _renew(self, listener: _Listener, message: p.RenewToken) -> None:
         listener.expires = grant_for(message.token, listener.path, key_name=self.key_name,

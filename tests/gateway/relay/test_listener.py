@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -272,3 +273,25 @@ async def test_a_bad_key_is_reported_once_and_retried_with_backoff(
         await asyncio.sleep(1.0)  # 0 + 0.1 + 0.2 + 0.2 ... : several attempts
         assert lst.connected == []
     assert len(errors) == 1 and "401" in str(errors[0])
+
+
+async def test_a_channel_closed_for_an_expired_token_reconnects_with_a_fresh_one(
+        tmp_path: Path) -> None:
+    skew = [0.0]
+    errors: list[BaseException] = []
+    async with RelayEmulator({"primary": 0}, [HC], data_dir=tmp_path,  # noqa: SIM117
+                             clock=lambda: time.time() + skew[0]) as emu:
+        async with GeoRelayListener(endpoints(emu), echo, on_error=errors.append,
+                                    backoff=FAST) as lst:
+            await lst.wait_connected()
+            await asyncio.sleep(1.1)  # a working channel: the backoff starts over after it
+            skew[0] = 7200.0  # the relay's clock passes the token's expiry
+            for _ in range(50):
+                await asyncio.sleep(0.05)
+                if errors:
+                    break
+            skew[0] = 0.0
+            await lst.wait_connected(timeout=5)
+            r = await send(endpoints(emu)[0])
+    assert r.status_code == 200
+    assert "1008" in str(errors[0]) and "token expired" in str(errors[0])
