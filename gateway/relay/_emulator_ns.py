@@ -374,12 +374,12 @@ class RelayNamespace:
             del self._accepting[ident]
         if isinstance(taken, tuple):
             return relay_error(*taken)
-        sender = await self._upgrade(request)
         try:
+            sender = await self._upgrade(request)
             await pipe(sender, taken)
         finally:
             self._sockets.discard(sender)
-            accepting.done.set()
+            accepting.done.set()  # the listener's side ends with the sender's
         return sender
 
     async def _accept(self, request: web.Request, path: str) -> web.StreamResponse:

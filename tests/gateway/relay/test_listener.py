@@ -295,3 +295,31 @@ async def test_a_channel_closed_for_an_expired_token_reconnects_with_a_fresh_one
             r = await send(endpoints(emu)[0])
     assert r.status_code == 200
     assert "1008" in str(errors[0]) and "token expired" in str(errors[0])
+
+
+async def test_a_streaming_asgi_app_that_listens_for_disconnect_sends_everything(
+        emulator: RelayEmulator) -> None:
+    from gateway.relay import asgi_handler
+
+    async def streaming(scope: Any, receive: Any, send_: Any) -> None:
+        await receive()
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # as starlette's StreamingResponse does
+            if (await receive())["type"] == "http.disconnect":
+                gone.set()
+
+        watcher = asyncio.create_task(watch())
+        await send_({"type": "http.response.start", "status": 200, "headers": []})
+        for chunk in (b"a", b"b", b"c"):
+            await asyncio.sleep(0.01)
+            if gone.is_set():
+                break
+            await send_({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send_({"type": "http.response.body", "body": b""})
+        await watcher
+
+    async with GeoRelayListener(endpoints(emulator), asgi_handler(streaming)) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[0])
+    assert (r.status_code, r.content) == (200, b"abc")
