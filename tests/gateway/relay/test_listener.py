@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -323,3 +324,19 @@ async def test_a_streaming_asgi_app_that_listens_for_disconnect_sends_everything
         await lst.wait_connected()
         r = await send(endpoints(emulator)[0])
     assert (r.status_code, r.content) == (200, b"abc")
+
+
+async def test_no_key_or_token_reaches_the_logs_or_the_errors(
+        emulator: RelayEmulator, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    ep = emulator.endpoint("primary", HC)
+    wrong = RelayEndpoint(namespace=ep.namespace, path=HC, key_name=ep.key_name,
+                          key="d3Jvbmcta2V5", plain=True)
+    errors: list[BaseException] = []
+    async with GeoRelayListener([wrong], echo, on_error=errors.append, backoff=FAST), \
+            GeoRelayListener([ep], echo, token_ttl=2.0) as good:
+        await good.wait_connected()
+        assert (await send(ep)).status_code == 200
+        await asyncio.sleep(1.0)  # a renewal, and a few refused attempts
+    text = caplog.text + " ".join(map(str, errors)) + repr(good) + repr(ep)
+    assert errors and "sig=" not in text and ep.key not in text and wrong.key not in text
