@@ -156,6 +156,10 @@ class RelayNamespace:
             await self._runner.cleanup()
             self._runner = None
 
+    def _lose_reply(self) -> bool:
+        p_lost = self.state.lost_replies
+        return p_lost > 0 and self.rng.random() < p_lost
+
     def apply(self, state: ControlState) -> bool:
         """Take a new control state; return whether it changed down/up."""
         changed = state.down != self.state.down
@@ -314,6 +318,9 @@ class RelayNamespace:
             else:
                 await listener.send(p.Request(address=message.address, id=ident))
             response, out = await asyncio.wait_for(answer, self.answer_timeout)
+            if self._lose_reply():  # the listener answered; the sender never hears of it
+                await asyncio.sleep(self.answer_timeout)
+                raise asyncio.TimeoutError
         except asyncio.TimeoutError:
             return relay_error(504, f"the listener did not answer in {self.answer_timeout:g} s")
         except (ConnectionError, RuntimeError) as exc:
