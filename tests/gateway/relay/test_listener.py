@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -340,3 +341,55 @@ async def test_no_key_or_token_reaches_the_logs_or_the_errors(
         await asyncio.sleep(1.0)  # a renewal, and a few refused attempts
     text = caplog.text + " ".join(map(str, errors)) + repr(good) + repr(ep)
     assert errors and "sig=" not in text and ep.key not in text and wrong.key not in text
+
+
+async def test_reconnects_follow_the_backoff_table_and_stay_at_its_last_step() -> None:
+    attempts: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def unavailable(request: web.Request) -> web.Response:
+        attempts.append(loop.time())
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", unavailable)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    ep = RelayEndpoint(namespace=f"127.0.0.1:{runner.addresses[0][1]}", path=HC, key_name="k",
+                       key="k", plain=True)
+    try:
+        async with GeoRelayListener([ep], echo, backoff=(0.0, 0.2, 0.4)):
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if len(attempts) >= 5:
+                    break
+    finally:
+        await runner.cleanup()
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert len(gaps) >= 4
+    for gap, expected in zip(gaps[:4], (0.0, 0.2, 0.4, 0.4), strict=True):
+        assert gap >= expected - 0.02, gaps
+
+
+async def test_concurrent_requests_are_served_concurrently(emulator: RelayEmulator) -> None:
+    count = 30
+    arrived: list[int] = []
+    everyone = asyncio.Event()
+
+    async def gather_all(request: RelayRequest) -> RelayResponse:
+        arrived.append(1)
+        if len(arrived) == count:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), 10)  # only if all are in flight at once
+        return RelayResponse(body=request.body)
+
+    ep = endpoints(emulator)[0]
+    async with GeoRelayListener([ep], gather_all) as lst, \
+            httpx.AsyncClient(timeout=20) as client:
+        await lst.wait_connected()
+        replies = await asyncio.gather(*(
+            client.post(ep.http_url(), content=str(i).encode(),
+                        headers={"ServiceBusAuthorization": ep.token()}) for i in range(count)))
+    assert [(r.status_code, r.content) for r in replies] == [
+        (200, str(i).encode()) for i in range(count)]
