@@ -124,9 +124,7 @@ class RelayNamespace:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self._site = site
-        server = site._server  # noqa: SLF001 - aiohttp exposes the bound port only here
-        if isinstance(server, asyncio.base_events.Server) and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        self.port = self._runner.addresses[-1][1]  # the port 0 got: kept across down/up
 
     @property
     def serving(self) -> bool:
