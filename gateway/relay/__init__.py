@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from gateway.relay._emulator import RelayEmulator
     from gateway.relay._listener import GeoRelayListener, WebSocketHandler
     from gateway.relay._policy import RelayClientPolicy
+    from gateway.relay._thread import RelayThread
 
 __all__ = [
     "Accept",
@@ -50,6 +51,7 @@ __all__ = [
     "RelayEndpoint",
     "RelayRequest",
     "RelayResponse",
+    "RelayThread",
     "RemoteEndpoint",
     "RenewToken",
     "Request",
@@ -64,7 +66,8 @@ _LAZY = {"AsyncGeoRelayClient": "gateway.relay._client",
          "RelayClientPolicy": "gateway.relay._policy",
          "GeoRelayListener": "gateway.relay._listener",
          "WebSocketHandler": "gateway.relay._listener",
-         "RelayEmulator": "gateway.relay._emulator"}
+         "RelayEmulator": "gateway.relay._emulator",
+         "RelayThread": "gateway.relay._thread"}
 
 
 def __getattr__(name: str) -> Any:

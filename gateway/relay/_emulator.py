@@ -32,7 +32,12 @@ class RelayEmulator:
     rendezvous requests, WebSocket accept, ``renewToken``), checks Service Bus
     shared access signatures, and obeys the same control files as the emulated
     namespaces: ``geogateway namespace down NAME`` closes the port and every
-    connection until ``up``; ``namespace faults --latency`` delays every request.
+    connection until ``up``; ``namespace faults --latency`` delays every request;
+    ``--lost-replies`` drops that share of listeners' answers (the sender gets 504
+    after ``answer_timeout``: the outcome is unknown).
+
+    Without a listener an HTTP sender gets 502: the protocol article says so in its
+    text, while its table of relay errors says 503; senders fail over on either.
 
     Args:
         namespaces: namespace name → port (0 picks a free port, kept across down/up).

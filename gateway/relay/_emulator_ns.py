@@ -124,9 +124,7 @@ class RelayNamespace:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self._site = site
-        server = site._server  # noqa: SLF001 - aiohttp exposes the bound port only here
-        if isinstance(server, asyncio.base_events.Server) and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        self.port = self._runner.addresses[-1][1]  # the port 0 got: kept across down/up
 
     @property
     def serving(self) -> bool:
@@ -155,6 +153,10 @@ class RelayNamespace:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    def _lose_reply(self) -> bool:
+        p_lost = self.state.lost_replies
+        return p_lost > 0 and self.rng.random() < p_lost
 
     def apply(self, state: ControlState) -> bool:
         """Take a new control state; return whether it changed down/up."""
@@ -270,6 +272,10 @@ class RelayNamespace:
             except AuthError as exc:
                 await ws.close(code=p.CLOSE_TOKEN_EXPIRED, message=str(exc)[:120].encode())
                 return
+            except Exception:  # the relay's own fault: the listener should reconnect
+                _LOG.exception("namespace %s: a listener's control channel failed", self.name)
+                await ws.close(code=p.CLOSE_SERVICE_ERROR, message=b"service error")
+                return
 
     def _renew(self, listener: _Listener, message: p.RenewToken) -> None:
         listener.expires = grant_for(message.token, listener.path, key_name=self.key_name,
@@ -310,6 +316,9 @@ class RelayNamespace:
             else:
                 await listener.send(p.Request(address=message.address, id=ident))
             response, out = await asyncio.wait_for(answer, self.answer_timeout)
+            if self._lose_reply():  # the listener answered; the sender never hears of it
+                await asyncio.sleep(self.answer_timeout)
+                raise asyncio.TimeoutError
         except asyncio.TimeoutError:
             return relay_error(504, f"the listener did not answer in {self.answer_timeout:g} s")
         except (ConnectionError, RuntimeError) as exc:
@@ -370,12 +379,12 @@ class RelayNamespace:
             del self._accepting[ident]
         if isinstance(taken, tuple):
             return relay_error(*taken)
-        sender = await self._upgrade(request)
         try:
+            sender = await self._upgrade(request)
             await pipe(sender, taken)
         finally:
             self._sockets.discard(sender)
-            accepting.done.set()
+            accepting.done.set()  # the listener's side ends with the sender's
         return sender
 
     async def _accept(self, request: web.Request, path: str) -> web.StreamResponse:

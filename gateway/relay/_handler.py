@@ -9,6 +9,7 @@ into a :class:`RelayResponse`. Lifespan and WebSocket scopes are not driven.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,7 @@ class _AsgiCall:
         self.chunks: list[bytes] = []
         self.complete = False
         self._sent_body = False
+        self._finished = asyncio.Event()
 
     def scope(self) -> dict[str, Any]:
         target = urlsplit(self.request.target)
@@ -110,6 +112,9 @@ class _AsgiCall:
         if not self._sent_body:
             self._sent_body = True
             return {"type": "http.request", "body": self.request.body, "more_body": False}
+        # As a server does: "disconnect" only once the response is over (apps that
+        # stream listen for it meanwhile, and would stop at once).
+        await self._finished.wait()
         return {"type": "http.disconnect"}
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
@@ -127,11 +132,16 @@ class _AsgiCall:
                 raise AsgiError("the ASGI app sent a body before http.response.start")
             self.chunks.append(bytes(message.get("body", b"")))
             self.complete = not message.get("more_body", False)
+            if self.complete:
+                self._finished.set()
         else:
             raise AsgiError(f"the ASGI app sent an unsupported message {kind!r}")
 
     async def run(self) -> RelayResponse:
-        await self.app(self.scope(), self.receive, self.send)
+        try:
+            await self.app(self.scope(), self.receive, self.send)
+        finally:
+            self._finished.set()
         if self.status is None:
             raise AsgiError("the ASGI app returned without starting a response")
         return RelayResponse(status=self.status, headers=self.headers,

@@ -23,6 +23,8 @@ __all__ = ["BACKOFF", "GeoRelayListener", "WebSocketHandler"]
 _LOG = logging.getLogger("gateway.relay")
 #: Seconds before each reconnect attempt of a control channel, as in the Relay SDKs.
 BACKOFF = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
+#: A control channel open this long (seconds) counts as working: the backoff starts over.
+_STABLE = 1.0
 
 WebSocketHandler = Callable[[p.Accept, "aiohttp.ClientWebSocketResponse[bool]"], Awaitable[None]]
 ErrorCallback = Callable[[BaseException], None]
@@ -124,6 +126,8 @@ class GeoRelayListener:
             NamespaceUnavailable: not connected in time (or the hybrid connection
                 does not exist).
         """
+        if not self._connected:
+            raise RuntimeError("start the relay listener first (start() or async with)")
         waits = [asyncio.ensure_future(e.wait()) for e in self._connected.values()]
         try:
             done, _ = await asyncio.wait(waits, timeout=timeout, return_when=(
@@ -184,8 +188,12 @@ class GeoRelayListener:
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 error = exc
             else:
-                attempt = 0
+                opened = asyncio.get_running_loop().time()
                 error = await self._connected_channel(endpoint, ws)
+                # Start the table again after a channel that worked, but not after one
+                # closed at once (a relay in trouble): that would spin.
+                if asyncio.get_running_loop().time() - opened >= _STABLE:
+                    attempt = 0
             self._lost(endpoint, error)
             await asyncio.sleep(self.backoff[min(attempt, len(self.backoff) - 1)])
             attempt += 1

@@ -27,7 +27,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-async def echo_listener(ws: aiohttp.ClientWebSocketResponse) -> None:
+async def echo_listener(ws: aiohttp.ClientWebSocketResponse[bool]) -> None:
     """Answers every inline request with 200 and the body it got."""
     async for msg in ws:
         request = decode(msg.data)
@@ -97,7 +97,7 @@ async def test_a_malformed_control_frame_closes_the_listener_with_a_reason(
     await ws.send_str('{"response": {"statusCode": 200}}')
     msg = await ws.receive()
     assert msg.type == aiohttp.WSMsgType.CLOSE
-    assert ws.close_code == 1002 and "lacks 'requestId'" in msg.extra
+    assert ws.close_code == 1002 and "lacks 'requestId'" in str(msg.extra)
 
 
 async def test_listener_token_expiry_closes_with_1008_unless_renewed(
@@ -199,3 +199,20 @@ async def test_a_token_for_another_hybrid_connection_is_refused(
         refused = await client.get(ep.http_url(), headers={"Authorization": other})
         allowed = await client.get(ep.http_url(), params={"sb-hc-token": namespace_wide})
     assert refused.status_code == 401 and allowed.status_code == 502
+
+
+async def test_lost_replies_leave_the_sender_with_a_relay_made_504(
+        tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    async with RelayEmulator({"primary": 0}, [HC], data_dir=tmp_path,
+                             answer_timeout=0.3) as emu:
+        ep = emu.endpoint("primary", HC)
+        ControlFile(namespace_files("primary", tmp_path)[1]).update(lost_replies=1.0)
+        await asyncio.sleep(0.3)  # the control file is polled every 0.1 s
+        ws = await session.ws_connect(ep.listen_url(token=ep.token()))
+        task = asyncio.create_task(echo_listener(ws))
+        async with httpx.AsyncClient() as client:
+            r = await client.post(ep.http_url(), content=b"x",
+                                  headers={"ServiceBusAuthorization": ep.token()})
+        task.cancel()
+        await ws.close()
+    assert r.status_code == 504 and "via" not in r.headers

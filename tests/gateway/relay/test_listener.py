@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -229,3 +232,164 @@ async def test_a_malformed_frame_from_the_relay_is_a_clear_reported_error() -> N
         await runner.cleanup()
     found = [e for e in errors if isinstance(e, ProtocolError)]
     assert found and "'id' must be a string" in str(found[0])
+
+
+async def test_a_large_response_to_a_small_request_goes_by_rendezvous(
+        emulator: RelayEmulator) -> None:
+    big = b"r" * (200 * 1024)
+
+    async def large(request: RelayRequest) -> RelayResponse:
+        return RelayResponse(body=big, headers={"Content-Type": "application/octet-stream"})
+
+    async with GeoRelayListener(endpoints(emulator), large) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[1])
+    assert r.status_code == 200 and r.content == big and "via" in r.headers
+
+
+async def test_large_request_headers_go_by_rendezvous(emulator: RelayEmulator) -> None:
+    seen: list[RelayRequest] = []
+
+    async def record(request: RelayRequest) -> RelayResponse:
+        seen.append(request)
+        return RelayResponse(status=204)
+
+    ep = endpoints(emulator)[0]
+    headers = {f"X-Big-{i}": "h" * 1000 for i in range(40)}  # 40 KB of headers
+    async with GeoRelayListener([ep], record) as lst, httpx.AsyncClient(timeout=10) as client:
+        await lst.wait_connected()
+        r = await client.get(ep.http_url(), headers={"ServiceBusAuthorization": ep.token(),
+                                                     **headers})
+    assert r.status_code == 204 and "via" in r.headers
+    assert seen[0].header("x-big-39") == "h" * 1000
+    assert seen[0].header("ServiceBusAuthorization") is None  # the relay's token stays there
+
+
+async def test_a_bad_key_is_reported_once_and_retried_with_backoff(
+        emulator: RelayEmulator) -> None:
+    ep = emulator.endpoint("primary", HC)
+    wrong = RelayEndpoint(namespace=ep.namespace, path=HC, key_name=ep.key_name,
+                          key="d3Jvbmcta2V5", plain=True)
+    errors: list[BaseException] = []
+    async with GeoRelayListener([wrong], echo, on_error=errors.append, backoff=FAST) as lst:
+        await asyncio.sleep(1.0)  # 0 + 0.1 + 0.2 + 0.2 ... : several attempts
+        assert lst.connected == []
+    assert len(errors) == 1 and "401" in str(errors[0])
+
+
+async def test_a_channel_closed_for_an_expired_token_reconnects_with_a_fresh_one(
+        tmp_path: Path) -> None:
+    skew = [0.0]
+    errors: list[BaseException] = []
+    async with RelayEmulator({"primary": 0}, [HC], data_dir=tmp_path,  # noqa: SIM117
+                             clock=lambda: time.time() + skew[0]) as emu:
+        async with GeoRelayListener(endpoints(emu), echo, on_error=errors.append,
+                                    backoff=FAST) as lst:
+            await lst.wait_connected()
+            await asyncio.sleep(1.1)  # a working channel: the backoff starts over after it
+            skew[0] = 7200.0  # the relay's clock passes the token's expiry
+            for _ in range(50):
+                await asyncio.sleep(0.05)
+                if errors:
+                    break
+            skew[0] = 0.0
+            await lst.wait_connected(timeout=5)
+            r = await send(endpoints(emu)[0])
+    assert r.status_code == 200
+    assert "1008" in str(errors[0]) and "token expired" in str(errors[0])
+
+
+async def test_a_streaming_asgi_app_that_listens_for_disconnect_sends_everything(
+        emulator: RelayEmulator) -> None:
+    from gateway.relay import asgi_handler
+
+    async def streaming(scope: Any, receive: Any, send_: Any) -> None:
+        await receive()
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # as starlette's StreamingResponse does
+            if (await receive())["type"] == "http.disconnect":
+                gone.set()
+
+        watcher = asyncio.create_task(watch())
+        await send_({"type": "http.response.start", "status": 200, "headers": []})
+        for chunk in (b"a", b"b", b"c"):
+            await asyncio.sleep(0.01)
+            if gone.is_set():
+                break
+            await send_({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send_({"type": "http.response.body", "body": b""})
+        await watcher
+
+    async with GeoRelayListener(endpoints(emulator), asgi_handler(streaming)) as lst:
+        await lst.wait_connected()
+        r = await send(endpoints(emulator)[0])
+    assert (r.status_code, r.content) == (200, b"abc")
+
+
+async def test_no_key_or_token_reaches_the_logs_or_the_errors(
+        emulator: RelayEmulator, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    ep = emulator.endpoint("primary", HC)
+    wrong = RelayEndpoint(namespace=ep.namespace, path=HC, key_name=ep.key_name,
+                          key="d3Jvbmcta2V5", plain=True)
+    errors: list[BaseException] = []
+    async with GeoRelayListener([wrong], echo, on_error=errors.append, backoff=FAST), \
+            GeoRelayListener([ep], echo, token_ttl=2.0) as good:
+        await good.wait_connected()
+        assert (await send(ep)).status_code == 200
+        await asyncio.sleep(1.0)  # a renewal, and a few refused attempts
+    text = caplog.text + " ".join(map(str, errors)) + repr(good) + repr(ep)
+    assert errors and "sig=" not in text and ep.key not in text and wrong.key not in text
+
+
+async def test_reconnects_follow_the_backoff_table_and_stay_at_its_last_step() -> None:
+    attempts: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def unavailable(request: web.Request) -> web.Response:
+        attempts.append(loop.time())
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", unavailable)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    ep = RelayEndpoint(namespace=f"127.0.0.1:{runner.addresses[0][1]}", path=HC, key_name="k",
+                       key="k", plain=True)
+    try:
+        async with GeoRelayListener([ep], echo, backoff=(0.0, 0.2, 0.4)):
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if len(attempts) >= 5:
+                    break
+    finally:
+        await runner.cleanup()
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert len(gaps) >= 4
+    for gap, expected in zip(gaps[:4], (0.0, 0.2, 0.4, 0.4), strict=True):
+        assert gap >= expected - 0.02, gaps
+
+
+async def test_concurrent_requests_are_served_concurrently(emulator: RelayEmulator) -> None:
+    count = 30
+    arrived: list[int] = []
+    everyone = asyncio.Event()
+
+    async def gather_all(request: RelayRequest) -> RelayResponse:
+        arrived.append(1)
+        if len(arrived) == count:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), 10)  # only if all are in flight at once
+        return RelayResponse(body=request.body)
+
+    ep = endpoints(emulator)[0]
+    async with GeoRelayListener([ep], gather_all) as lst, \
+            httpx.AsyncClient(timeout=20) as client:
+        await lst.wait_connected()
+        replies = await asyncio.gather(*(
+            client.post(ep.http_url(), content=str(i).encode(),
+                        headers={"ServiceBusAuthorization": ep.token()}) for i in range(count)))
+    assert [(r.status_code, r.content) for r in replies] == [
+        (200, str(i).encode()) for i in range(count)]

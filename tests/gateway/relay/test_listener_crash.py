@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -25,9 +26,9 @@ async def parent(request: RelayRequest) -> RelayResponse:
     return RelayResponse(body=b"parent")
 
 
-async def wait_for(predicate: object, timeout: float = 15.0) -> None:
+async def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
     for _ in range(int(timeout / 0.05)):
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         await asyncio.sleep(0.05)
     pytest.fail("timed out")
@@ -46,7 +47,11 @@ async def test_sigkilled_listener_loses_only_its_requests_in_flight(
             # Given a request in flight at the child listener
             for _ in range(60):
                 task = asyncio.ensure_future(client.get(ep.http_url("/slow"), headers=auth))
-                await wait_for(lambda t=task: t.done() or marker.exists())  # type: ignore[misc]
+
+                def answered_or_at_child(t: asyncio.Future[httpx.Response] = task) -> bool:
+                    return t.done() or marker.exists()
+
+                await wait_for(answered_or_at_child)
                 if marker.exists():
                     break
                 assert task.result().content == b"parent"
