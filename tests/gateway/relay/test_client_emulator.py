@@ -227,3 +227,14 @@ async def test_tokens_are_renewed_before_the_relay_would_refuse_them(
                                    clock=lambda: 0.0) as stale:
         with pytest.raises(MessageRejected, match="401"):
             await stale.get()
+
+
+async def test_sync_client_a_bad_key_is_rejected_and_not_failed_over(
+        emulator: RelayEmulator, session: aiohttp.ClientSession) -> None:
+    primary_listener, secondary_listener = await listeners(emulator, session)
+    primary, secondary = (replace(ep, key="d3Jvbmcta2V5") for ep in pair(emulator))
+    with GeoRelayClient(primary, secondary, randomize=False) as client, \
+            pytest.raises(MessageRejected, match="401"):
+        await anyio.to_thread.run_sync(client.get)
+    assert client.roles.active == primary.namespace
+    assert primary_listener.requests == secondary_listener.requests == []
