@@ -238,3 +238,15 @@ async def test_sync_client_a_bad_key_is_rejected_and_not_failed_over(
         await anyio.to_thread.run_sync(client.get)
     assert client.roles.active == primary.namespace
     assert primary_listener.requests == secondary_listener.requests == []
+
+
+async def test_a_tls_failure_fails_over_even_a_post(
+        emulator: RelayEmulator, session: aiohttp.ClientSession) -> None:
+    _, secondary_listener = await listeners(emulator, session)
+    primary, secondary = pair(emulator)
+    # https to the emulator's plain port: the TLS handshake fails before anything is sent.
+    tls_primary = replace(primary, plain=False)
+    async with AsyncGeoRelayClient(tls_primary, secondary, randomize=False) as client:
+        r = await client.post(content=b"once")
+        assert client.roles.active == secondary.namespace
+    assert r.text == "secondary" and secondary_listener.requests == [("POST", b"once")]
