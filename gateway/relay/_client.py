@@ -113,8 +113,7 @@ class _BaseGeoRelayClient:
         self._clock = clock
         self._store: RoleStore | None = None
         if state_dir is not None:
-            names = sorted(self._endpoints)
-            self._store = RoleStore(Path(state_dir) / _roles_file(primary, names))
+            self._store = RoleStore(Path(state_dir) / _roles_file(primary, secondary))
             self._roles = self._store.load(primary.namespace, secondary.namespace)
         else:
             self._roles = RoleState.initial(primary.namespace, secondary.namespace)
@@ -228,9 +227,11 @@ class _BaseGeoRelayClient:
                                    f"({tried})", namespace=ANY_NAMESPACE) from None
 
 
-def _roles_file(primary: RelayEndpoint, names: list[str]) -> str:
+def _roles_file(*endpoints: RelayEndpoint) -> str:
+    # The same file whichever of the two the random pick made primary.
+    names = sorted(f"{ep.namespace}-{ep.path}" for ep in endpoints)
     safe = ["".join(c if c.isalnum() or c in ".-" else "_" for c in n) for n in names]
-    return f"relay-roles-{primary.path}-{safe[0]}-{safe[1]}.json"
+    return f"relay-roles-{safe[0]}-{safe[1]}.json"
 
 
 class AsyncGeoRelayClient(_BaseGeoRelayClient):

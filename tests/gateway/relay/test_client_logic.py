@@ -285,3 +285,24 @@ async def test_a_slow_answer_from_the_old_primary_does_not_swap_roles_back() -> 
         release.set()
     assert slow[0].text == A.namespace
     assert c.roles.active == B.namespace and hooks.calls == [(A.namespace, B.namespace)]
+
+
+def test_persisted_roles_hold_whichever_namespace_the_random_pick_makes_primary(
+        tmp_path: Path) -> None:
+    other = RelayEndpoint(namespace="b.servicebus.windows.net", path="orders-b",
+                          key_name="send", key=KEY)
+    hosts = Hosts(status(503), ok)
+    with GeoRelayClient(A, other, randomize=False, state_dir=tmp_path, sleep=lambda s: None,
+                        transport=httpx.MockTransport(hosts)) as c:
+        c.get()  # A -> other
+        hosts.behaviour = {A.namespace: ok, other.namespace: status(503)}
+        c.get()  # other -> A
+        assert c.roles.active == A.namespace and c.roles.generation == 2
+    picks = set()
+    for seed in range(8):  # both picks occur among these seeds
+        restarted = GeoRelayClient(other, A, rng=random.Random(seed), state_dir=tmp_path)
+        picks.add(restarted.roles.preferred)
+        assert restarted.roles.active == A.namespace
+        assert restarted.roles.generation == 2
+    assert picks == {A.namespace, other.namespace}
+    assert len(list(tmp_path.iterdir())) == 1
