@@ -184,3 +184,13 @@ def test_listen_stops_on_sigterm_before_connecting(env: dict[str, Path], tmp_pat
     assert code == 0, err
     assert "Traceback" not in err
     assert "s3cret" not in err
+
+
+@pytest.mark.parametrize("args", [("relay", "--help"), ("relay", "request", "--help"),
+                                  ("relay", "listen", "--help")])
+def test_relay_help_loads_neither_httpx_nor_aiohttp(args: tuple[str, ...],
+                                                     tmp_path: Path) -> None:
+    from tests.gateway.test_cli_startup import cli_run, loaded_after
+
+    loaded = loaded_after(cli_run(*args), tmp_path)
+    assert not loaded & {"httpx", "aiohttp", "azure"}, sorted(loaded)
