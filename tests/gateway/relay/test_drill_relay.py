@@ -21,6 +21,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def is_dir(path: str | None) -> bool:
+    return path is not None and Path(path).is_dir()
+
+
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
     return in_process(capsys, monkeypatch)
@@ -49,7 +53,7 @@ async def test_flapping_primary_fails_over_once_and_the_client_stays(tmp_path: P
     assert report.answered_by == {"primary": 10, "secondary": 40}
     # Later outages of the primary hit a namespace the client has left: no failover.
     assert report.failovers == report.role_swaps == 1
-    assert report.state_dir is not None and Path(report.state_dir).is_dir()
+    assert is_dir(report.state_dir)
     data = report.to_dict()
     assert data["failovers"] == len(data["failover_seconds"]) == 1
     assert data["passed"] is True
