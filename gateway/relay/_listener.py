@@ -187,6 +187,9 @@ class GeoRelayListener:
                     return
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 error = exc
+            except Exception as exc:  # a bug must not end this namespace's channel silently
+                _LOG.exception("relay listener: connecting to %s failed", endpoint.namespace)
+                error = exc
             else:
                 opened = asyncio.get_running_loop().time()
                 error = await self._connected_channel(endpoint, ws)
@@ -204,10 +207,15 @@ class GeoRelayListener:
         self._failures.pop(endpoint, None)
         emit(self.hooks, "on_namespace_up", namespace=endpoint.namespace)
         _LOG.info("relay listener connected to %s", endpoint.http_url())
-        renewer = asyncio.get_running_loop().create_task(self._renew(endpoint, ws))
+        # One lock per channel: a message and its body frame (a response, or a renewal
+        # between them) must not interleave.
         lock = asyncio.Lock()
+        renewer = asyncio.get_running_loop().create_task(self._renew(endpoint, ws, lock))
         try:
             reason = await self._receive(endpoint, ws, lock)
+        except Exception as exc:  # a bug: report it, close, and reconnect
+            _LOG.exception("relay listener: the channel to %s failed", endpoint.namespace)
+            reason = f"{type(exc).__name__}: {exc}"
         finally:
             renewer.cancel()
             self._connected[endpoint].clear()
@@ -231,11 +239,18 @@ class GeoRelayListener:
                 _LOG.exception("the relay listener's on_error callback failed")
 
     async def _renew(self, endpoint: p.RelayEndpoint,
-                     ws: aiohttp.ClientWebSocketResponse[bool]) -> None:
+                     ws: aiohttp.ClientWebSocketResponse[bool], lock: asyncio.Lock) -> None:
         # A token's expiry is whole seconds (int(now + ttl)): it may end up to 1 s early.
         while True:
             await asyncio.sleep((self.token_ttl - 1.0) * 0.75)
-            await ws.send_str(p.encode(p.RenewToken(token=endpoint.token(ttl=self.token_ttl))))
+            renewal = p.encode(p.RenewToken(token=endpoint.token(ttl=self.token_ttl)))
+            try:
+                async with lock:
+                    await ws.send_str(renewal)
+            except Exception as exc:  # the channel is going; the receive loop reports it
+                _LOG.info("relay listener: renewing the token at %s failed: %s",
+                          endpoint.namespace, type(exc).__name__)
+                return
 
     async def _receive(self, endpoint: p.RelayEndpoint, ws: aiohttp.ClientWebSocketResponse[bool],
                        lock: asyncio.Lock) -> str:

@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ CLOSE_UNAVAILABLE = 1001  # the hybrid connection was deleted or disabled
 CLOSE_TOKEN_EXPIRED = 1008
 CLOSE_SERVICE_ERROR = 1011
 
+#: What a hybrid connection may be called here (no '/': one path segment).
+_HC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,259}")
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
 
@@ -135,13 +138,16 @@ class RelayEndpoint:
     plain: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("namespace", "path", "key_name", "key"):
+        for name, what in (("namespace", "namespace"), ("path", "hybrid connection name"),
+                           ("key_name", "key name"), ("key", "key")):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"relay endpoint: {name} must be a non-empty string")
-        if any(c in self.path for c in "/?#") or self.path.startswith("$"):
-            raise ConfigError(f"relay endpoint: bad hybrid connection name {self.path!r}: "
-                              "give its name only, without '/', '?', '#' or a leading '$'")
+                raise ConfigError(f"relay endpoint: the {what} ({name}) must be a "
+                                  "non-empty string")
+        if not _HC_NAME.fullmatch(self.path):
+            raise ConfigError(f"relay endpoint: bad hybrid connection name {self.path[:80]!r}: "
+                              "use letters, digits, '.', '_' or '-' (at most 260, starting "
+                              "with a letter or digit)")
         if any(c in self.namespace for c in "/?#@ "):
             raise ConfigError(f"relay endpoint: bad namespace {self.namespace!r}: give the "
                               "host (and port), e.g. contoso.servicebus.windows.net")

@@ -72,8 +72,9 @@ def test_relay_ready_line_then_down_and_up_by_the_cli(env: dict[str, Path]) -> N
 
 
 def test_bad_relay_options_are_one_line_errors(env: dict[str, Path], run: Run) -> None:
-    expect_one_line_error(run("emulator", "-n", "primary=0", "--hybrid-connection", "a/b"), 2,
-                          "hybrid connection name")
+    for bad in ("a/b", "a b", "$hc", ""):
+        expect_one_line_error(run("emulator", "-n", "primary=0", "--hybrid-connection", bad),
+                              2, "hybrid connection")
     expect_one_line_error(run("emulator", "-n", "primary=0", "--relay-port", "nope=0",
                               "--hybrid-connection", "orders"), 2, "unknown namespace")
     expect_one_line_error(run("emulator", "-n", "primary=0", "--relay-port", "primary=0"), 2,

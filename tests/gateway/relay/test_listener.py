@@ -393,3 +393,23 @@ async def test_concurrent_requests_are_served_concurrently(emulator: RelayEmulat
                         headers={"ServiceBusAuthorization": ep.token()}) for i in range(count)))
     assert [(r.status_code, r.content) for r in replies] == [
         (200, str(i).encode()) for i in range(count)]
+
+
+async def test_a_failing_websocket_handler_closes_with_1011_and_is_reported(
+        emulator: RelayEmulator) -> None:
+    errors: list[BaseException] = []
+
+    async def broken(accept: Accept, ws: Any) -> None:
+        await ws.receive()
+        raise ValueError("handler bug")
+
+    ep = endpoints(emulator)[0]
+    async with GeoRelayListener([ep], echo, websocket_handler=broken,
+                                on_error=errors.append) as lst, \
+            aiohttp.ClientSession() as session:
+        await lst.wait_connected()
+        async with session.ws_connect(ep.connect_url(token=ep.token())) as ws:
+            await ws.send_str("hello")
+            msg = await asyncio.wait_for(ws.receive(), 5)
+    assert msg.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 1011
+    assert any(isinstance(e, ValueError) for e in errors)

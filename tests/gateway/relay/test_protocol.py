@@ -52,6 +52,8 @@ def test_emulator_connection_strings_mean_plain_loopback() -> None:
     (f"Endpoint=http://example.com/;SharedAccessKeyName=k;SharedAccessKey={KEY};EntityPath=o",
      "loopback"),
     (f"Endpoint=sb://a/;SharedAccessKeyName=k;SharedAccessKey={KEY};EntityPath=a/b", "name"),
+    (f"Endpoint=sb://a/;SharedAccessKeyName=k;SharedAccessKey={KEY};EntityPath=a b", "name"),
+    (f"Endpoint=sb://a/;SharedAccessKeyName=k;SharedAccessKey={KEY};EntityPath=$hc", "name"),
     ("garbage", "Name=Value"),
 ])
 def test_bad_connection_strings_are_clear_one_line_errors(conn: str, words: str) -> None:
