@@ -69,7 +69,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
 @click.option("--key-name", default=None,
               help=f"Shared access key name [default: {DEFAULT_KEY_NAME}].")
 @click.option("--key", envvar="GEOGATEWAY_EMULATOR_KEY", show_envvar=True, default=None,
-              help="Shared access key [default: the well-known development key]; "
+              help="Shared access key [default: SAS_KEY_VALUE, the official emulators' "
+                   "well-known key; a key given here replaces it]; "
                    "printed as ***.")
 @click.option("--max-message-size", type=int, default=None, metavar="BYTES",
               help="The largest Service Bus message accepted [default: 262144, the standard "

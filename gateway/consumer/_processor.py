@@ -283,12 +283,24 @@ class AsyncPartitionProcessor:
         reader.checkpointed_at = self._clock()
         self._readers[partition_id] = reader
         position = await self._position(partition_id)
-        # Owner level from the claim time: a later owner always reads with a higher
-        # one, which detaches this reader even if the records disagree for a while.
-        owner_level = int(self._clock() * 1000)
+        owner_level = await self._owner_level(partition_id)
         reader.task = asyncio.get_running_loop().create_task(
             self._read(reader, position, owner_level)
         )
+
+    async def _owner_level(self, partition_id: str) -> int:
+        # The time of our claim on the checkpoint store's one clock (Blob Storage's,
+        # or the one machine's of a SQLite store), never this machine's: claims of a
+        # partition are serialised by its etag, so a later owner reads with a higher
+        # level and detaches a stale reader even if the records disagree for a while,
+        # whatever the clocks of the machines involved. A level only fences while
+        # its reader is open, so a later reader with a lower one (say, the SDK's
+        # EventHubConsumerClient taking the consumer group over) is not blocked.
+        for record in await self.store.list_ownership(self.group):
+            if (record.partition_id == partition_id and record.owner_id == self.instance_id
+                    and record.last_modified_time is not None):
+                return int(record.last_modified_time * 1000)
+        return 0  # no longer ours: the read is refused or taken over at once
 
     async def _hand_over(self, partition_id: str) -> None:
         reader = self._readers.get(partition_id)

@@ -5,8 +5,14 @@ the link's selector filter says (``amqp.annotation.x-opt-offset > '-1'`` and the
 like). Owner levels (the ``com.microsoft:epoch`` link property) work as on Event
 Hubs: a reader with an equal or higher level takes the partition and the old reader
 is detached with ``amqp:link:stolen``; a lower level, or none while a level is held,
-is refused with the same condition. The level is also recorded in the namespace
-file, so readers in other processes (``local://``) are fenced too.
+is refused with the same condition. The level is also held as a lease in the
+namespace file, so readers in other processes (``local://``) are fenced too; only
+open readers fence: a detached link releases its lease at once, and the lease of an
+attached link is renewed while it waits for credit.
+
+A receiver that desires ``com.microsoft:enable-receiver-runtime-metric`` (the SDKs'
+``track_last_enqueued_event_properties``) gets the partition's last enqueued event
+in each event's delivery annotations, read when the batch was.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
+from gateway.transports._local_events import LEASE
 from gateway.transports._local_store import EntityKind
-from gateway.transports.base import EventPosition
+from gateway.transports.base import EventPosition, PartitionEvent
 from replication import GatewayError, Message, MessageRejected, OwnershipLost
 
 from ._amqp_message import BATCH_FORMAT, AmqpMessage, decode_message, encode_message, split_batch
@@ -38,6 +47,9 @@ _SELECTOR = re.compile(
     r"\s*amqp\.annotation\.x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>|=)\s*'([^']*)'\s*",
     re.IGNORECASE)
 _MAX_READ = 300
+#: How often a waiting reader renews its owner-level lease (well within LEASE).
+_RENEW = LEASE / 4
+_RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 _IDLE_POLL = 1.0
 
 
@@ -93,6 +105,10 @@ class PartitionReader(Terminus):
         self.key = (hub, group.lower(), partition_id)
         self._wake = asyncio.Event()
         self.link: OutgoingLink | None = None
+        #: This reader's lease on the owner level in the namespace file.
+        self.lease = uuid.uuid4().hex
+        self._leased = False  # its first fenced read claims the partition
+        self._renewed = 0.0
 
     def claim(self, link: OutgoingLink) -> str | None:
         """Take the partition for this reader; the refusal's description if it may not."""
@@ -126,6 +142,15 @@ class PartitionReader(Terminus):
         if self in readers:
             readers.remove(self)
         self._wake.set()
+        if self._leased:
+            # At once (the file is used from the loop), so that a reader attaching
+            # next never finds this closed reader's level.
+            self._leased = False
+            try:
+                self.namespace.store.release([self.lease])
+            except GatewayError as exc:  # the lease then ends when it runs out
+                _LOG.warning("releasing the owner level of %s/%s failed: %s", self.hub,
+                             self.partition_id, exc)
 
     async def _pump(self, link: OutgoingLink) -> None:
         try:
@@ -143,19 +168,15 @@ class PartitionReader(Terminus):
                 waits = [self._wake.wait()]
                 if link.credit > 0:
                     waits.append(link.session.window_open.wait())
-                await _first(waits, None)
+                await _first(waits, _RENEW if self._leased else None)
+                # No credit, so no reads: renew the lease, the link is still open.
+                due = self._leased and time.monotonic() - self._renewed >= _RENEW
+                if due and await self._fenced(link, 0) is None:
+                    return
                 continue
             changed = ns.changed(self.hub)
-            try:
-                events = await ns.run(
-                    ns.store.read, self.hub, self.partition_id, position=self.position,
-                    max_events=min(link.credit, _MAX_READ), owner_level=self.epoch,
-                    consumer_group=self.group)
-            except OwnershipLost as exc:
-                link.detach(STOLEN, str(exc))
-                return
-            except GatewayError as exc:
-                link.detach("amqp:internal-error", str(exc))
+            events = await self._fenced(link, min(link.credit, _MAX_READ))
+            if events is None:
                 return
             _LOG.debug("read %s/%s from %s: %d events", self.hub, self.partition_id,
                        self.position, len(events))
@@ -165,11 +186,51 @@ class PartitionReader(Terminus):
                 await _first([changed.wait(), self._wake.wait()], _IDLE_POLL)
                 continue
             await ns.delay()
+            runtime = await self._runtime_info() if self._tracks(link) else None
             for event in events:
                 tag = event.sequence_number.to_bytes(8, "big")
-                link.send(tag, encode_message(event_message(event)), settled=True)
+                message = event_message(event)
+                message.delivery_annotations = runtime
+                link.send(tag, encode_message(message), settled=True)
             self.position = EventPosition(sequence_number=events[-1].sequence_number)
             await link.session.connection.drain()
+
+    async def _fenced(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent] | None:
+        """Read (``max_events=0``: only hold the lease); None once the link is detached."""
+        try:
+            return await self._read(link, max_events)
+        except OwnershipLost as exc:
+            link.detach(STOLEN, str(exc))
+        except GatewayError as exc:
+            link.detach("amqp:internal-error", str(exc))
+        return None
+
+    async def _read(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent]:
+        ns = self.namespace
+        leased = self.epoch is not None
+        found = await ns.run(
+            ns.store.read, self.hub, self.partition_id, position=self.position,
+            max_events=max_events, owner_level=self.epoch, consumer_group=self.group,
+            reader=self.lease if leased else None, claim=not self._leased)
+        if leased and link.state != "detached":
+            self._leased, self._renewed = True, time.monotonic()
+        return found
+
+    @staticmethod
+    def _tracks(link: OutgoingLink) -> bool:
+        return _RUNTIME_METRIC in {str(c) for c in link.attach.desired_capabilities or ()}
+
+    async def _runtime_info(self) -> dict[str, Any]:
+        """The last enqueued event's annotations (``track_last_enqueued_event_properties``)."""
+        ns = self.namespace
+        state = await ns.run(ns.store.partition_state, self.hub, self.partition_id)
+        last = state.last_sequence_number
+        return {
+            "last_enqueued_sequence_number": Long(-1 if last is None else last),
+            "last_enqueued_offset": str(-1 if state.last_offset is None else state.last_offset),
+            "last_enqueued_time_utc": Timestamp(round((state.last_enqueued_time or 0) * 1000)),
+            "runtime_info_retrieval_time_utc": Timestamp(round(time.time() * 1000)),
+        }
 
 
 async def manage_hub(namespace: Namespace, request: AmqpMessage) -> Reply:

@@ -112,7 +112,13 @@ class FrameReader:
         if self._error is not None:
             raise self._error
         buf = self._buf
-        buf += data
+        try:
+            buf += data
+        except BufferError:
+            # A slice of the buffer from an earlier parse is still referenced (by
+            # garbage not yet collected, such as a caught exception's traceback): a
+            # buffer with live exports cannot be resized in place, so replace it.
+            buf = self._buf = buf + data
         items: list[Frame | bytes] = []
         try:
             with memoryview(buf) as view:
@@ -120,7 +126,10 @@ class FrameReader:
         except FrameError as exc:
             self._error = exc
             raise
-        del buf[:consumed]
+        try:
+            del buf[:consumed]
+        except BufferError:  # as above
+            self._buf = buf[consumed:]
         return items
 
     def _parse(self, view: memoryview, items: list[Frame | bytes]) -> int:

@@ -29,7 +29,7 @@ __all__ = ["Database"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: owner_leases
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
@@ -59,6 +59,12 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS readers (
         entity TEXT NOT NULL, consumer_group TEXT NOT NULL, partition INTEGER NOT NULL,
         owner_level INTEGER NOT NULL, PRIMARY KEY (entity, consumer_group, partition))""",
+    # Owner levels held by open readers (the readers table above is no longer used).
+    """CREATE TABLE IF NOT EXISTS owner_leases (
+        entity TEXT NOT NULL, consumer_group TEXT NOT NULL, partition INTEGER NOT NULL,
+        owner_level INTEGER NOT NULL, reader TEXT NOT NULL, host TEXT NOT NULL,
+        pid INTEGER NOT NULL, expires REAL NOT NULL,
+        PRIMARY KEY (entity, consumer_group, partition))""",
 )
 
 # Columns added after schema 1 shipped: a file without them gets them when it is

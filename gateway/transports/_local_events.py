@@ -4,13 +4,22 @@ Pure SQL over a connection that :class:`~._local_db.Database` has put in a
 transaction. Each partition keeps ``next_seq`` (sequence numbers 0, 1, 2, ...)
 and ``next_offset`` (the byte position of the next event: each event advances
 it by its body size, at least 1, so offsets are strictly increasing).
+
+Owner levels are leases (``owner_leases``), as on Event Hubs only open readers
+fence: a reader's reads renew its lease, an equal or higher level takes the
+partition over, a lower one is refused while the holder is alive. A lease ends when
+its reader closes (its store closes), when its process is gone (same host: the pid
+no longer runs) or after :data:`LEASE` seconds without a read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sqlite3
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,11 +28,14 @@ from replication import Message, OwnershipLost
 from .base import EventPosition, PartitionEvent
 
 __all__ = [
+    "LEASE",
+    "Leases",
     "append",
     "check_owner",
     "claim_owner",
     "latest_sequence",
     "partition_for",
+    "release_owners",
     "select",
 ]
 
@@ -32,6 +44,11 @@ _INSERT = (
     "partition_key, properties, enqueued_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _COLUMNS = 'seq, "offset", message_id, body, partition_key, properties, enqueued_time'
+#: How long an owner level stays held without a read (seconds). Only open readers
+#: fence: a closed reader releases its level at once, a reader whose process died
+#: (seen from this host) as soon as that is noticed, any other after its lease.
+LEASE = 30.0
+_HOST = socket.gethostname()
 
 
 def partition_for(partition_key: str, partitions: int) -> int:
@@ -87,7 +104,10 @@ def _where(position: EventPosition) -> tuple[str, float]:
     if position.offset is not None:
         return f'"offset" {op} ?', position.offset
     if position.enqueued_time is not None:
-        return f"enqueued_time {op} ?", position.enqueued_time
+        # Enqueued times are compared to the millisecond, the precision Event Hubs (and
+        # the emulator) report them in: starting from an event's own reported time,
+        # inclusive, returns that event; exclusive, what was enqueued after that ms.
+        return f"round(enqueued_time * 1000) {op} ?", round(position.enqueued_time * 1000)
     if position.sequence_number is not None:
         return f"seq {op} ?", position.sequence_number
     # latest is resolved to a sequence number before the first read (see
@@ -131,40 +151,122 @@ def select(
     ]
 
 
+def _process_alive(host: str, pid: int) -> bool:
+    """Whether the process that took a lease may still run (False only when sure)."""
+    if host != _HOST or os.name != "posix" or pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists (another user's process)
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")  # killed, not yet reaped by its parent
+
+
+def _held_by(row: tuple[Any, ...] | None, now: float) -> int | None:
+    """The owner level of a live lease (None: nobody holds the partition)."""
+    if row is None:
+        return None
+    level, _, host, pid, expires = row
+    return int(level) if expires > now and _process_alive(host, pid) else None
+
+
 def check_owner(
-    conn: sqlite3.Connection, entity: str, consumer_group: str, partition: int, level: int
+    conn: sqlite3.Connection, key: tuple[str, str, int], *, level: int, reader: str,
+    claim: bool, now: float,
 ) -> bool:
-    """Whether ``level`` is already the partition's recorded owner level.
+    """Whether ``reader`` holds the partition with ``level`` and need not write.
+
+    Args:
+        key: entity, consumer group, partition.
+        claim: the reader's first read (it takes the partition over); later reads
+            must still hold it.
 
     Raises:
-        OwnershipLost: a reader with a higher owner level took the partition.
+        OwnershipLost: a live reader with a higher owner level holds the partition, or
+            (not claiming) another reader took it over.
     """
+    entity, group, partition = key
     row = conn.execute(
-        "SELECT owner_level FROM readers WHERE entity = ? AND consumer_group = ? "
-        "AND partition = ?",
-        (entity, consumer_group, partition),
-    ).fetchone()
-    if row is not None and level < row[0]:
-        raise OwnershipLost(
-            f"partition {partition} of {entity!r} (consumer group {consumer_group!r}) "
-            f"is read with owner level {row[0]}, higher than this reader's {level}: "
-            "stop reading it"
-        )
-    return row is not None and row[0] == level
+        "SELECT owner_level, reader, host, pid, expires FROM owner_leases "
+        "WHERE entity = ? AND consumer_group = ? AND partition = ?", key).fetchone()
+    if row is not None and row[1] == reader:
+        return bool(row[0] == level and row[4] - now >= LEASE / 2)  # renewed half-way
+    held = _held_by(row, now)
+    if held is None:
+        return False  # nobody reads it (closed, expired or dead): take it
+    where = f"partition {partition} of {entity!r} (consumer group {group!r})"
+    if not claim:
+        raise OwnershipLost(f"{where} was taken over by a reader with owner level {held} "
+                            f"(this reader's: {level}): stop reading it")
+    if level < held:
+        raise OwnershipLost(f"{where} is read with owner level {held}, higher than this "
+                            f"reader's {level}: stop reading it")
+    return False  # an equal or higher level takes it over, as on Event Hubs
 
 
 def claim_owner(
-    conn: sqlite3.Connection, entity: str, consumer_group: str, partition: int, level: int
+    conn: sqlite3.Connection, key: tuple[str, str, int], *, level: int, reader: str,
+    claim: bool, now: float,
 ) -> None:
-    """Record ``level`` as the partition's owner level (in a write transaction).
+    """Record (or renew) ``reader``'s lease on the partition (in a write transaction).
 
     Raises:
-        OwnershipLost: a reader with a higher owner level took the partition.
+        OwnershipLost: as :func:`check_owner`.
     """
-    if not check_owner(conn, entity, consumer_group, partition, level):
+    if not check_owner(conn, key, level=level, reader=reader, claim=claim, now=now):
         conn.execute(
-            "INSERT INTO readers (entity, consumer_group, partition, owner_level) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT (entity, consumer_group, partition) "
-            "DO UPDATE SET owner_level = excluded.owner_level",
-            (entity, consumer_group, partition, level),
+            "INSERT INTO owner_leases (entity, consumer_group, partition, owner_level, "
+            "reader, host, pid, expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (entity, consumer_group, partition) DO UPDATE SET "
+            "owner_level = excluded.owner_level, reader = excluded.reader, "
+            "host = excluded.host, pid = excluded.pid, expires = excluded.expires",
+            (*key, level, reader, _HOST, os.getpid(), now + LEASE),
         )
+
+
+def release_owners(conn: sqlite3.Connection, readers: Sequence[str]) -> None:
+    """End the leases of ``readers`` (closed readers stop fencing at once)."""
+    conn.executemany("DELETE FROM owner_leases WHERE reader = ?", [(r,) for r in readers])
+
+
+class Leases:
+    """The readers of one store (a process's transport): which lease each read uses.
+
+    A read with an owner level that this store already holds continues that reader;
+    a new level is a new reader, which claims the partition. A reader that lost the
+    partition is forgotten, so a later read claims it again (as a new SDK receiver
+    would).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str, int], tuple[int, str]] = {}
+
+    def reader(self, key: tuple[str, str, int], level: int) -> tuple[str, bool]:
+        """The reader id for a read of ``key`` with ``level``, and whether it claims."""
+        held = self._held.get(key)
+        if held is not None and held[0] == level:
+            return held[1], False
+        return uuid.uuid4().hex, True
+
+    def read(self, key: tuple[str, str, int], level: int, reader: str) -> None:
+        """``reader`` read ``key`` with ``level``: it holds the partition."""
+        self._held[key] = (level, reader)
+
+    def lost(self, key: tuple[str, str, int], reader: str) -> None:
+        """``reader`` lost ``key`` (another reader took it)."""
+        held = self._held.get(key)
+        if held is not None and held[1] == reader:
+            del self._held[key]
+
+    def drain(self) -> list[str]:
+        """Forget every reader; return their ids (to release their leases)."""
+        readers = [r for _, r in self._held.values()]
+        self._held.clear()
+        return readers

@@ -8,15 +8,17 @@ never handed to two receivers at once, even across processes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import json
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from replication import ConfigError, GatewayError, Message, MessageRejected
+from replication import ConfigError, GatewayError, Message, MessageRejected, OwnershipLost
 
 from . import _local_events as events
 from . import _local_queues as queues
@@ -25,11 +27,13 @@ from ._local_queues import Queued
 from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
 __all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Queued", "Store"]
+T = TypeVar("T")
 
 DEAD_LETTER_SUFFIX = queues.DEAD_LETTER_SUFFIX
 MAX_DELIVERY_REASON = queues.MAX_DELIVERY_REASON
 _ENTITY_COLUMNS = ("name, kind, partitions, lock_duration, max_delivery_count, "
                    "max_message_size, dead_lettering_on_message_expiration")
+
 
 class EntityKind(str, enum.Enum):
     """What an entity of a local namespace is."""
@@ -107,8 +111,12 @@ class Store:
         # positive lookup can be cached for the life of the store.
         self._entities: dict[str, _Entity] = {}
         self._round_robin = itertools.count()
+        self._leases = events.Leases()
 
     def close(self) -> None:
+        # Readers of this store are closed with it: their owner levels stop fencing.
+        with contextlib.suppress(GatewayError):  # else they end with their lease
+            self.release(self._leases.drain())
         self.db.close()
 
     def ping(self) -> None:
@@ -403,28 +411,62 @@ class Store:
         return self.db.read(txn)
 
     def read(self, entity: str, partition_id: str, *, position: EventPosition,
-             max_events: int, owner_level: int | None,
-             consumer_group: str) -> list[PartitionEvent]:
+             max_events: int, owner_level: int | None, consumer_group: str,
+             reader: str | None = None, claim: bool = False) -> list[PartitionEvent]:
         """Events after ``position``, fenced by ``owner_level`` when it is given.
 
-        Raises:
-            OwnershipLost: a reader with a higher owner level took the partition.
-        """
-        def fenced(conn: sqlite3.Connection, claim: bool) -> list[PartitionEvent] | None:
-            _, p = self._partitioned(conn, entity, partition_id)
-            if owner_level is not None:
-                if claim:
-                    events.claim_owner(conn, entity, consumer_group, p, owner_level)
-                elif not events.check_owner(conn, entity, consumer_group, p, owner_level):
-                    return None  # a new owner level: record it in a write transaction
-            return events.select(conn, namespace=self.namespace, entity=entity, partition=p,
-                                 position=position, max_events=max_events)
+        ``reader`` (with ``claim`` on its first read) names the reader holding the
+        level; without it, this store's own readers are used (see ``events.Leases``).
 
-        found = self.db.read(lambda conn: fenced(conn, False))
-        if found is None:
-            found = self.db.write(lambda conn: fenced(conn, True))
-        assert found is not None
+        Raises:
+            OwnershipLost: a reader with a higher owner level holds the partition, or
+                another reader took it over from this one.
+        """
+        if owner_level is None:
+            return self.db.read(lambda conn: self._select(conn, entity, partition_id,
+                                                          position, max_events))
+        key = (entity, consumer_group, int(partition_id) if partition_id.isdigit() else -1)
+        own = reader is None
+        if reader is None:
+            reader, claim = self._leases.reader(key, owner_level)
+        try:
+            found = self._fenced(key, partition_id, owner_level, reader, claim,
+                                 lambda conn: self._select(conn, entity, partition_id,
+                                                           position, max_events))
+        except OwnershipLost:
+            self._leases.lost(key, reader)
+            raise
+        if own:
+            self._leases.read(key, owner_level, reader)
         return found
+
+    def release(self, readers: Sequence[str]) -> None:
+        """End the owner-level leases of ``readers`` (they closed)."""
+        if readers:
+            self.db.write(lambda conn: events.release_owners(conn, readers))
+
+    def _fenced(self, key: tuple[str, str, int], partition_id: str, level: int, reader: str,
+                claim: bool, then: Callable[[sqlite3.Connection], T]) -> T:
+        def txn(conn: sqlite3.Connection, write: bool) -> tuple[bool, T | None]:
+            self._partitioned(conn, key[0], partition_id)
+            now = time.time()
+            if write:
+                events.claim_owner(conn, key, level=level, reader=reader, claim=claim, now=now)
+            elif not events.check_owner(conn, key, level=level, reader=reader, claim=claim,
+                                        now=now):
+                return False, None  # record the lease in a write transaction
+            return True, then(conn)
+
+        done, found = self.db.read(lambda conn: txn(conn, False))
+        if not done:
+            done, found = self.db.write(lambda conn: txn(conn, True))
+        return found  # type: ignore[return-value]
+
+    def _select(self, conn: sqlite3.Connection, entity: str, partition_id: str,
+                position: EventPosition, max_events: int) -> list[PartitionEvent]:
+        _, p = self._partitioned(conn, entity, partition_id)
+        return events.select(conn, namespace=self.namespace, entity=entity, partition=p,
+                             position=position, max_events=max_events)
 
     # -- by lock token and name (the AMQP emulator) ------------------------------
 

@@ -430,10 +430,15 @@ class LocalTransport(Transport):
         ``EventPosition.earliest()`` reads from the first event; ``latest=True``
         only events sent after this call starts; ``offset``, ``sequence_number``
         and ``enqueued_time`` read after that value (from it with ``inclusive``).
-        ``owner_level=None`` reads without fencing; equal owner levels share.
+        ``owner_level=None`` reads without fencing. As on Event Hubs, a reader with
+        an equal or higher owner level takes the partition over, and only open
+        readers fence: a level is held while this transport keeps reading with it,
+        and released when the transport closes, when its process dies, or after
+        30 s without a read.
 
         Raises:
-            OwnershipLost: a reader with a higher owner level took the partition.
+            OwnershipLost: an open reader with a higher owner level holds the
+                partition, or another reader took it over from this one.
             MessageRejected: no such partitioned entity or partition.
             NamespaceUnavailable: the namespace is down (also while waiting).
         """

@@ -11,7 +11,7 @@ from urllib.parse import quote_plus, urlencode
 import pytest
 from azure.eventhub import EventHubSharedKeyCredential
 
-from gateway.emulator._auth import AuthError, Grant, check_token, entity_path
+from gateway.emulator._auth import AuthError, Grant, check_token, entity_path, resource_path
 
 KEY, NAME = "a2V5", "Policy"
 AUDIENCE = "sb://127.0.0.1:5672/orders"
@@ -59,3 +59,58 @@ def test_entity_path() -> None:
     assert entity_path("amqps://host:5671/Orders/") == "orders"
     assert entity_path("hub/ConsumerGroups/$Default/Partitions/0") == (
         "hub/consumergroups/$default/partitions/0")
+
+
+@pytest.mark.parametrize("namespace", [
+    "sb://127.0.0.1:5672/", "sb://127.0.0.1:5672", "amqps://127.0.0.1:5672/",
+    "https://127.0.0.1:5672/", "http://127.0.0.1:5672", "127.0.0.1:5672", "127.0.0.1:5672/",
+])
+def test_a_namespace_token_grants_every_entity(namespace: str) -> None:
+    # Given a token for the namespace itself (any scheme, with or without the slash)
+    t = token(namespace)
+    now = time.time()
+    # When the SDK puts it for one entity after another / Then each is granted
+    for audience in (AUDIENCE, "amqp://127.0.0.1:5672/telemetry/ConsumerGroups/$Default",
+                     "sb://127.0.0.1:5672/orders/$management"):
+        grant = check(t, audience)
+        assert grant.path == "" and grant.covers(resource_path(audience), now)
+
+
+@pytest.mark.parametrize(("resource", "audience", "granted"), [
+    ("sb://h/orders", "sb://h/orders/$deadletterqueue", True),
+    ("https://h/orders/", "amqps://h/Orders", True),
+    ("h/orders", "sb://h/orders", True),
+    ("sb://h/orders", "sb://h/orders2", False),
+    ("sb://h/orders", "sb://h/", False),
+    ("sb://h/orders/sub", "sb://h/orders", False),
+])
+def test_the_check_is_a_prefix_of_the_resource(resource: str, audience: str,
+                                               granted: bool) -> None:
+    if granted:
+        assert check(token(resource), audience).path == resource_path(resource)
+    else:
+        with pytest.raises(AuthError, match="another entity"):
+            check(token(resource), audience)
+
+
+def test_a_namespace_token_with_a_wrong_key_or_expired_is_still_refused() -> None:
+    for bad, why in ((token("sb://h/", key="b3RoZXI="), "does not match"),
+                     (token("sb://h/", ttl=-10), "expired")):
+        with pytest.raises(AuthError, match=why):
+            check(bad, "sb://h/orders")
+
+
+def test_lower_case_escapes_in_the_signed_resource_are_accepted() -> None:
+    # .NET's HttpUtility.UrlEncode writes %3a%2f%2f: the signature covers the sr as
+    # it is encoded in the token
+    expiry = str(int(time.time()) + 60)
+    encoded = quote_plus("sb://h/").lower()
+    digest = hmac.new(KEY.encode(), f"{encoded}\n{expiry}".encode(), hashlib.sha256).digest()
+    sig = quote_plus(base64.b64encode(digest).decode())
+    t = f"SharedAccessSignature sr={encoded}&sig={sig}&se={expiry}&skn={NAME}"
+    assert check(t, "sb://h/orders").path == ""
+
+
+def test_resource_path() -> None:
+    assert resource_path("sb://Host:5672/") == resource_path("host") == ""
+    assert resource_path("host.example/Orders/") == "orders"

@@ -14,10 +14,17 @@ from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError, ConnectionLostError, EventHubError
 
+from gateway.consumer import (
+    AsyncPartitionProcessor,
+    BalanceSettings,
+    PartitionContext,
+    ProcessorSettings,
+)
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
-from gateway.emulator import Emulator
-from gateway.transports import EventPosition, LocalTransport
-from replication import Message
+from gateway.emulator import Emulator, _eventhubs
+from gateway.transports import EventPosition, LocalTransport, PartitionEvent, _local_events
+from gateway.transports.eventhubs import EventHubsTransport
+from replication import Message, OwnershipLost
 from tests.gateway.emulator.conftest import HUB
 
 pytestmark = pytest.mark.anyio
@@ -263,3 +270,207 @@ async def test_checkpoints_in_the_sqlite_store(conn_str: str, tmp_path: Path,
     [namespace] = namespaces
     checkpoints = await store.sdk().list_checkpoints(namespace, HUB, "$Default")
     assert [(c["partition_id"], c["sequence_number"]) for c in checkpoints] == [(pid, 1)]
+
+
+async def finish(client: EventHubConsumerClient, task: asyncio.Task[Any]) -> None:
+    """Stop a receive: close the client first (its connections end cleanly), then the
+    receive task, which the SDK leaves sleeping in its load-balancing loop."""
+    await client.close()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_last_enqueued_event_properties_are_tracked(conn_str: str,
+                                                          producer: EventHubProducerClient) -> None:
+    # Given three events in partition 2
+    await send(producer, ["t0", "t1", "t2"], partition_id="2")
+    expected = await producer.get_partition_properties("2")
+    seen: list[Any] = []
+    done = asyncio.Event()
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            seen.append(context.last_enqueued_event_properties)
+            if len(seen) == 3:
+                done.set()
+
+    # When a consumer tracks the last enqueued event while reading the first ones
+    async with consumer(conn_str) as c:
+        task = asyncio.create_task(c.receive(
+            on_event, partition_id="2", starting_position="-1", max_wait_time=0.2,
+            track_last_enqueued_event_properties=True))
+        await asyncio.wait_for(done.wait(), 5)
+        await finish(c, task)
+    # Then every event carries the partition's last enqueued event, as on Event Hubs
+    props = seen[0]
+    assert props is not None
+    assert props["sequence_number"] == expected["last_enqueued_sequence_number"] == 2
+    assert props["offset"] == expected["last_enqueued_offset"]
+    assert props["enqueued_time"] == expected["last_enqueued_time_utc"]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert now - datetime.timedelta(seconds=10) < props["retrieval_time"] <= now
+
+
+async def test_starting_at_an_events_own_enqueued_time_inclusive_returns_it(
+        conn_str: str, data_dir: Path) -> None:
+    # Given events sent a few at a time (several share no millisecond with the next)
+    async with LocalTransport("primary", data_dir=data_dir) as local:
+        for i in range(6):
+            await local.send(HUB, [Message(f"w{i}".encode(), partition_key="when")])
+            await asyncio.sleep(0.003)
+    pid = await partition_of(data_dir, b"w0")
+    everything = await read(conn_str, pid, "-1", expect=6)
+    # When each one's enqueued time, as the SDK reports it, is the inclusive start
+    for event in everything[1:]:
+        got = await read(conn_str, pid, event.enqueued_time, inclusive=True, expect=1)
+        # Then the first event returned is that event (or one of its millisecond)
+        same_ms = [e.sequence_number for e in everything if e.enqueued_time == event.enqueued_time]
+        assert got and got[0].sequence_number == min(same_ms), (event.sequence_number, got)
+        # and exclusive starts after it
+        after = await read(conn_str, pid, event.enqueued_time, expect=1)
+        assert all(e.enqueued_time > event.enqueued_time for e in after)
+
+
+FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
+                       heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
+
+
+async def run_processor(transport: Any, store: SqliteCheckpointStore, expect: int) -> list[str]:
+    """Run geogateway's processor until ``expect`` events were handled, then stop it."""
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def on_event(ctx: PartitionContext, event: PartitionEvent | None) -> None:
+        if event is not None:
+            handled.append(event.message.body.decode())
+            await ctx.update_checkpoint(event)
+            if len(handled) >= expect:
+                done.set()
+
+    processor = AsyncPartitionProcessor(
+        transport=transport, entity=HUB, store=store, on_event=on_event, balance=FAST,
+        settings=ProcessorSettings(poll_wait=0.1))
+    async with transport:
+        await processor.start()
+        await asyncio.wait_for(done.wait(), 20)
+        await processor.stop(handover_timeout=0)
+    return handled
+
+
+async def sdk_reads(conn_str: str, store: SqliteCheckpointStore, partition_id: str,
+                    owner_level: int | None, expect: int) -> tuple[list[str], list[Exception]]:
+    """Receive with the SDK's client and checkpoint store until ``expect`` events came."""
+    got: list[str] = []
+    errors: list[Exception] = []
+    done = asyncio.Event()
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            got.append(event.body_as_str())
+            if len(got) >= expect:
+                done.set()
+
+    async def on_error(context: Any, error: Exception) -> None:
+        errors.append(error)
+        done.set()
+
+    async with consumer(conn_str, checkpoint_store=store.sdk()) as c:
+        task = asyncio.create_task(c.receive(
+            on_event, partition_id=partition_id, owner_level=owner_level, on_error=on_error,
+            starting_position="-1", max_wait_time=0.2))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), 10)
+        await finish(c, task)
+    return got, errors
+
+
+@pytest.mark.parametrize("owner_level", [0, None])
+async def test_a_consumer_group_moves_from_the_processor_to_the_sdk_client(
+        conn_str: str, producer: EventHubProducerClient, tmp_path: Path,
+        owner_level: int | None) -> None:
+    # Given geogateway's processor that read partition 0 over the emulator, with
+    # checkpoints in a SQLite store, and stopped
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    await send(producer, ["g0", "g1", "g2"], partition_id="0")
+    transport = EventHubsTransport.from_connection_string(conn_str)
+    assert await run_processor(transport, store, expect=3) == ["g0", "g1", "g2"]
+    await send(producer, ["s0", "s1"], partition_id="0")
+    # When the SDK's EventHubConsumerClient takes the consumer group over with a lower
+    # owner level (or none), with the same checkpoint store
+    got, errors = await sdk_reads(conn_str, store, "0", owner_level, expect=2)
+    # Then it is not fenced, and continues from the processor's checkpoint
+    assert errors == []
+    assert got == ["s0", "s1"]
+
+
+async def test_a_closed_local_reader_does_not_fence_the_sdk_client(
+        conn_str: str, data_dir: Path, tmp_path: Path) -> None:
+    # Given geogateway's processor that read local://primary (the emulator's data)
+    # and stopped
+    async with LocalTransport("primary", data_dir=data_dir) as local:
+        await local.send(HUB, [Message(b"l0", partition_key="x")])
+    pid = await partition_of(data_dir, b"l0")
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    local = LocalTransport("primary", data_dir=data_dir)
+    assert await run_processor(local, store, expect=1) == ["l0"]
+    # When the SDK's client reads that partition with a lower owner level
+    got, errors = await sdk_reads(conn_str, store, pid, 0, expect=1)
+    # Then it is not fenced
+    assert (got, errors) == (["l0"], [])
+
+
+async def test_an_open_local_reader_still_fences_the_sdk_client(
+        conn_str: str, data_dir: Path, tmp_path: Path) -> None:
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    async with LocalTransport("primary", data_dir=data_dir) as local:
+        # Given a local:// reader of partition 2 with owner level 10, open
+        await local.read_partition(HUB, "2", position=EventPosition.earliest(), owner_level=10)
+        # When the SDK's client reads it with level 5 / Then it is refused (link stolen)
+        got, errors = await sdk_reads(conn_str, store, "2", 5, expect=1)
+        assert got == [] and len(errors) == 1
+        assert "amqp:link:stolen" in str(errors[0]) and "owner level 10" in str(errors[0])
+        # and while a reader with level 11 is open, the local reader is fenced off
+        got_one = asyncio.Event()
+
+        async def on_event(context: Any, event: Any) -> None:
+            got_one.set()
+
+        async with consumer(conn_str) as c:
+            task = asyncio.create_task(c.receive(on_event, partition_id="2", owner_level=11,
+                                                 max_wait_time=0.2))
+            await asyncio.wait_for(got_one.wait(), 10)
+            with pytest.raises(OwnershipLost, match="owner level 11"):
+                for _ in range(50):  # the SDK may call on_event before its link reads
+                    await local.read_partition(HUB, "2", position=EventPosition.earliest(),
+                                               owner_level=10)
+                    await asyncio.sleep(0.1)
+            await finish(c, task)
+
+
+async def test_an_open_reader_waiting_for_credit_keeps_its_owner_level(
+        conn_str: str, data_dir: Path, producer: EventHubProducerClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given leases of one second, renewed every quarter of a second
+    monkeypatch.setattr(_local_events, "LEASE", 1.0)
+    monkeypatch.setattr(_eventhubs, "_RENEW", 0.25)
+    await send(producer, ["slow0", "slow1", "slow2"], partition_id="3")
+    busy, release = asyncio.Event(), asyncio.Event()
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            busy.set()
+            await release.wait()  # a slow handler: the link gets no more credit
+
+    # When an SDK reader with owner level 5 is stuck in its handler for two leases
+    async with consumer(conn_str) as c:
+        task = asyncio.create_task(c.receive(on_event, partition_id="3", owner_level=5,
+                                             prefetch=1, starting_position="-1"))
+        await asyncio.wait_for(busy.wait(), 10)
+        await asyncio.sleep(2.5)
+        # Then its level still fences a local:// reader with a lower one
+        async with LocalTransport("primary", data_dir=data_dir) as local:
+            with pytest.raises(OwnershipLost, match="owner level 5"):
+                await local.read_partition(HUB, "3", position=EventPosition.earliest(),
+                                           owner_level=1)
+        release.set()
+        await finish(c, task)

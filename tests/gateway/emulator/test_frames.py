@@ -621,3 +621,23 @@ def test_mutated_frames_raise_only_frame_error(seed, mutations):
             assert isinstance(item, Frame | bytes)
     except FrameError as exc:
         assert exc.condition in (DECODE_ERROR, FRAMING_ERROR)
+
+
+def test_a_slice_of_the_buffer_still_alive_does_not_break_the_reader():
+    # A memoryview slice of the read buffer can outlive a parse (held by garbage the
+    # collector has not freed yet, such as a caught exception's traceback); the
+    # buffer must then not be resized in place (BufferError) but replaced.
+    frame = encode_frame(Frame(FRAME_AMQP, 1, Transfer(handle=0, delivery_id=0,
+                                                       delivery_tag=b"t"), b"body"))
+    reader = FrameReader()
+    reader.feed(AMQP_HEADER)
+    assert reader.feed(frame[:10]) == []
+    alive = memoryview(reader._buf)[:4]
+    # When the rest arrives, and then another frame, while the slice lives
+    first = reader.feed(frame[10:])
+    alive2 = memoryview(reader._buf)[:1]
+    second = reader.feed(frame)
+    # Then both frames are read
+    assert [f.payload for f in (*first, *second)] == [b"body", b"body"]
+    alive.release()
+    alive2.release()

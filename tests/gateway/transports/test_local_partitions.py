@@ -94,6 +94,27 @@ async def test_read_from_each_position_kind(hub: str, transport: LocalTransport,
     assert await seqs(EventPosition(sequence_number=4)) == []
 
 
+async def test_enqueued_times_compare_to_the_millisecond(hub: str, transport: LocalTransport,
+                                                         clock: FakeClock) -> None:
+    # Given events enqueued at sub-millisecond times: 0.3 ms, 0.7 ms (reported, as on
+    # Event Hubs, as 0 ms and 1 ms) and 2.6 ms
+    for i, at in enumerate((0.0003, 0.0007, 0.0026)):
+        clock.now = 1_000_000.0 + at
+        await transport.send(hub, [Message(f"{i}".encode(), partition_key="k")])
+    pid = str(partition_for("k", 4))
+
+    async def seqs(seconds: float, inclusive: bool) -> list[int]:
+        got = await transport.read_partition(hub, pid, position=EventPosition(
+            enqueued_time=seconds, inclusive=inclusive))
+        return [e.sequence_number for e in got]
+
+    # When reading from each event's reported millisecond / Then it starts at that event
+    assert await seqs(1_000_000.001, inclusive=True) == [1, 2]
+    assert await seqs(1_000_000.001, inclusive=False) == [2]
+    assert await seqs(1_000_000.003, inclusive=True) == [2]
+    assert await seqs(1_000_000.0, inclusive=False) == [1, 2]
+
+
 async def test_latest_returns_events_sent_while_waiting(hub: str, transport: LocalTransport,
                                                        tmp_path: Path) -> None:
     await transport.send(hub, [Message(b"old", partition_key="k")])
@@ -123,7 +144,7 @@ async def test_owner_level_fencing(hub: str, transport: LocalTransport, tmp_path
             await other.read_partition(hub, "0", position=start, owner_level=0)
         # When another process reads with a higher level, the first one is fenced off
         await other.read_partition(hub, "0", position=start, owner_level=2)
-        with pytest.raises(OwnershipLost, match="higher than this reader's 1"):
+        with pytest.raises(OwnershipLost, match="taken over by a reader with owner level 2"):
             await transport.read_partition(hub, "0", position=start, owner_level=1)
         # Other partitions and consumer groups are independent
         await transport.read_partition(hub, "1", position=start, owner_level=1)
