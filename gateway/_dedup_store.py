@@ -137,6 +137,12 @@ class SqliteDedupStore(DedupStore):
     def _run(self, attempt: Callable[[], T]) -> T:
         # busy_timeout waits inside one statement; tenacity retries the whole
         # transaction on top of it, so "database is locked" does not reach callers.
+        # Most transactions get the lock at once: only a busy one pays for tenacity.
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
         return self._retrying(attempt)
 
     def _call(self, attempt: Callable[[sqlite3.Connection], T]) -> T:

@@ -8,6 +8,11 @@ One pump task per namespace keeps up to ``prefetch`` messages received (peek-loc
 - HOLD: the other copy is in flight; this one waits, still locked. When the first
   copy completes, the held one is completed as a duplicate; when it is abandoned,
   the held one goes back to the inbox and may be delivered.
+
+The de-duplicator's SQLite work runs in worker threads, never on the event loop:
+one check per received batch, and the done marks of the messages completed in a
+row in one transaction (``gateway._receiver_marks``), each copy settled only after
+its mark committed.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from types import TracebackType
 from typing import Protocol
 
 import anyio
+import anyio.to_thread
 
 from gateway._dedup_store import SqliteDedupStore
 from gateway._factory import NamespaceLike, check_entity, open_transport
 from gateway._hooks import GatewayHooks, emit
+from gateway._receiver_marks import DoneMarks
+from gateway._receiver_settle import Settler
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import GatewayError, MessageRejected, NamespaceUnavailable, TransportError
 from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
@@ -41,7 +49,8 @@ Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
 
 
 _RECHECK_SECONDS = 1.0
-# Completions run() keeps in flight at most, and how long aclose() waits for them.
+# Completions run() lets wait for their marks at most, and how long run() and
+# aclose() wait for the marks and settlements still in flight.
 _MAX_SETTLING = 256
 _SETTLE_TIMEOUT = 10.0
 
@@ -64,7 +73,7 @@ class ReceiverStats:
     abandoned: int
 
 
-class AsyncGeoReceiver:
+class AsyncGeoReceiver(Settler):
     """Receives from both namespaces and delivers each ``MessageId`` once.
 
     Args:
@@ -116,13 +125,15 @@ class AsyncGeoReceiver:
         self._inbox: deque[ReceivedMessage] = deque()
         self._held: dict[str, list[ReceivedMessage]] = {}
         self._in_flight: set[str] = set()  # delivered by this receiver, not yet settled
+        self._pending: set[str] = set()  # completed by the caller, mark not yet written
+        self._marks: DoneMarks[tuple[ReceivedMessage, bool]] = DoneMarks(
+            self._dedup, self._on_marked)
         self._last_recheck = 0.0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._down: set[str] = set()
         self._fatal: GatewayError | None = None
         self._pumps: list[asyncio.Task[None]] = []
-        self._settling: set[asyncio.Task[None]] = set()  # run()'s completions in flight
         self._closing = False
         self._counts = dict.fromkeys(
             ("received", "delivered", "duplicates_suppressed", "completed", "abandoned"), 0
@@ -171,6 +182,7 @@ class AsyncGeoReceiver:
         while True:
             if self._fatal is not None:
                 raise self._fatal
+            self._raise_mark_error()
             await self._sort_inbox(out, max_messages)
             if out:
                 return out
@@ -193,7 +205,10 @@ class AsyncGeoReceiver:
             room = max_messages - len(out)
             take = [self._inbox.popleft() for _ in range(min(len(self._inbox), room))]
             self._room.set()
-            verdicts = self._dedup.check_many([m.message_id for m in take])
+            ids = [m.message_id for m in take]
+            ours = self._in_flight.intersection(ids)
+            verdicts = await anyio.to_thread.run_sync(self._dedup.check_many, ids)
+            again: list[ReceivedMessage] = []
             for received, verdict in zip(take, verdicts, strict=True):
                 if verdict is Verdict.DELIVER and len(out) < max_messages:
                     out.append(received)
@@ -201,12 +216,16 @@ class AsyncGeoReceiver:
                     self._counts["delivered"] += 1
                 elif verdict is Verdict.DELIVER:
                     # Claimed but no room: give the claim back and keep it for later.
-                    self._dedup.failed(received.message_id)
-                    self._inbox.appendleft(received)
+                    await anyio.to_thread.run_sync(self._dedup.failed, received.message_id)
+                    again.append(received)
                 elif verdict is Verdict.DUPLICATE:
                     await self._settle_duplicate(received)
+                elif received.message_id in ours and received.message_id not in self._in_flight:
+                    # Its first copy here was settled while this batch was checked.
+                    again.append(received)
                 else:
                     self._held.setdefault(received.message_id, []).append(received)
+            self._inbox.extendleft(reversed(again))
 
     def _recheck_foreign_holds(self) -> None:
         # A copy held because another *process* is handling its id is settled by
@@ -220,29 +239,28 @@ class AsyncGeoReceiver:
             self._inbox.extendleft(reversed(self._held.pop(message_id)))
 
     async def complete(self, message: ReceivedMessage) -> None:
-        """The handler succeeded: record the id as done and settle every copy.
+        """The handler succeeded: record the id as done, then settle every copy.
 
-        The id is recorded done before settling, so even if settling fails (the
-        namespace went down, the lock expired) the redelivered copy is suppressed.
+        Every copy is settled only after the id's done mark committed, so even if
+        settling fails (the namespace went down, the lock expired) the redelivered
+        copy is suppressed. The marks of messages completed in a row are written
+        together, in one transaction of the dedup store: while the caller still holds
+        other messages this returns at once, and the call that completes the last
+        message out returns once every mark is written and every copy settled.
+
+        Raises:
+            GatewayError: the dedup store failed to record this or an earlier
+                completion (those messages stay unsettled and come back).
         """
-        await self._settle_done(self._mark_done(message))
-
-    def _mark_done(self, message: ReceivedMessage) -> list[ReceivedMessage]:
-        # The bookkeeping of complete(), without waiting: returns the copies to settle.
-        self._dedup.succeeded(message.message_id)
-        self._in_flight.discard(message.message_id)
         self._counts["completed"] += 1
-        return [message, *self._held.pop(message.message_id, [])]
-
-    async def _settle_done(self, copies: list[ReceivedMessage]) -> None:
-        first, *duplicates = copies
-        await self._settle(first, "complete")
-        for held in duplicates:
-            await self._settle_duplicate(held)
+        self._queue_done(message, settle=True)
+        if self._in_flight <= self._pending:  # the caller holds no other message
+            await self._marks.wait()
+        self._raise_mark_error()
 
     async def abandon(self, message: ReceivedMessage) -> None:
         """The handler failed: release the id so a copy may be delivered again."""
-        self._dedup.failed(message.message_id)
+        await anyio.to_thread.run_sync(self._dedup.failed, message.message_id)
         self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
         await self._settle(message, "abandon")
@@ -254,8 +272,11 @@ class AsyncGeoReceiver:
         self, message: ReceivedMessage, *, reason: str, description: str = ""
     ) -> None:
         """Move the message to its namespace's dead-letter sub-queue; the id counts as done."""
-        self._dedup.succeeded(message.message_id)
-        self._in_flight.discard(message.message_id)
+        try:
+            await asyncio.shield(self._queue_done(message, settle=False))
+        except GatewayError:
+            self._marks.take_error()  # reported here
+            raise
         transport = self._transports[message.namespace]
         await transport.dead_letter(message, reason=reason, description=description)
         for held in self._held.pop(message.message_id, []):
@@ -279,9 +300,10 @@ class AsyncGeoReceiver:
         try:
             await self._run(handler, max_messages, stop, idle_timeout)
         finally:
-            # Return with this run's settlements done (or given up on), not in flight.
-            if self._settling:
-                await asyncio.wait(self._settling, timeout=_SETTLE_TIMEOUT)
+            # Return with this run's marks and settlements done (or given up on).
+            with anyio.move_on_after(_SETTLE_TIMEOUT):
+                await self._marks.wait()
+        self._raise_mark_error()
 
     async def _run(self, handler: Handler, max_messages: int, stop: StopFlag | None,
                    idle_timeout: float | None) -> None:
@@ -314,30 +336,29 @@ class AsyncGeoReceiver:
             logger.exception("handler failed for message %s", message.message_id)
             await self.abandon(message)
         else:
-            # The id is done at once; the settlement runs beside the next handler call.
-            # An SDK connection writes a settlement only between two of its receiver's
-            # socket reads, so waiting for each one would cost a read timeout per message.
-            # Settling late loses nothing: a copy redelivered meanwhile is a duplicate.
-            while len(self._settling) >= _MAX_SETTLING:
-                await asyncio.wait(self._settling, return_when=asyncio.FIRST_COMPLETED)
-            task = asyncio.get_running_loop().create_task(
-                self._settle_done(self._mark_done(message)))
-            self._settling.add(task)
-            task.add_done_callback(self._settled)
-
-    def _settled(self, task: asyncio.Task[None]) -> None:
-        self._settling.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            logger.warning("settling a completed message failed: %s", exc)
+            # The mark and the settlement run beside the next handler call, the marks
+            # of a batch in one transaction. An SDK connection writes a settlement only
+            # between two of its receiver's socket reads, so waiting for each one would
+            # cost a read timeout per message. Settling late loses nothing: a copy
+            # redelivered meanwhile is held, then settled as a duplicate.
+            self._counts["completed"] += 1
+            self._queue_done(message, settle=True)
+            if len(self._pending) >= _MAX_SETTLING:
+                await self._marks.wait()
 
     async def aclose(self) -> None:
-        """Stop the pumps, give back every message not delivered, close what was opened."""
+        """Wait for the marks and settlements in flight, stop the pumps, give back every
+        message not delivered, close what was opened.
+
+        Raises:
+            GatewayError: a completion that no call waited for could not be marked done.
+        """
         if self._closing:
             return
         self._closing = True
         self._room.set()
-        if self._settling:
-            await asyncio.wait(self._settling, timeout=_SETTLE_TIMEOUT)
+        with anyio.move_on_after(_SETTLE_TIMEOUT):
+            await self._marks.wait()
         if self._pumps:
             _, pending = await asyncio.wait(self._pumps, timeout=self._poll_wait + 2.0)
             for task in pending:
@@ -350,7 +371,8 @@ class AsyncGeoReceiver:
             await self._settle(received, "abandon")
         for transport in self._owned:
             await transport.aclose()
-        self._dedup.close()
+        await anyio.to_thread.run_sync(self._dedup.close)
+        self._raise_mark_error()  # a completion nobody waited for could not be marked
 
     # -- internals ------------------------------------------------------------------
 
@@ -388,22 +410,3 @@ class AsyncGeoReceiver:
                 self._counts["received"] += len(batch)
                 self._inbox.extend(batch)
                 self._arrived.set()
-
-    async def _settle_duplicate(self, received: ReceivedMessage) -> None:
-        self._counts["duplicates_suppressed"] += 1
-        emit(self._hooks, "on_duplicate", message_id=received.message_id,
-             namespace=received.namespace)
-        await self._settle(received, "complete")
-
-    async def _settle(self, received: ReceivedMessage, how: str) -> None:
-        transport = self._transports[received.namespace]
-        try:
-            if how == "complete":
-                await transport.complete(received)
-            else:
-                await transport.abandon(received)
-        except (TransportError, MessageRejected) as exc:
-            # The lock expires by itself and the copy comes back; a done id is then
-            # suppressed, an undone one delivered. Nothing is lost by not settling.
-            logger.info("could not %s %s on %s: %s", how, received.message_id,
-                        received.namespace, exc)

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
+from gateway._blocking import run_blocking
 from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
 
 from ._local_control import NAME as _NAME
@@ -300,8 +301,8 @@ class LocalTransport(Transport):
         if self._limiter is None:
             # One worker at a time: the connection is not shared between threads.
             self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args),
-                                              limiter=self._limiter)
+        # In a worker thread, or inline on a sync GeoSender's own loop thread.
+        return await run_blocking(functools.partial(fn, *args), self._limiter)
 
     def _check(self) -> ControlState:
         state = self._control.read()

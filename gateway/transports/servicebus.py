@@ -597,32 +597,49 @@ class ServiceBusTransport(SdkTransport):
                               f"to read in {entity!r}: use EventHubsTransport for event hubs")
 
     async def probe(self) -> None:
-        """Return when the namespace answers: a fresh connection opens a sender link.
+        """Return when the namespace answers: a sender link opens on a new connection.
 
         The entity is ``probe_entity``, else the connection string's, else the last
         one used, else one that does not exist. A permanent refusal (no such entity,
         unauthorized) is an answer too: the next operation raises ``MessageRejected``.
+        When this transport sends to that entity, the new sender replaces its cached
+        one (whose connection may have died in the outage), so the next send (a
+        replay, typically) does not open another connection; otherwise it is closed.
 
         Raises:
             NamespaceUnavailable: no answer within ``probe_timeout``, or an outage.
         """
         entity = self._probe_entity(self.options)
-
-        async def attempt() -> None:
-            # A new client: a cached link would prove nothing about the namespace now.
-            client = self._factory()
-            try:
-                async with client.get_queue_sender(entity):
-                    pass
-            finally:
-                await self._close("probe client", client)
-
         try:
-            await self._call(f"probe of {entity!r}", attempt, seconds=self.options.probe_timeout)
+            # A new sender, hence a new connection: a cached link proves nothing about now.
+            sender = self._sdk().get_queue_sender(entity, **self.options.handler_kwargs())
+        except (ValueError, TypeError) as exc:  # e.g. not the connection string's entity
+            logger.info("probe of %s: refused: %s", self.namespace,
+                        self._map(exc, f"probe of {entity!r}"))
+            return
+        try:
+            await self._call(f"probe of {entity!r}", sender.__aenter__,
+                             seconds=self.options.probe_timeout)
         except TransportError as exc:
+            await self._close("probe sender", sender)
             raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc
         except MessageRejected as exc:
+            await self._close("probe sender", sender)
             logger.info("probe of %s: the namespace answers but refuses: %s", self.namespace, exc)
+            return
+        except BaseException:
+            await self._close("probe sender", sender)
+            raise
+        await self._keep_or_close(entity, sender)
+
+    async def _keep_or_close(self, entity: str, sender: ServiceBusSender) -> None:
+        # Swap only when no send is using the old sender: a send holds the lock.
+        if entity in self._senders and not self._send_lock(entity).locked():
+            sender, self._senders[entity] = self._senders[entity], sender
+            what = f"sender of {entity!r}"
+        else:
+            what = "probe sender"
+        await self._close(what, sender)
 
     async def aclose(self) -> None:
         """Stop lock renewal and close receivers, senders and the client. Safe to call twice.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
+from gateway import GatewayError, SqliteDedupStore
 from gateway.aio import AsyncGeoSender
 from gateway.transports import LocalTransport, ReceivedMessage
 from replication import Message, NamespaceUnavailable
@@ -329,11 +332,166 @@ async def test_run_settles_beside_the_next_handler_call_and_returns_settled(
     seen_settling: list[int] = []
     async with SlowSettling(LocalTransport("primary", data_dir=data_dir)) as primary:
         receiver = await make_receiver(primary=primary)
-        # When run() handles them
-        await receiver.run(lambda m: seen_settling.append(SlowSettling.settling),
-                           idle_timeout=0.3)
+        # When run() handles them, each handler call taking a moment (the marks of
+        # a batch are written before its first settlement starts)
+        def handler(message: ReceivedMessage) -> None:
+            time.sleep(0.02)
+            seen_settling.append(SlowSettling.settling)
+
+        await receiver.run(handler, idle_timeout=0.3)
         # Then a handler call ran while an earlier message was still being settled
         assert len(seen_settling) == 3 and max(seen_settling) >= 1
         # And run() returned only once every settlement was done
         assert SlowSettling.settling == 0 and ns.count("primary") == 0
         assert receiver.stats.completed == 3
+
+
+class WatchedStore(SqliteDedupStore):
+    """A SQLite dedup store that records the thread and size of every write."""
+
+    def __init__(self, path: Path, *, fail_marks: bool = False) -> None:
+        super().__init__(path)
+        self.threads: set[int] = set()
+        self.marks: list[int] = []  # ids per finish_many(succeeded=True)
+        self.claims = 0
+        self.fail_marks = fail_marks
+
+    def claim(self, message_ids: Any, **kw: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        self.claims += 1
+        return super().claim(message_ids, **kw)
+
+    def finish_many(self, message_ids: Any, **kw: Any) -> None:
+        self.threads.add(threading.get_ident())
+        if kw["succeeded"]:
+            if self.fail_marks:
+                raise GatewayError(f"dedup store {self.path} failed: disk I/O error")
+            self.marks.append(len(message_ids))
+        super().finish_many(message_ids, **kw)
+
+
+async def test_dedup_writes_run_off_the_event_loop_one_mark_per_batch(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given 50 messages and a receiver over a watched SQLite dedup store
+    await ns.put("primary", *(Message("x", message_id=f"m{i:02d}") for i in range(50)))
+    store = WatchedStore(tmp_path / "watched.db")
+    receiver = await make_receiver(dedup_store=store)
+    # When one receive() gets all of them (one pump read) and the caller completes
+    # them in a row
+    batch = await receiver.receive(max_messages=50, max_wait=5)
+    assert len(batch) == 50
+    for received in batch:
+        await receiver.complete(received)
+    # Then the ids were claimed in one transaction and marked done in one
+    assert store.claims == 1 and store.marks == [50]
+    # And no dedup transaction ran on the event loop's thread
+    assert threading.get_ident() not in store.threads
+    # And every message was settled by the time the last complete() returned
+    assert ns.count("primary") == 0 and receiver.stats.completed == 50
+
+
+async def test_run_marks_a_batch_in_few_transactions_and_settles_after_the_marks(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given 30 messages in both namespaces, and a watched dedup store
+    await send_to_both(ns, *(Message("x", message_id=f"m{i:02d}") for i in range(30)))
+    store = WatchedStore(tmp_path / "watched.db")
+    receiver = await make_receiver(dedup_store=store)
+    handled: list[str] = []
+
+    async def handler(message: ReceivedMessage) -> None:
+        handled.append(message.message_id)
+
+    # When run() handles everything
+    await receiver.run(handler, max_messages=30, idle_timeout=0.5)
+    # Then each id was handled once, marked done in a few transactions, not 30
+    assert sorted(handled) == [f"m{i:02d}" for i in range(30)]
+    assert sum(store.marks) == 30 and len(store.marks) <= 6
+    assert threading.get_ident() not in store.threads
+    # And every copy was settled (the second copies as duplicates)
+    assert ns.count("primary") == ns.count("secondary") == 0
+    assert receiver.stats.duplicates_suppressed == 30
+
+
+async def test_a_failed_mark_reaches_the_caller_and_settles_nothing(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a receiver whose dedup store cannot record done ids
+    await ns.put("primary", Message("a", message_id="m1"), Message("b", message_id="m2"))
+    store = WatchedStore(tmp_path / "failing.db", fail_marks=True)
+    receiver = await make_receiver(dedup_store=store)
+    first, second = await receiver.receive(max_messages=2, max_wait=5)
+    # When both are completed, Then the error reaches the caller of the last one
+    await receiver.complete(first)
+    with pytest.raises(GatewayError, match="disk I/O error"):
+        await receiver.complete(second)
+    # And it is logged, and nothing was settled: both come back when their locks expire
+    assert "could not mark 2 message id(s) done" in caplog.text
+    assert ns.count("primary") == 2
+    # And it is reported once, not again by the next receive()
+    assert await receiver.receive(max_messages=2, max_wait=0.1) == []
+
+
+async def test_run_raises_a_failed_mark(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given run() over a dedup store that cannot record done ids
+    await ns.put("primary", Message("a", message_id="m1"))
+    receiver = await make_receiver(dedup_store=WatchedStore(tmp_path / "f.db", fail_marks=True))
+    # When the handler succeeds, Then run() raises the store's error instead of
+    # going on as if the message were done
+    with pytest.raises(GatewayError, match="disk I/O error"):
+        await receiver.run(lambda m: None, idle_timeout=2.0)
+    assert ns.count("primary") == 1
+
+
+async def test_aclose_raises_a_failed_mark_that_no_call_waited_for(
+    ns: Namespaces, tmp_path: Path, data_dir: Path
+) -> None:
+    from gateway.aio import AsyncGeoReceiver
+
+    # Given two delivered messages, one completed while the caller still holds the other
+    await ns.put("primary", Message("a", message_id="m1"), Message("b", message_id="m2"))
+    receiver = AsyncGeoReceiver(
+        primary="local://primary", secondary="local://secondary", entity=ENTITY,
+        data_dir=data_dir, poll_wait=0.05,
+        dedup_store=WatchedStore(tmp_path / "f.db", fail_marks=True))
+    first, _second = await receiver.receive(max_messages=2, max_wait=5)
+    await receiver.complete(first)  # returns at once: its mark is written behind
+    # When the receiver closes and the mark fails, Then aclose() raises it
+    with pytest.raises(GatewayError, match="disk I/O error"):
+        await receiver.aclose()
+
+
+async def test_no_copy_is_settled_before_its_mark_committed(
+    ns: Namespaces, make_receiver: ReceiverFactory, tmp_path: Path
+) -> None:
+    # Given a message in both namespaces and a dedup store whose done marks are slow
+    await send_to_both(ns, Message("a", message_id="m1"))
+    gate = threading.Event()
+
+    class SlowMarks(WatchedStore):
+        def finish_many(self, message_ids: Any, **kw: Any) -> None:
+            if kw["succeeded"]:
+                gate.wait(10)
+            super().finish_many(message_ids, **kw)
+
+    receiver = await make_receiver(dedup_store=SlowMarks(tmp_path / "slow.db"))
+    [first] = await receiver.receive(max_messages=1, max_wait=5)
+    async with anyio.create_task_group() as tg:
+        # When it is completed and its mark is still being written
+        tg.start_soon(receiver.complete, first)
+        started = time.monotonic()
+        await anyio.sleep(0.3)
+        # Then the event loop is not blocked meanwhile (the mark waits 10 s at most),
+        # and neither copy is settled yet
+        assert time.monotonic() - started < 5
+        assert ns.count("primary") == ns.count("secondary") == 1
+        gate.set()
+    # And once the mark committed, the first copy is settled, and the other one is
+    # settled as a duplicate when the receiver gets to it
+    assert ns.count(first.namespace) == 0
+    await receive_until(receiver, lambda: receiver.stats.duplicates_suppressed == 1)
+    assert ns.count("primary") + ns.count("secondary") == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -229,3 +231,130 @@ def test_a_sender_never_closed_does_not_hang_the_interpreter_at_exit(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "sent" in done.stdout
+
+
+def _record_send_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from gateway.transports._local_store import Store
+
+    threads: list[str] = []
+    original = Store.send
+
+    def send(self: Store, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "send", send)
+    return threads
+
+
+def test_local_sends_of_a_sync_sender_run_on_its_loop_thread(
+    sender_kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the local namespaces' SQLite send, watched for the thread it runs in
+    threads = _record_send_threads(monkeypatch)
+    # When a sync sender sends
+    with GeoSender(**sender_kw) as sender:
+        sender.send(Message("a", message_id="m1"))
+    # Then the SQLite work ran on the sender's own loop thread (no worker-thread hop)
+    assert threads == ["geogateway-GeoSender"]
+    # And an async sender on an ordinary loop still keeps it off its loop thread
+    del threads[:]
+
+    async def main() -> None:
+        async with AsyncGeoSender(**sender_kw) as sender:
+            await sender.send(Message("b", message_id="m2"))
+
+    anyio.run(main)
+    assert threads and threads[0] not in ("geogateway-GeoSender", "MainThread")
+
+
+@pytest.mark.parametrize("mode", ["passive", "active"])
+def test_many_caller_threads_share_one_sender(
+    sender_kw: dict[str, Any], ns: Namespaces, mode: str
+) -> None:
+    # Given one sync sender shared by 8 threads
+    errors: list[BaseException] = []
+    with GeoSender(**sender_kw, mode=mode) as sender:
+
+        def work(t: int) -> None:
+            try:
+                for i in range(25):
+                    result = sender.send(Message(f"{t}-{i}", message_id=f"t{t}-{i:02d}"))
+                    assert "primary" in result.namespaces
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+        # When they all send at once
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    # Then every message landed exactly once, in each thread's own order
+    assert errors == []
+    want = sorted(f"t{t}-{i:02d}" for t in range(8) for i in range(25))
+    names = ["primary", "secondary"] if mode == "active" else ["primary"]
+    for name in names:
+        got = anyio.run(ns.drain_ids, name)
+        assert sorted(got) == want
+        for t in range(8):
+            mine = [m for m in got if m.startswith(f"t{t}-")]
+            assert mine == sorted(mine)
+
+
+def test_an_error_reaches_the_caller_and_the_sender_stays_usable(
+    sender_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    from gateway import MessageRejected
+
+    # Given a sync sender to a queue that takes messages of 100 bytes at most
+    for name in ("primary", "secondary"):
+        ns[name].create_queue("small", max_message_size=100)
+    with GeoSender(**{**sender_kw, "entity": "small"}) as sender:
+        # When a send is rejected, Then the caller gets the core's own exception type
+        with pytest.raises(MessageRejected, match="limit"):
+            sender.send(Message(b"x" * 200))
+        # And the next calls still work (the handoff is not stuck)
+        with pytest.raises(MessageRejected, match="limit"):
+            sender.send_batch([Message(b"y" * 200)])
+        assert sender.send(Message(b"z", message_id="ok")).namespaces == ("primary",)
+    assert anyio.run(ns.drain_ids, "primary", "small") == ["ok"]
+
+
+def test_close_stops_the_loop_thread(sender_kw: dict[str, Any],
+                                     receiver_kw: dict[str, Any]) -> None:
+    # Given a sync sender and receiver, each with its loop thread
+    sender, receiver = GeoSender(**sender_kw), GeoReceiver(**receiver_kw)
+    sender.send(Message("a"))
+    receiver.receive(max_wait=0.05)
+    names = [t.name for t in threading.enumerate()]
+    assert "geogateway-GeoSender" in names and "geogateway-GeoReceiver" in names
+    # When they are closed, Then their threads are gone
+    sender.close()
+    receiver.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("geogateway-Geo")]
+
+
+def test_a_call_in_flight_when_another_thread_closes_gets_an_error_not_a_hang(
+    receiver_kw: dict[str, Any]
+) -> None:
+    # Given a receiver whose receive() is waiting in another thread (an empty queue)
+    receiver = GeoReceiver(**receiver_kw)
+    outcome: list[BaseException | list[Any]] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(receiver.receive(max_messages=1, max_wait=30))
+        except BaseException as exc:  # recorded for the assertion below
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    # When this thread closes the receiver
+    receiver.close()
+    # Then the waiting call ends promptly with an error saying so
+    waiter.join(timeout=10)
+    assert not waiter.is_alive(), "the call in flight was left blocked"
+    [error] = outcome
+    assert isinstance(error, RuntimeError) and "closed" in str(error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ from azure.servicebus._pyamqp.error import (
     ErrorCondition,
 )
 from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     AutoLockRenewFailed,
     AutoLockRenewTimeout,
@@ -384,6 +386,12 @@ async def test_another_entity_than_the_connection_strings_is_rejected() -> None:
             await sb.send("invoices", [Message(b"a")])
         with pytest.raises(MessageRejected, match="EntityPath"):
             await sb.receive("invoices")
+    # A probe about another entity is refused for good, as the send would be: it is
+    # logged (the next send says it too) and does not raise (the probe reports outages)
+    async with ServiceBusTransport.from_connection_string(
+            conn_str, name="primary", probe_entity="invoices") as sb:
+        await sb.probe()
+        assert sb._senders == {}
 
 
 class FakeSender:
@@ -652,3 +660,83 @@ async def test_handler_options_reach_every_sender_and_receiver(emulator: Any) ->
             assert handler._config.keep_alive == 7
     # By default the keep-alive task is off: a failed handler closes at once.
     assert ServiceBusOptions().keep_alive == 0
+
+
+async def test_probe_reopens_the_sender_that_the_next_send_uses(
+        sb: ServiceBusTransport, tmp_path: Path) -> None:
+    # Given a transport that sent to a queue before its namespace went down and came back
+    await sb.send("orders", [Message(b"before")])
+    before = sb._senders["orders"]
+    control = LocalNamespace("primary", data_dir=tmp_path)
+    try:
+        control.down()
+        await asyncio.sleep(0.3)
+        with pytest.raises(NamespaceUnavailable):
+            await sb.send("orders", [Message(b"during")])
+        control.up()
+        await asyncio.sleep(0.3)
+        # When the probe finds it back
+        await sb.probe()
+    finally:
+        control.up()
+        control.close()
+    # Then its sender to that queue is a new one, open on a new connection, without
+    # the keep-alive task (closing it does not wait for one)
+    probed = sb._senders["orders"]
+    assert probed is not before and probed._running
+    assert probed._config.keep_alive == 0
+    # And the next send (a replay) goes through it instead of opening another
+    await sb.send("orders", [Message(b"after")])
+    assert sb._senders["orders"] is probed
+    assert [r.body for r in await _drain(sb, "orders")] == [b"before", b"after"]
+
+
+async def test_a_probe_about_an_entity_not_sent_to_keeps_no_sender(
+        sb: ServiceBusTransport, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a transport that never sent: the probe asks about a queue nobody sends to
+    opened: list[Any] = []
+    original = ServiceBusClient.get_queue_sender
+
+    def spy(self: ServiceBusClient, *args: Any, **kwargs: Any) -> Any:
+        opened.append(original(self, *args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(ServiceBusClient, "get_queue_sender", spy)
+    await sb.probe()
+    # Then its sender had the handler options (no keep-alive), was closed, and not kept
+    [sender] = opened
+    assert sender._config.keep_alive == 0 and sender._config.socket_timeout == 0.2
+    assert not sender._running
+    assert sb._senders == {}
+
+
+async def test_connections_do_not_load_the_ca_certificates_each_time(
+        emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loading the CA bundle takes 20-100 ms of CPU on the event loop; the SDK does it on
+    # every connection (each reconnect attempt and probe during an outage) unless it is
+    # given an SSL context.
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        original(self, *args, **kwargs)
+
+    async with ServiceBusTransport.from_connection_string(
+            emulator.connection_string("primary"), name="primary") as transport:
+        await transport.probe()  # a first connection may build the shared context
+        monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+        # When it opens several connections
+        await transport.send("orders", [Message(b"a")])
+        for _ in range(3):
+            await transport.probe()
+        assert await transport.receive("orders", max_wait=0.3, mode=ReceiveMode.RECEIVE_AND_DELETE)
+        # Then none loads the certificates again, and every handler has the same context
+        assert loads == []
+        [sender] = transport._senders.values()
+        [receiver] = transport._receivers.values()
+        context = sender._config.ssl_context
+        assert isinstance(context, ssl.SSLContext) and receiver._config.ssl_context is context
+        # which verifies servers as the SDK's own would (for namespaces with TLS)
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        assert context.cert_store_stats()["x509_ca"] > 0
