@@ -16,7 +16,15 @@ from rich.progress import (
 )
 
 from gateway.cli import err, out, print_table, run
-from gateway.drill import TRANSPORTS, DrillReport, Scenario, run_drill
+from gateway.drill import (
+    TRANSPORTS,
+    DrillReport,
+    RelayDrillReport,
+    RelayScenario,
+    Scenario,
+    run_drill,
+    run_relay_drill,
+)
 
 
 def register(group: click.Group) -> None:
@@ -46,13 +54,49 @@ def show_report(report: DrillReport) -> None:
     print_table("geogateway failover drill", ("", "value"), rows)
 
 
+def show_relay_report(report: RelayDrillReport) -> None:
+    failover = report.failover_seconds
+    rows = [
+        ("scenario", report.scenario), ("requests sent", report.sent),
+        ("answered", report.answered),
+        ("answered by", ", ".join(f"{ns} {n}" for ns, n in sorted(report.answered_by.items()))),
+        ("failed", report.failed), ("failed idempotent", report.failed_idempotent),
+        ("failovers", report.failovers),
+        ("failover time", ", ".join(_seconds(s) for s in failover) if failover else "-"),
+        ("role swaps", report.role_swaps),
+        ("elapsed", _seconds(report.elapsed_seconds)),
+        ("result", "PASS" if report.passed else "FAIL (an idempotent request got no answer)"),
+    ]
+    print_table("geogateway relay failover drill", ("", "value"), rows)
+
+
+_RELAY_SCENARIOS = {s.value for s in RelayScenario}
+# Options of the message drills that a relay drill has no use for, and the reverse.
+_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport")
+
+
+def _check_options(ctx: click.Context, scenario: str) -> None:
+    given = {name for name in (*_MESSAGE_ONLY, "requests")
+             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+    relay = scenario in _RELAY_SCENARIOS
+    wrong = sorted(given & set(_MESSAGE_ONLY)) if relay else sorted(given & {"requests"})
+    if wrong:
+        options = ", ".join("--" + name.replace("_size", "").replace("_", "-") for name in wrong)
+        kind = "message" if relay else "relay"
+        raise click.UsageError(f"{options}: only for the {kind} scenarios; {scenario} does "
+                               "not use it")
+
+
 @click.command()
 @click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
                    "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="How many messages to send.")
-@click.option("--scenario", type=click.Choice([s.value for s in Scenario]),
+@click.option("--requests", type=click.IntRange(min=1), default=300, show_default=True,
+              help="How many HTTP requests a relay-* scenario sends.")
+@click.option("--scenario", type=click.Choice([*(s.value for s in Scenario),
+                                               *(s.value for s in RelayScenario)]),
               default=Scenario.PRIMARY_OUTAGE.value, show_default=True,
               help="What fails while messages flow.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1, max=1000), default=1,
@@ -70,13 +114,17 @@ def show_report(report: DrillReport) -> None:
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
-def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_path: Path | None,
-          data_dir: Path | None, keep: bool, settle_timeout: float, transport: str) -> None:
+@click.pass_context
+def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
+          batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
+          settle_timeout: float, transport: str) -> None:
     """Run a failover drill on two namespaces and print the report.
 
-    Exits 0 only when nothing was lost and no duplicate was delivered. Each run has a
-    new state folder, printed first; it is removed when the drill passes.
+    Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
+    scenarios: when every idempotent request got an answer). Each run has a new state
+    folder, printed first; it is removed when the drill passes.
     """
+    _check_options(ctx, scenario)
     quiet = json_path is not None and str(json_path) == "-"
     with Progress(
         TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
@@ -89,12 +137,20 @@ def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_
                 tasks[phase] = bar.add_task(phase, total=total)
             bar.update(tasks[phase], completed=done)
 
-        report = run(run_drill(
-            mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
-            data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
-            transport=transport, keep_state=keep,
-            on_state_dir=lambda path: err.print(f"drill state: {path}", markup=False),
-        ))
+        def on_state_dir(path: Path) -> None:
+            err.print(f"drill state: {path}", markup=False)
+
+        report: DrillReport | RelayDrillReport
+        if scenario in _RELAY_SCENARIOS:
+            report = run(run_relay_drill(scenario=scenario, requests=requests,
+                                         data_dir=data_dir, keep_state=keep,
+                                         on_state_dir=on_state_dir, progress=progress))
+        else:
+            report = run(run_drill(
+                mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
+                data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
+                transport=transport, keep_state=keep, on_state_dir=on_state_dir,
+            ))
     if report.state_dir is None:
         err.print("drill passed: its state folder was removed")
     else:
@@ -102,7 +158,10 @@ def drill(mode: str | None, messages: int, scenario: str, batch_size: int, json_
     if quiet:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        show_report(report)
+        if isinstance(report, RelayDrillReport):
+            show_relay_report(report)
+        else:
+            show_report(report)
         if json_path is not None:
             json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
             out.print(f"report written to {json_path}")

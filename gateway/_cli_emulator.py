@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,9 @@ from gateway.emulator._config import (
     parse_namespace,
 )
 from replication import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.relay._emulator import RelayEmulator
 
 _DEFAULT_NAMESPACES = {"primary": 5672, "secondary": 5673}
 
@@ -71,11 +75,17 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
 @click.option("--max-message-size", type=int, default=None, metavar="BYTES",
               help="The largest Service Bus message accepted [default: 262144, the standard "
                    "tier's 256 KiB]; a queue's own smaller limit applies too.")
+@click.option("--hybrid-connection", "--relay", "hybrid_connections", multiple=True,
+              metavar="NAME", help="Also serve Azure Relay hybrid connection NAME in every "
+                                   "namespace, on a port of its own (repeatable).")
+@click.option("--relay-port", "relay_ports", multiple=True, callback=_namespace,
+              metavar="NAME=PORT", help="The relay port of a namespace [default: a free one].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
 def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
              event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
              host: str | None, key_name: str | None, key: str | None,
-             max_message_size: int | None, as_json: bool) -> None:
+             max_message_size: int | None, hybrid_connections: tuple[str, ...],
+             relay_ports: dict[str, int], as_json: bool) -> None:
     """Serve Service Bus queues and event hubs of the local namespaces to the Azure SDKs.
 
     Prints one ready line per namespace with its connection string, then serves
@@ -94,10 +104,14 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
             max_message_size=_first(max_message_size, config.max_message_size,
                                     SERVICE_BUS_MAX_MESSAGE_SIZE),
         )
+        from gateway.relay._cli import make_relay
+
+        relay = make_relay(emu.namespaces, hybrid_connections, relay_ports, data_dir=data_dir,
+                           key_name=emu.key_name, key=key or DEFAULT_KEY, host=emu.host)
     except ConfigError as exc:
         fail(str(exc), code=2)
     code = asyncio.run(_serve(emu, secret=key is not None and key != DEFAULT_KEY,
-                              as_json=as_json))
+                              as_json=as_json, relay=relay))
     if code:
         raise SystemExit(code)
 
@@ -106,10 +120,14 @@ def _first(*values: int | None) -> int:
     return next(v for v in values if v is not None)
 
 
-async def _serve(emu: Emulator, *, secret: bool, as_json: bool) -> int:
+async def _serve(emu: Emulator, *, secret: bool, as_json: bool,
+                 relay: RelayEmulator | None = None) -> int:
     try:
         await emu.start()
+        if relay is not None:
+            await relay.start()
     except ConfigError as exc:
+        await emu.aclose()
         fail(str(exc), code=2)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -117,21 +135,30 @@ async def _serve(emu: Emulator, *, secret: bool, as_json: bool) -> int:
         with contextlib.suppress(NotImplementedError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
     try:
-        _ready(emu, secret=secret, as_json=as_json)
+        _ready(emu, secret=secret, as_json=as_json, relay=relay)
         await stop.wait()
     finally:
+        if relay is not None:
+            await relay.aclose()
         await emu.aclose()
     return 0
 
 
-def _ready(emu: Emulator, *, secret: bool, as_json: bool) -> None:
+def _ready(emu: Emulator, *, secret: bool, as_json: bool,
+           relay: RelayEmulator | None = None) -> None:
+    from gateway.relay._cli import relay_ready
+
+    relay_report, relay_lines = relay_ready(relay, secret=secret) if relay else ({}, [])
     if as_json:
         report = {name: {"port": emu.port(name),
                          "connection_string": emu.connection_string(name, redact_key=secret)}
                   for name in emu.namespaces}
-        click.echo(json.dumps({"namespaces": report}, sort_keys=True))
+        extra = {"relay": relay_report} if relay else {}
+        click.echo(json.dumps({"namespaces": report, **extra}, sort_keys=True))
     else:
         for name in emu.namespaces:
             click.echo(f"namespace {name} ready on {emu.host}:{emu.port(name)}: "
                        f"{emu.connection_string(name, redact_key=secret)}")
+        for line in relay_lines:
+            click.echo(line)
     sys.stdout.flush()

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "queue": ("gateway._cli_queue", "Inspect, export, purge and replay the durable queue."),
     "receive": ("gateway._cli_send",
                 "Receive de-duplicated messages from both namespaces and complete them."),
+    "relay": ("gateway.relay._cli", "Send requests to and serve a hybrid connection in two "
+              "namespaces (Azure Relay)."),
     "send": ("gateway._cli_send",
              "Send BODIES (or --count generated messages) through the gateway."),
 }

@@ -22,7 +22,9 @@ when it fails or raises, or with ``keep_state=True``. Child processes (the emula
 the workers) stop by themselves if the drill's process is killed
 (:mod:`gateway._parent_watch`).
 
-The report and what its fields mean: :mod:`gateway._drill_report`.
+The report and what its fields mean: :mod:`gateway._drill_report`. The relay drills
+(requests through a geo-redundant Azure Relay hybrid connection) are
+:func:`run_relay_drill`, in :mod:`gateway._drill_relay`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway._config import NamespaceConfig
+from gateway._drill_relay import RelayDrillReport, RelayScenario, run_relay_drill
 from gateway._drill_report import DrillCounters, DrillReport
 from gateway._emulated import EmulatorProcess
 from gateway._factory import NamespaceLike
@@ -51,7 +54,8 @@ from gateway.transports.local import LocalNamespace
 from replication import ConfigError, Message
 from replication._policy import Mode
 
-__all__ = ["TRANSPORTS", "DrillReport", "Scenario", "run_drill"]
+__all__ = ["TRANSPORTS", "DrillReport", "RelayDrillReport", "RelayScenario", "Scenario",
+           "run_drill", "run_relay_drill"]
 
 logger = logging.getLogger("geogateway.drill")
 
@@ -82,6 +86,9 @@ class Scenario(enum.Enum):
         try:
             return cls(value)
         except ValueError:
+            if value in {s.value for s in RelayScenario}:
+                raise ConfigError(f"{value} is a relay drill: run it with "
+                                  "run_relay_drill()") from None
             known = ", ".join(s.value for s in cls)
             raise ConfigError(f"unknown scenario {value!r}: use one of {known}") from None
 

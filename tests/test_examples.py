@@ -17,6 +17,7 @@ EXPECTED = {
     "azure_sdk_on_the_emulator.py": "received: ['order-1', 'order-2']",
     "dedup_receiver.py": "'event 4']",
     "passive_sender.py": "active namespace now: secondary",
+    "relay_failover.py": "failover: primary -> secondary",
     "replay_after_outage.py": "waiting on disk: 0",
 }
 

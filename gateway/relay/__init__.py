@@ -1,0 +1,78 @@
+"""Geo-redundant relay endpoints over Azure Relay Hybrid Connections.
+
+A service listens on one hybrid connection in each of two namespaces
+(:class:`GeoRelayListener`); senders pick one at random and fail over to the other.
+:class:`RelayEmulator` serves the Hybrid Connections protocol on loopback for tests,
+drills and local development.
+
+The listener and the emulator import aiohttp, the clients httpx and tenacity; they are
+loaded on first use, so that ``import gateway.relay`` (and the CLI) stays quick.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.relay._handler import (
+    AsgiApp,
+    Handler,
+    RelayRequest,
+    RelayResponse,
+    asgi_handler,
+)
+from gateway.relay._protocol import (
+    Accept,
+    ProtocolError,
+    RelayEndpoint,
+    RemoteEndpoint,
+    RenewToken,
+    Request,
+    Response,
+    create_token,
+)
+
+if TYPE_CHECKING:
+    from gateway.relay._client import AsyncGeoRelayClient, GeoRelayClient
+    from gateway.relay._emulator import RelayEmulator
+    from gateway.relay._listener import GeoRelayListener, WebSocketHandler
+    from gateway.relay._policy import RelayClientPolicy
+    from gateway.relay._thread import RelayThread
+
+__all__ = [
+    "Accept",
+    "AsgiApp",
+    "AsyncGeoRelayClient",
+    "GeoRelayClient",
+    "GeoRelayListener",
+    "Handler",
+    "ProtocolError",
+    "RelayClientPolicy",
+    "RelayEmulator",
+    "RelayEndpoint",
+    "RelayRequest",
+    "RelayResponse",
+    "RelayThread",
+    "RemoteEndpoint",
+    "RenewToken",
+    "Request",
+    "Response",
+    "WebSocketHandler",
+    "asgi_handler",
+    "create_token",
+]
+
+_LAZY = {"AsyncGeoRelayClient": "gateway.relay._client",
+         "GeoRelayClient": "gateway.relay._client",
+         "RelayClientPolicy": "gateway.relay._policy",
+         "GeoRelayListener": "gateway.relay._listener",
+         "WebSocketHandler": "gateway.relay._listener",
+         "RelayEmulator": "gateway.relay._emulator",
+         "RelayThread": "gateway.relay._thread"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gateway.relay' has no attribute {name!r}")
