@@ -177,15 +177,15 @@ class _BaseGeoRelayClient:
         """The response to return, or the error of this attempt (``_Retry`` to go on)."""
         if isinstance(outcome, httpx.Response):
             verdict = classify_response(outcome.status_code, via="via" in outcome.headers)
+            if verdict is Verdict.ANSWERED:  # most requests: nothing more to build
+                self._answered(call, namespace)
+                return outcome
             reason = f"{outcome.status_code} {outcome.reason_phrase} from the relay"
         else:
             verdict = classify_error(outcome)
+            if verdict is Verdict.RAISE:
+                raise outcome
             reason = f"{type(outcome).__name__}: {outcome}".rstrip(": ")
-        if isinstance(outcome, httpx.Response) and verdict is Verdict.ANSWERED:
-            self._answered(call, namespace)
-            return outcome
-        if isinstance(outcome, Exception) and verdict is Verdict.RAISE:
-            raise outcome
         call.failures.append((namespace, verdict, reason))
         logger.info("relay %s %s: %s via %s", call.method, verdict.value, reason, namespace)
         if verdict is Verdict.REJECTED:
