@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import datetime as dt
+import errno
 import os
 import sys
 from collections.abc import Iterator
