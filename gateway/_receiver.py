@@ -132,6 +132,9 @@ class AsyncGeoReceiver(Settler):
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._down: set[str] = set()
+        self._read: set[str] = set()
+        self._refused: dict[str, MessageRejected] = {}
+        self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
         self._fatal: GatewayError | None = None
         self._pumps: list[asyncio.Task[None]] = []
         self._closing = False
@@ -145,8 +148,24 @@ class AsyncGeoReceiver(Settler):
 
     @property
     def down(self) -> frozenset[str]:
-        """Namespaces whose last receive failed."""
+        """Namespaces whose last receive failed (the refused ones included)."""
         return frozenset(self._down)
+
+    @property
+    def refused(self) -> dict[str, MessageRejected]:
+        """Namespaces that refused to be read for good (unauthorized, no such entity),
+        with their error. They are not read again; the other namespace still is."""
+        return dict(self._refused)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The names of the two namespaces, primary first."""
+        return tuple(self._transports)
+
+    @property
+    def answered(self) -> frozenset[str]:
+        """Namespaces read at least once, refused, or found down since the start."""
+        return frozenset(self._read | self._down | set(self._refused))
 
     async def __aenter__(self) -> AsyncGeoReceiver:
         return self
@@ -159,6 +178,18 @@ class AsyncGeoReceiver(Settler):
     ) -> None:
         await self.aclose()
 
+    async def wait_answered(self, within: float) -> frozenset[str]:
+        """Wait up to ``within`` seconds until each namespace was read, refused or found
+        down once (``receive`` returns as soon as one has messages); return
+        :attr:`answered`. A caller that must not take an unreadable namespace for an
+        empty queue checks :attr:`refused` and :attr:`down` after this."""
+        self._start_pumps()
+        with anyio.move_on_after(within):
+            while len(self.answered) < len(self._transports):
+                self._answer.clear()
+                await self._answer.wait()
+        return self.answered
+
     # -- receiving ------------------------------------------------------------------
 
     async def receive(
@@ -168,10 +199,14 @@ class AsyncGeoReceiver(Settler):
 
         Settle each with :meth:`complete` or :meth:`abandon`.
 
+        A namespace that refuses to be read for good (a wrong key, no such entity)
+        is logged, reported to ``on_namespace_down`` and in :attr:`refused`, and
+        left out; the other namespace is still read.
+
         Raises:
             NamespaceUnavailable: both namespaces are down (an outage is never
                 reported as an empty queue).
-            MessageRejected: the entity does not exist on a namespace.
+            MessageRejected: both namespaces refused to be read.
         """
         self._start_pumps()
         # Yield at least once per call: a caller that retries at once after
@@ -381,6 +416,23 @@ class AsyncGeoReceiver(Settler):
             loop = asyncio.get_running_loop()
             self._pumps = [loop.create_task(self._pump(ns)) for ns in self._transports]
 
+    def _refuse(self, namespace: str, exc: MessageRejected) -> None:
+        # Reading this namespace again would fail the same way: report it and stop.
+        self._refused[namespace] = exc
+        self._down.add(namespace)
+        if len(self._refused) < len(self._transports):
+            logger.warning("namespace %s refused receiving from %r for good: %s; "
+                         "receiving from the other namespace only", namespace, self.entity, exc)
+        else:
+            detail = "; ".join(f"{ns}: {e}" for ns, e in sorted(self._refused.items()))
+            # Raised to the caller by receive(); logged here for run() and the hooks.
+            logger.warning("both namespaces refused receiving from %r: %s", self.entity, detail)
+            self._fatal = MessageRejected(
+                f"both namespaces refused receiving from {self.entity!r}: {detail}")
+        emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+        self._answer.set()
+        self._arrived.set()
+
     async def _pump(self, namespace: str) -> None:
         transport = self._transports[namespace]
         while not self._closing:
@@ -395,14 +447,18 @@ class AsyncGeoReceiver(Settler):
                 )
             except TransportError as exc:
                 if namespace not in self._down:
+                    logger.warning("namespace %s is down: %s; receiving from the other",
+                                   namespace, exc)
                     self._down.add(namespace)
                     emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+                self._answer.set()
                 await anyio.sleep(self._poll_wait)
                 continue
             except MessageRejected as exc:
-                self._fatal = exc
-                self._arrived.set()
+                self._refuse(namespace, exc)
                 return
+            self._read.add(namespace)
+            self._answer.set()
             if namespace in self._down:
                 self._down.discard(namespace)
                 emit(self._hooks, "on_namespace_up", namespace=namespace)
