@@ -12,7 +12,7 @@ One pump task per namespace keeps up to ``prefetch`` messages received (peek-loc
 The de-duplicator's SQLite work runs in worker threads, never on the event loop:
 one check per received batch, and the done marks of the messages completed in a
 row in one transaction (``gateway._receiver_marks``), each copy settled only after
-its mark committed.
+its mark committed. The pumps and the namespaces' health live in ``gateway._receiver_pumps``.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ import anyio.to_thread
 
 from gateway._dedup_store import SqliteDedupStore
 from gateway._factory import NamespaceLike, check_entity, open_transport
-from gateway._hooks import GatewayHooks, emit
+from gateway._hooks import GatewayHooks
 from gateway._receiver_marks import DoneMarks
+from gateway._receiver_pumps import Pumps
 from gateway._receiver_settle import Settler
 from gateway.transports.base import ReceivedMessage, Transport
-from replication import GatewayError, MessageRejected, NamespaceUnavailable, TransportError
+from replication import GatewayError, MessageRejected, NamespaceUnavailable
 from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
 
 __all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
@@ -73,7 +74,7 @@ class ReceiverStats:
     abandoned: int
 
 
-class AsyncGeoReceiver(Settler):
+class AsyncGeoReceiver(Settler, Pumps):
     """Receives from both namespaces and delivers each ``MessageId`` once.
 
     Args:
@@ -146,27 +147,6 @@ class AsyncGeoReceiver(Settler):
     def stats(self) -> ReceiverStats:
         return ReceiverStats(held=sum(len(v) for v in self._held.values()), **self._counts)
 
-    @property
-    def down(self) -> frozenset[str]:
-        """Namespaces whose last receive failed (the refused ones included)."""
-        return frozenset(self._down)
-
-    @property
-    def refused(self) -> dict[str, MessageRejected]:
-        """Namespaces that refused to be read for good (unauthorized, no such entity),
-        with their error. They are not read again; the other namespace still is."""
-        return dict(self._refused)
-
-    @property
-    def namespaces(self) -> tuple[str, ...]:
-        """The names of the two namespaces, primary first."""
-        return tuple(self._transports)
-
-    @property
-    def answered(self) -> frozenset[str]:
-        """Namespaces read at least once, refused, or found down since the start."""
-        return frozenset(self._read | self._down | set(self._refused))
-
     async def __aenter__(self) -> AsyncGeoReceiver:
         return self
 
@@ -177,18 +157,6 @@ class AsyncGeoReceiver(Settler):
         traceback: TracebackType | None = None,
     ) -> None:
         await self.aclose()
-
-    async def wait_answered(self, within: float) -> frozenset[str]:
-        """Wait up to ``within`` seconds until each namespace was read, refused or found
-        down once (``receive`` returns as soon as one has messages); return
-        :attr:`answered`. A caller that must not take an unreadable namespace for an
-        empty queue checks :attr:`refused` and :attr:`down` after this."""
-        self._start_pumps()
-        with anyio.move_on_after(within):
-            while len(self.answered) < len(self._transports):
-                self._answer.clear()
-                await self._answer.wait()
-        return self.answered
 
     # -- receiving ------------------------------------------------------------------
 
@@ -408,61 +376,3 @@ class AsyncGeoReceiver(Settler):
             await transport.aclose()
         await anyio.to_thread.run_sync(self._dedup.close)
         self._raise_mark_error()  # a completion nobody waited for could not be marked
-
-    # -- internals ------------------------------------------------------------------
-
-    def _start_pumps(self) -> None:
-        if not self._pumps and not self._closing:
-            loop = asyncio.get_running_loop()
-            self._pumps = [loop.create_task(self._pump(ns)) for ns in self._transports]
-
-    def _refuse(self, namespace: str, exc: MessageRejected) -> None:
-        # Reading this namespace again would fail the same way: report it and stop.
-        self._refused[namespace] = exc
-        self._down.add(namespace)
-        if len(self._refused) < len(self._transports):
-            logger.warning("namespace %s refused receiving from %r for good: %s; "
-                         "receiving from the other namespace only", namespace, self.entity, exc)
-        else:
-            detail = "; ".join(f"{ns}: {e}" for ns, e in sorted(self._refused.items()))
-            # Raised to the caller by receive(); logged here for run() and the hooks.
-            logger.warning("both namespaces refused receiving from %r: %s", self.entity, detail)
-            self._fatal = MessageRejected(
-                f"both namespaces refused receiving from {self.entity!r}: {detail}")
-        emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
-        self._answer.set()
-        self._arrived.set()
-
-    async def _pump(self, namespace: str) -> None:
-        transport = self._transports[namespace]
-        while not self._closing:
-            room = self._prefetch - len(self._inbox)
-            if room <= 0:
-                self._room.clear()
-                await self._room.wait()
-                continue
-            try:
-                batch = await transport.receive(
-                    self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
-                )
-            except TransportError as exc:
-                if namespace not in self._down:
-                    logger.warning("namespace %s is down: %s; receiving from the other",
-                                   namespace, exc)
-                    self._down.add(namespace)
-                    emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
-                self._answer.set()
-                await anyio.sleep(self._poll_wait)
-                continue
-            except MessageRejected as exc:
-                self._refuse(namespace, exc)
-                return
-            self._read.add(namespace)
-            self._answer.set()
-            if namespace in self._down:
-                self._down.discard(namespace)
-                emit(self._hooks, "on_namespace_up", namespace=namespace)
-            if batch:
-                self._counts["received"] += len(batch)
-                self._inbox.extend(batch)
-                self._arrived.set()
