@@ -121,7 +121,11 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
 def receive(config_path: Path | None, primary: str | None, secondary: str | None,
             entity: str | None, data_dir: Path | None, as_json: bool, max_messages: int,
             max_wait: float, dedup_store: Path | None, peek: bool) -> None:
-    """Receive de-duplicated messages from both namespaces and complete them."""
+    """Receive de-duplicated messages from both namespaces and complete them.
+
+    Exits 3 when one namespace could not be read (refused, down, no answer; a warning
+    line names it), 1 when neither could.
+    """
     from gateway._receiver import AsyncGeoReceiver
     from gateway.transports.local import default_data_dir
 
