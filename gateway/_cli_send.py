@@ -150,7 +150,8 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
             # Messages from one namespace return at once: let the other answer too, so
             # one that cannot be read is reported, not taken for an empty queue.
             answered = await receiver.wait_answered(max(max_wait, _ANSWER_WAIT))
-            unread.update({ns: str(e) for ns, e in receiver.refused.items()})
+            unread.update({ns: f"{e}; check its key and that the queue exists"
+                           for ns, e in receiver.refused.items()})
             unread.update({ns: "it is down" for ns in receiver.down - set(unread)})
             unread.update({ns: f"no answer within {max(max_wait, _ANSWER_WAIT):g} s"
                            for ns in set(receiver.namespaces) - answered})
