@@ -15,12 +15,12 @@ import sqlite_utils
 
 from durable_queue._bindings import binding
 from durable_queue._records import DestinationStats, QueueStats
-from durable_queue._sqlite import file_bytes
+from durable_queue._sqlite import _quick_check, file_bytes
 
 if TYPE_CHECKING:
     from durable_queue._queue import DurableQueue
 
-__all__ = ["export", "stats"]
+__all__ = ["check", "export", "stats"]
 
 _PER_DESTINATION = """
 SELECT destination, count(*) AS count, sum(size) AS bytes, min(enqueued_at) AS oldest,
@@ -75,6 +75,12 @@ def stats(conn: sqlite3.Connection, queue: DurableQueue) -> QueueStats:
         file_bytes=file_bytes(queue.path),
         commits=queue.commits,
     )
+
+
+def check(conn: sqlite3.Connection) -> None:
+    """Read every page of the file (``PRAGMA quick_check``); raise ``sqlite3.DatabaseError``
+    on damage. It costs a read of the whole file, which an inspection can afford."""
+    _quick_check(conn)
 
 
 def _body_fields(body: bytes) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
 import sys
 from collections.abc import Iterator
@@ -101,6 +102,9 @@ def list_(queue_path: Path | None, config_path: Path | None, destination: str | 
           limit: int, dead_letters: bool, as_json: bool) -> None:
     """The oldest waiting (or dead-lettered) messages, without removing them."""
     with _opened(queue_path, config_path) as q:
+        # The oldest rows sit on the first pages: without a check of the whole file a
+        # damaged page further in would be missed (stats, export and replay read it).
+        q.check()
         items: list[Any] = (
             q.dead_letters(destination, limit=limit) if dead_letters
             else q.peek(destination, limit=limit)
@@ -140,7 +144,10 @@ def _private_output(output: str) -> Iterator[TextIO]:
     if output == "-":
         yield sys.stdout
         return
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        fail(f"cannot write {output}: {_why_not_writable(output, exc)}")
     try:
         os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
     except OSError:
@@ -148,6 +155,20 @@ def _private_output(output: str) -> Iterator[TextIO]:
         raise
     with open(fd, "w", encoding="utf-8") as fp:
         yield fp
+
+
+def _why_not_writable(output: str, exc: OSError) -> str:
+    parent = os.path.dirname(os.path.abspath(output))
+    if exc.errno == errno.ENOENT:
+        return f"the directory {parent} does not exist; create it or choose another -o"
+    if exc.errno == errno.ENOTDIR:
+        return f"a part of {parent} is not a directory; choose another -o"
+    if exc.errno == errno.EISDIR:
+        return "it is a directory; give a file name with -o"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"permission denied in {parent}; choose another -o in a directory "
+                "you can write")
+    return f"{exc.strerror or exc}; choose another -o"
 
 
 @queue.command()

@@ -8,8 +8,11 @@ from typing import Any
 import click
 
 from gateway._config import GatewayConfig, NamespaceConfig
-from gateway.cli import data_dir_option, out, print_json, print_table, run
+from gateway.cli import data_dir_option, out, print_json, print_table, run, warning_line
 from replication import Message
+
+#: Seconds ``receive`` waits at most for each namespace's first answer.
+_ANSWER_WAIT = 10.0
 
 
 def register(group: click.Group) -> None:
@@ -118,7 +121,11 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
 def receive(config_path: Path | None, primary: str | None, secondary: str | None,
             entity: str | None, data_dir: Path | None, as_json: bool, max_messages: int,
             max_wait: float, dedup_store: Path | None, peek: bool) -> None:
-    """Receive de-duplicated messages from both namespaces and complete them."""
+    """Receive de-duplicated messages from both namespaces and complete them.
+
+    Exits 3 when one namespace could not be read (refused, down, no answer; a warning
+    line names it), 1 when neither could.
+    """
     from gateway._receiver import AsyncGeoReceiver
     from gateway.transports.local import default_data_dir
 
@@ -127,6 +134,9 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
     if dedup_store is None:
         dedup_store = (config.dedup.path if config is not None and config.dedup is not None
                        else Path(target["data_dir"] or default_data_dir()) / "dedup.db")
+        # Its default home may not exist yet when both namespaces are in Azure.
+        dedup_store.parent.mkdir(parents=True, exist_ok=True)
+    unread: dict[str, str] = {}
 
     async def go() -> list[dict[str, Any]]:
         async with AsyncGeoReceiver(
@@ -137,6 +147,14 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
             got = await receiver.receive(max_messages=max_messages, max_wait=max_wait)
             for m in got:
                 await (receiver.abandon(m) if peek else receiver.complete(m))
+            # Messages from one namespace return at once: let the other answer too, so
+            # one that cannot be read is reported, not taken for an empty queue.
+            answered = await receiver.wait_answered(max(max_wait, _ANSWER_WAIT))
+            unread.update({ns: f"{e}; check its key and that the queue exists"
+                           for ns, e in receiver.refused.items()})
+            unread.update({ns: "it is down" for ns in receiver.down - set(unread)})
+            unread.update({ns: f"no answer within {max(max_wait, _ANSWER_WAIT):g} s"
+                           for ns in set(receiver.namespaces) - answered})
             return [{"message_id": m.message_id, "namespace": m.namespace,
                      "body": m.body.decode("utf-8", "replace"),
                      "delivery_count": m.delivery_count} for m in got]
@@ -144,10 +162,14 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
     rows = run(go())
     if as_json:
         print_json(rows)
-        return
-    if not rows:
+    elif not rows:
         out.print("no messages")
-        return
-    print_table("received", ("message_id", "from", "deliveries", "body"),
-                [(r["message_id"], r["namespace"], r["delivery_count"], r["body"][:60])
-                 for r in rows])
+    else:
+        print_table("received", ("message_id", "from", "deliveries", "body"),
+                    [(r["message_id"], r["namespace"], r["delivery_count"], r["body"][:60])
+                     for r in rows])
+    for namespace, why in sorted(unread.items()):
+        warning_line(f"namespace {namespace} could not be read ({why}); "
+                     "only the other namespace's messages were received")
+    if unread:
+        raise SystemExit(3)

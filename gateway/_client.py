@@ -9,6 +9,7 @@ from gateway._receiver import AsyncGeoReceiver, ReceiverStats, StopFlag
 from gateway._sender import AsyncGeoSender, MessageLike, SendResult
 from gateway._sync import PortalDriver
 from gateway.transports.base import ReceivedMessage
+from replication import MessageRejected
 from replication._roles import RoleState
 
 __all__ = ["GeoReceiver", "GeoSender"]
@@ -82,6 +83,16 @@ class GeoReceiver(PortalDriver):
     @property
     def stats(self) -> ReceiverStats:
         return self._core.stats
+
+    @property
+    def down(self) -> frozenset[str]:
+        """Namespaces whose last receive failed; see :attr:`AsyncGeoReceiver.down`."""
+        return self._core.down
+
+    @property
+    def refused(self) -> dict[str, MessageRejected]:
+        """Namespaces that refused to be read for good; see :attr:`AsyncGeoReceiver.refused`."""
+        return self._core.refused
 
     def receive(self, max_messages: int = 10, max_wait: float = 5.0) -> list[ReceivedMessage]:
         """First copies only; see :meth:`AsyncGeoReceiver.receive`."""

@@ -12,7 +12,7 @@ One pump task per namespace keeps up to ``prefetch`` messages received (peek-loc
 The de-duplicator's SQLite work runs in worker threads, never on the event loop:
 one check per received batch, and the done marks of the messages completed in a
 row in one transaction (``gateway._receiver_marks``), each copy settled only after
-its mark committed.
+its mark committed. The pumps and the namespaces' health live in ``gateway._receiver_pumps``.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ import anyio.to_thread
 
 from gateway._dedup_store import SqliteDedupStore
 from gateway._factory import NamespaceLike, check_entity, open_transport
-from gateway._hooks import GatewayHooks, emit
+from gateway._hooks import GatewayHooks
 from gateway._receiver_marks import DoneMarks
+from gateway._receiver_pumps import Pumps
 from gateway._receiver_settle import Settler
 from gateway.transports.base import ReceivedMessage, Transport
-from replication import GatewayError, MessageRejected, NamespaceUnavailable, TransportError
+from replication import GatewayError, MessageRejected, NamespaceUnavailable
 from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
 
 __all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
@@ -73,7 +74,7 @@ class ReceiverStats:
     abandoned: int
 
 
-class AsyncGeoReceiver(Settler):
+class AsyncGeoReceiver(Settler, Pumps):
     """Receives from both namespaces and delivers each ``MessageId`` once.
 
     Args:
@@ -132,6 +133,9 @@ class AsyncGeoReceiver(Settler):
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._down: set[str] = set()
+        self._read: set[str] = set()
+        self._refused: dict[str, MessageRejected] = {}
+        self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
         self._fatal: GatewayError | None = None
         self._pumps: list[asyncio.Task[None]] = []
         self._closing = False
@@ -142,11 +146,6 @@ class AsyncGeoReceiver(Settler):
     @property
     def stats(self) -> ReceiverStats:
         return ReceiverStats(held=sum(len(v) for v in self._held.values()), **self._counts)
-
-    @property
-    def down(self) -> frozenset[str]:
-        """Namespaces whose last receive failed."""
-        return frozenset(self._down)
 
     async def __aenter__(self) -> AsyncGeoReceiver:
         return self
@@ -168,10 +167,14 @@ class AsyncGeoReceiver(Settler):
 
         Settle each with :meth:`complete` or :meth:`abandon`.
 
+        A namespace that refuses to be read for good (a wrong key, no such entity)
+        is logged, reported to ``on_namespace_down`` and in :attr:`refused`, and
+        left out; the other namespace is still read.
+
         Raises:
             NamespaceUnavailable: both namespaces are down (an outage is never
                 reported as an empty queue).
-            MessageRejected: the entity does not exist on a namespace.
+            MessageRejected: both namespaces refused to be read.
         """
         self._start_pumps()
         # Yield at least once per call: a caller that retries at once after
@@ -373,40 +376,3 @@ class AsyncGeoReceiver(Settler):
             await transport.aclose()
         await anyio.to_thread.run_sync(self._dedup.close)
         self._raise_mark_error()  # a completion nobody waited for could not be marked
-
-    # -- internals ------------------------------------------------------------------
-
-    def _start_pumps(self) -> None:
-        if not self._pumps and not self._closing:
-            loop = asyncio.get_running_loop()
-            self._pumps = [loop.create_task(self._pump(ns)) for ns in self._transports]
-
-    async def _pump(self, namespace: str) -> None:
-        transport = self._transports[namespace]
-        while not self._closing:
-            room = self._prefetch - len(self._inbox)
-            if room <= 0:
-                self._room.clear()
-                await self._room.wait()
-                continue
-            try:
-                batch = await transport.receive(
-                    self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
-                )
-            except TransportError as exc:
-                if namespace not in self._down:
-                    self._down.add(namespace)
-                    emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
-                await anyio.sleep(self._poll_wait)
-                continue
-            except MessageRejected as exc:
-                self._fatal = exc
-                self._arrived.set()
-                return
-            if namespace in self._down:
-                self._down.discard(namespace)
-                emit(self._hooks, "on_namespace_up", namespace=namespace)
-            if batch:
-                self._counts["received"] += len(batch)
-                self._inbox.extend(batch)
-                self._arrived.set()

@@ -67,6 +67,11 @@ def error_line(message: str) -> None:
     click.echo(f"{click.style('error:', fg='red', bold=True)} {redact(message)}", err=True)
 
 
+def warning_line(message: str) -> None:
+    """Print ``warning: MESSAGE`` (secrets redacted) as one line on stderr."""
+    click.echo(f"{click.style('warning:', fg='yellow', bold=True)} {redact(message)}", err=True)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line to stderr and exit (no traceback)."""
     error_line(message)

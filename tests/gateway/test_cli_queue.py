@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,47 @@ def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -
     code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
     assert code == 1
     assert err.startswith("error: ") and err.count("\n") == 1, repr(err)
+
+
+@pytest.mark.parametrize(("where", "words"), [
+    ("missing/out.jsonl", ("does not exist", "create it or choose another -o")),
+    ("afile/out.jsonl", ("is not a directory", "choose another -o")),
+])
+def test_export_to_a_path_that_cannot_be_written_is_one_line(
+        run: Run, dirs: dict[str, Path], where: str, words: tuple[str, ...]) -> None:
+    # Given buffered messages, and an output path in a missing directory or under a file
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    (dirs["tmp"] / "afile").write_text("x")
+    target = dirs["tmp"] / where
+    # When they are exported there
+    result = run("queue", "export", "-q", str(queue), "-o", str(target))
+    # Then one line names the path and says what to do, and the messages still wait
+    line = expect_one_line_error(result, 1, f"cannot write {target}", *words)
+    assert "Errno" not in line
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any directory")
+def test_export_into_a_directory_without_write_permission_is_one_line(
+        run: Run, dirs: dict[str, Path]) -> None:
+    # Given buffered messages and a directory its owner may not write
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    locked = dirs["tmp"] / "locked"
+    locked.mkdir(mode=0o500)
+    # When they are exported there / Then one line says what to do
+    result = run("queue", "export", "-q", str(queue), "-o", str(locked / "out.jsonl"))
+    expect_one_line_error(result, 1, "cannot write", "permission denied",
+                          "choose another -o")
+
+
+def test_list_of_a_file_damaged_in_the_middle_fails(run: Run, dirs: dict[str, Path]) -> None:
+    # Given a queue file of 300 messages whose middle page is damaged
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When its oldest messages are listed (they sit on pages before the damage)
+    for args in ((), ("--json",), ("--destination", "*/orders"), ("--dead-letters",)):
+        result = run("queue", "list", "-q", str(queue), *args)
+        # Then the exit code is non-zero, with one line naming the file
+        expect_one_line_error(result, 1, str(queue), "corrupt")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from gateway import GatewayError, SqliteDedupStore
 from gateway.aio import AsyncGeoSender
 from gateway.transports import LocalTransport, ReceivedMessage
-from replication import Message, NamespaceUnavailable
+from replication import Message, MessageRejected, NamespaceUnavailable
 from tests.gateway.conftest import ENTITY, Namespaces, ReceiverFactory, Recorder, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -495,3 +496,52 @@ async def test_no_copy_is_settled_before_its_mark_committed(
     assert ns.count(first.namespace) == 0
     await receive_until(receiver, lambda: receiver.stats.duplicates_suppressed == 1)
     assert ns.count("primary") + ns.count("secondary") == 0
+
+
+def strict(name: str, data_dir: Path) -> LocalTransport:
+    """A local namespace that refuses unknown queues, as Azure does."""
+    return LocalTransport(name, data_dir=data_dir, auto_create=False)
+
+
+async def test_a_namespace_without_the_queue_is_reported_and_the_other_read(
+        ns: Namespaces, data_dir: Path, make_receiver: ReceiverFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given a queue that exists on the primary only, with a message
+    ns.primary.create_queue("only-primary")
+    await ns.put("primary", Message("x", message_id="m1"), entity="only-primary")
+    hooks = Recorder()
+    async with strict("primary", data_dir) as p, strict("secondary", data_dir) as s:
+        receiver = await make_receiver(entity="only-primary", hooks=hooks, primary=p,
+                                       secondary=s)
+        await refused_secondary(receiver, hooks, caplog)
+
+
+async def refused_secondary(receiver: Any, hooks: Recorder,
+                            caplog: pytest.LogCaptureFixture) -> None:
+    # When it receives
+    got: list[ReceivedMessage] = []
+    while not got:
+        got = await receiver.receive(max_wait=5)
+    await receiver.complete(got[0])
+    await wait_for(lambda: bool(receiver.refused))
+    # Then the message is delivered, and the secondary is reported: hook, property, log
+    assert [m.message_id for m in got] == ["m1"]
+    assert set(receiver.refused) == {"secondary"}
+    assert [d["namespace"] for d in hooks.named("on_namespace_down")] == ["secondary"]
+    assert any("secondary" in r.getMessage() and "refused" in r.getMessage()
+               for r in caplog.records if r.levelno >= logging.WARNING)
+    # And later receives go on (no exception)
+    assert await receiver.receive(max_wait=0.1) == []
+    await receiver.aclose()
+
+
+async def test_run_raises_when_both_namespaces_refuse(
+        data_dir: Path, make_receiver: ReceiverFactory) -> None:
+    # Given a queue that exists on neither namespace
+    async with strict("primary", data_dir) as p, strict("secondary", data_dir) as s:
+        receiver = await make_receiver(entity="nowhere", primary=p, secondary=s)
+        # When run() handles messages / Then the refusal reaches the caller
+        with pytest.raises(MessageRejected, match="both namespaces refused"):
+            await receiver.run(lambda m: None, idle_timeout=5)
+        assert set(receiver.refused) == {"primary", "secondary"}
+        await receiver.aclose()
