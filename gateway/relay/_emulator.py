@@ -8,8 +8,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
 
+from gateway._service_thread import AsyncService
 from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
 from gateway.relay._emulator_ns import RelayNamespace
 from gateway.relay._protocol import RelayEndpoint
@@ -25,7 +25,7 @@ ANSWER_TIMEOUT = 60.0
 _CONTROL_POLL = 0.1
 
 
-class RelayEmulator:
+class RelayEmulator(AsyncService):
     """Hybrid connections served over plain HTTP/WebSocket on loopback, one port per namespace.
 
     It speaks the Hybrid Connections protocol (listener control channel, inline and
@@ -89,15 +89,6 @@ class RelayEmulator:
     def __repr__(self) -> str:
         ports = {name: ns.port for name, ns in self._namespaces.items()}
         return f"RelayEmulator({ports}, {self.hybrid_connections})"
-
-    async def __aenter__(self) -> RelayEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None = None,
-                        exc: BaseException | None = None,
-                        tb: TracebackType | None = None) -> None:
-        await self.aclose()
 
     async def start(self) -> None:
         """Start listening on every namespace's port.
