@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from gateway._service_thread import AsyncService, ServiceThread
 from replication import ConfigError
 
-from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
+from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from ._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec, parse_size
 from ._namespace import Namespace
 
@@ -114,9 +114,7 @@ class Emulator(AsyncService):
         Args:
             redact_key: write ``SharedAccessKey=***`` (for printing a secret key).
         """
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        if ":" in host:
-            host = f"[{host}]"
+        host = client_host(self.host)
         key = "***" if redact_key else self._key
         return (f"Endpoint=sb://{host}:{self.port(name)};SharedAccessKeyName={self.key_name};"
                 f"SharedAccessKey={key};UseDevelopmentEmulator=true")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gateway._service_thread import AsyncService
-from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
+from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from gateway.relay._emulator_ns import RelayNamespace
 from gateway.relay._protocol import RelayEndpoint
 from gateway.transports._local_control import ControlFile, namespace_files
@@ -138,9 +138,7 @@ class RelayEmulator(AsyncService):
         Args:
             redact_key: write ``SharedAccessKey=***`` (for printing a secret key).
         """
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        if ":" in host:
-            host = f"[{host}]"
+        host = client_host(self.host)
         key = "***" if redact_key else self._key
         entity = f";EntityPath={hybrid_connection}" if hybrid_connection else ""
         return (f"Endpoint=sb://{host}:{self.port(name)}/;SharedAccessKeyName={self.key_name};"
