@@ -3,9 +3,10 @@
 Sync API here; the async twins are in :mod:`gateway.aio`.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from gateway._lazy import lazy_dir as _lazy_dir
+from gateway._lazy import lazy_exports as _lazy_exports
 from gateway.errors import (
     ConfigError,
     DurableQueueError,
@@ -66,17 +67,8 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # later lookups do not come back here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__ = _lazy_exports(__name__, _LAZY)
+__dir__ = _lazy_dir(__name__, _LAZY)
 
 
 __all__ = [

@@ -1,8 +1,10 @@
 """The async API: ``AsyncGeoSender``, ``AsyncGeoReceiver`` and
 ``AsyncGeoPartitionReceiver`` (close with ``aclose()``)."""
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from gateway._lazy import lazy_dir as _lazy_dir
+from gateway._lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway._geo_partitions import AsyncGeoPartitionReceiver
@@ -18,17 +20,8 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gateway.aio' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__ = _lazy_exports(__name__, _LAZY)
+__dir__ = _lazy_dir(__name__, _LAZY)
 
 
 __all__ = ["AsyncGeoPartitionReceiver", "AsyncGeoReceiver", "AsyncGeoSender"]

@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from gateway._lazy import lazy_exports as _lazy_exports
 from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._processor import (
@@ -19,14 +20,9 @@ if _TYPE_CHECKING:
     from gateway.consumer._blob_store import BlobCheckpointStore
 
 
-def __getattr__(name: str) -> object:
-    # Imported on first use: the Blob SDK (and aiohttp behind it) is most of the start-up
-    # time of anything that imports the consumer, and only the blob store needs it.
-    if name == "BlobCheckpointStore":
-        from gateway.consumer._blob_store import BlobCheckpointStore
-
-        return BlobCheckpointStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Imported on first use: the Blob SDK (and aiohttp behind it) is most of the start-up
+# time of anything that imports the consumer, and only the blob store needs it.
+__getattr__ = _lazy_exports(__name__, {"BlobCheckpointStore": "gateway.consumer._blob_store"})
 
 
 __all__ = [

@@ -27,6 +27,7 @@ __all__ = [
     "AuthError",
     "Grant",
     "check_token",
+    "client_host",
     "entity_path",
     "resource_path",
 ]
@@ -39,6 +40,14 @@ DEFAULT_KEY_NAME = "RootManageSharedAccessKey"
 DEFAULT_KEY = "SAS_KEY_VALUE"
 
 _PREFIX = "SharedAccessSignature "
+
+
+def client_host(host: str) -> str:
+    """The host a client on this machine writes in its connection string to reach an
+    emulator listening on ``host``: loopback for the wildcard addresses, an IPv6
+    address in brackets."""
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"[{host}]" if ":" in host else host
 
 
 class AuthError(ValueError):

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
-from types import TracebackType
-from typing import Any
 
+from gateway._service_thread import AsyncService, ServiceThread
 from replication import ConfigError
 
-from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
+from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from ._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec, parse_size
 from ._namespace import Namespace
 
@@ -29,7 +26,7 @@ def _hubs(hubs: Mapping[str, int] | Iterable[EventHubSpec]) -> list[EventHubSpec
     return list(hubs)
 
 
-class Emulator:
+class Emulator(AsyncService):
     """Service Bus / Event Hubs namespaces that the unmodified Azure SDKs connect to.
 
     Each namespace is served over AMQP (no TLS) on its own port, and keeps its
@@ -82,15 +79,6 @@ class Emulator:
         }
         self._started = False
 
-    async def __aenter__(self) -> Emulator:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None = None,
-                        exc: BaseException | None = None,
-                        tb: TracebackType | None = None) -> None:
-        await self.aclose()
-
     async def start(self) -> None:
         """Create the declared entities and start listening.
 
@@ -126,9 +114,7 @@ class Emulator:
         Args:
             redact_key: write ``SharedAccessKey=***`` (for printing a secret key).
         """
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        if ":" in host:
-            host = f"[{host}]"
+        host = client_host(self.host)
         key = "***" if redact_key else self._key
         return (f"Endpoint=sb://{host}:{self.port(name)};SharedAccessKeyName={self.key_name};"
                 f"SharedAccessKey={key};UseDevelopmentEmulator=true")
@@ -141,60 +127,19 @@ class Emulator:
                               f"{sorted(self._namespaces)}") from None
 
 
-class EmulatorThread:
+class EmulatorThread(ServiceThread[Emulator]):
     """Runs an :class:`Emulator` on its own event loop in a background thread.
 
     For synchronous code and tests: ``with EmulatorThread(Emulator(...)) as emu:``
     starts it and returns once every namespace listens; leaving stops it.
     """
 
+    thread_name = "geogateway-emulator"
+
     def __init__(self, emulator: Emulator) -> None:
-        self.emulator = emulator
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stop: asyncio.Event | None = None
+        super().__init__(emulator)
 
-    def __enter__(self) -> Emulator:
-        self.start()
-        return self.emulator
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        """Start the thread; return once the emulator listens.
-
-        Raises:
-            ConfigError: the emulator could not start (a port in use, ...).
-        """
-        ready: Future[None] = Future()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True,
-                                        name="geogateway-emulator")
-        self._thread.start()
-        ready.result()
-
-    def stop(self) -> None:
-        """Stop the emulator and wait for the thread. Safe to call twice."""
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(stop.set)
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _run(self, ready: Future[None]) -> None:
-        asyncio.run(self._main(ready))
-
-    async def _main(self, ready: Future[None]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        try:
-            await self.emulator.start()
-        except BaseException as exc:
-            ready.set_exception(exc)
-            return
-        ready.set_result(None)
-        try:
-            await self._stop.wait()
-        finally:
-            await self.emulator.aclose()
+    @property
+    def emulator(self) -> Emulator:
+        """The emulator run."""
+        return self.service

@@ -11,8 +11,9 @@ loaded on first use, so that ``import gateway.relay`` (and the CLI) stays quick.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gateway._lazy import lazy_exports as _lazy_exports
 from gateway.relay._handler import (
     AsgiApp,
     Handler,
@@ -70,9 +71,4 @@ _LAZY = {"AsyncGeoRelayClient": "gateway.relay._client",
          "RelayThread": "gateway.relay._thread"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'gateway.relay' has no attribute {name!r}")
+__getattr__ = _lazy_exports(__name__, _LAZY)

@@ -8,9 +8,9 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
 
-from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
+from gateway._service_thread import AsyncService
+from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from gateway.relay._emulator_ns import RelayNamespace
 from gateway.relay._protocol import RelayEndpoint
 from gateway.transports._local_control import ControlFile, namespace_files
@@ -25,7 +25,7 @@ ANSWER_TIMEOUT = 60.0
 _CONTROL_POLL = 0.1
 
 
-class RelayEmulator:
+class RelayEmulator(AsyncService):
     """Hybrid connections served over plain HTTP/WebSocket on loopback, one port per namespace.
 
     It speaks the Hybrid Connections protocol (listener control channel, inline and
@@ -90,15 +90,6 @@ class RelayEmulator:
         ports = {name: ns.port for name, ns in self._namespaces.items()}
         return f"RelayEmulator({ports}, {self.hybrid_connections})"
 
-    async def __aenter__(self) -> RelayEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None = None,
-                        exc: BaseException | None = None,
-                        tb: TracebackType | None = None) -> None:
-        await self.aclose()
-
     async def start(self) -> None:
         """Start listening on every namespace's port.
 
@@ -147,9 +138,7 @@ class RelayEmulator:
         Args:
             redact_key: write ``SharedAccessKey=***`` (for printing a secret key).
         """
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        if ":" in host:
-            host = f"[{host}]"
+        host = client_host(self.host)
         key = "***" if redact_key else self._key
         entity = f";EntityPath={hybrid_connection}" if hybrid_connection else ""
         return (f"Endpoint=sb://{host}:{self.port(name)}/;SharedAccessKeyName={self.key_name};"

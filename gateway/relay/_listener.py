@@ -7,10 +7,10 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from gateway._hooks import GatewayHooks, emit
+from gateway._service_thread import AsyncService
 from gateway.relay import _protocol as p
 from gateway.relay._handler import Handler, RelayRequest, RelayResponse
 from replication._errors import ConfigError, NamespaceUnavailable
@@ -30,7 +30,7 @@ WebSocketHandler = Callable[[p.Accept, "aiohttp.ClientWebSocketResponse[bool]"],
 ErrorCallback = Callable[[BaseException], None]
 
 
-class GeoRelayListener:
+class GeoRelayListener(AsyncService):
     """Serve one hybrid connection in two (or more) namespaces at once.
 
     Each endpoint gets a control channel (``sb-hc-action=listen``) that reconnects
@@ -84,15 +84,6 @@ class GeoRelayListener:
 
     def __repr__(self) -> str:
         return f"GeoRelayListener({[e.http_url() for e in self.endpoints]})"
-
-    async def __aenter__(self) -> GeoRelayListener:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None = None,
-                        exc: BaseException | None = None,
-                        tb: TracebackType | None = None) -> None:
-        await self.aclose()
 
     # -- life cycle ---------------------------------------------------------------
 

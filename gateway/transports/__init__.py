@@ -6,8 +6,10 @@ wrapper that injects outages, latency and lost replies) implement
 :class:`Transport`.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from gateway._lazy import lazy_dir as _lazy_dir
+from gateway._lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode, Transport
@@ -25,33 +27,24 @@ if _TYPE_CHECKING:
 # Imported on first use (PEP 562), so that a submodule (the control file of a local
 # namespace, say) can be imported without the SQLite store and anyio behind the rest.
 _LAZY = {
-    "EntityInfo": "local",
-    "EntityKind": "local",
-    "EventPosition": "base",
-    "FaultyTransport": "faults",
-    "LocalNamespace": "local",
-    "LocalTransport": "local",
-    "NamespaceStatus": "local",
-    "PartitionEvent": "base",
-    "PartitionInfo": "local",
-    "ReceiveMode": "base",
-    "ReceivedMessage": "base",
-    "Transport": "base",
-    "default_data_dir": "local",
+    "EntityInfo": ".local",
+    "EntityKind": ".local",
+    "EventPosition": ".base",
+    "FaultyTransport": ".faults",
+    "LocalNamespace": ".local",
+    "LocalTransport": ".local",
+    "NamespaceStatus": ".local",
+    "PartitionEvent": ".base",
+    "PartitionInfo": ".local",
+    "ReceiveMode": ".base",
+    "ReceivedMessage": ".base",
+    "Transport": ".base",
+    "default_data_dir": ".local",
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gateway.transports' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__ = _lazy_exports(__name__, _LAZY)
+__dir__ = _lazy_dir(__name__, _LAZY)
 
 
 __all__ = [

@@ -1,5 +1,8 @@
 """Helpers shared by the CLI tests: run ``geogateway`` in-process or as a process,
-and check its one-line errors."""
+and check its one-line errors.
+
+The fixtures ``dirs`` and ``run`` are made available to every test under tests/gateway
+by its conftest.py."""
 
 from __future__ import annotations
 
@@ -29,6 +32,19 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path
     monkeypatch.setenv("GEOGATEWAY_DATA_DIR", str(paths["data"]))
     monkeypatch.setenv("GEOGATEWAY_STATE_DIR", str(paths["state"]))
     return paths
+
+
+@pytest.fixture
+def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """:func:`clean_env` for one test (modules where every test needs it say
+    ``pytestmark = pytest.mark.usefixtures("dirs")``)."""
+    return clean_env(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    """``run(*args)``: ``geogateway ARGS`` in-process (see :func:`in_process`)."""
+    return in_process(capsys, monkeypatch)
 
 
 def in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:

@@ -15,6 +15,7 @@ from gateway._hooks import GatewayHooks
 from gateway.aio import AsyncGeoReceiver, AsyncGeoSender
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from replication import Message
+from tests.gateway.cli_support import dirs, run  # noqa: F401  (the CLI tests' fixtures)
 
 ENTITY = "orders"
 

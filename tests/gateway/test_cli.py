@@ -16,9 +16,7 @@ import pytest
 
 from tests.gateway.cli_support import (
     Run,
-    clean_env,
     expect_one_line_error,
-    in_process,
     ok_json,
     run_process,
 )
@@ -31,14 +29,7 @@ CONN = (
 
 
 
-@pytest.fixture(autouse=True)
-def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    return clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
+pytestmark = pytest.mark.usefixtures("dirs")
 
 
 def status(run: Run) -> dict[str, dict[str, Any]]:

@@ -35,7 +35,6 @@ from tests.gateway.cli_support import (
     Run,
     clean_env,
     expect_one_line_error,
-    in_process,
     ok_json,
     run_process,
 )
@@ -56,11 +55,6 @@ def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables one line per row, whatever the terminal (rich folds at 80 columns)."""
     monkeypatch.setattr(cli.out, "_width", 200)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
 
 
 def group(namespace: str) -> dict[str, Any]:

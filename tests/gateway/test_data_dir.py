@@ -19,19 +19,12 @@ import pytest
 
 from gateway import ConfigError, GeoReceiver, GeoSender
 from gateway.aio import AsyncGeoSender
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process
+from tests.gateway.cli_support import Run, expect_one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    return clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
+pytestmark = pytest.mark.usefixtures("dirs")
 
 
 def sender(data_dir: Path, state: Path) -> GeoSender:

@@ -11,7 +11,14 @@ from urllib.parse import quote_plus, urlencode
 import pytest
 from azure.eventhub import EventHubSharedKeyCredential
 
-from gateway.emulator._auth import AuthError, Grant, check_token, entity_path, resource_path
+from gateway.emulator._auth import (
+    AuthError,
+    Grant,
+    check_token,
+    client_host,
+    entity_path,
+    resource_path,
+)
 
 KEY, NAME = "a2V5", "Policy"
 AUDIENCE = "sb://127.0.0.1:5672/orders"
@@ -114,3 +121,12 @@ def test_lower_case_escapes_in_the_signed_resource_are_accepted() -> None:
 def test_resource_path() -> None:
     assert resource_path("sb://Host:5672/") == resource_path("host") == ""
     assert resource_path("host.example/Orders/") == "orders"
+
+
+@pytest.mark.parametrize(("listening", "dialed"), [
+    ("", "127.0.0.1"), ("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"),
+    ("127.0.0.2", "127.0.0.2"), ("::1", "[::1]"), ("localhost", "localhost"),
+])
+def test_clients_dial_loopback_for_a_wildcard_and_brackets_for_ipv6(listening: str,
+                                                                    dialed: str) -> None:
+    assert client_host(listening) == dialed

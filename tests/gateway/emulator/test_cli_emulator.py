@@ -17,17 +17,7 @@ from gateway.emulator import DEFAULT_KEY, load_config, parse_event_hub
 from gateway.emulator._config import parse_namespace
 from gateway.transports import LocalNamespace
 from replication import ConfigError
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process
-
-
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
-    return clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
+from tests.gateway.cli_support import Run, expect_one_line_error
 
 
 @pytest.fixture
@@ -51,12 +41,12 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def test_json_ready_line_then_a_clean_stop(env: dict[str, Path]) -> None:
-    config = env["tmp"] / "emulator.toml"
+def test_json_ready_line_then_a_clean_stop(dirs: dict[str, Path]) -> None:
+    config = dirs["tmp"] / "emulator.toml"
     config.write_text('[[queue]]\nname = "orders"\nlock_duration = 5.0\n\n'
                       '[[event_hub]]\nname = "hub"\npartitions = 2\n')
     proc = start("--json", "-n", "primary=0", "-n", "secondary=0", "--config", str(config),
-                 "-e", "more:3", cwd=env["tmp"])
+                 "-e", "more:3", cwd=dirs["tmp"])
     assert proc.stdout is not None
     ready = json.loads(proc.stdout.readline())["namespaces"]
     assert set(ready) == {"primary", "secondary"}
@@ -69,14 +59,14 @@ def test_json_ready_line_then_a_clean_stop(env: dict[str, Path]) -> None:
         assert s.recv(8) == b"AMQP\x00\x01\x00\x00"
     code, _, err = stop(proc)
     assert code == 0, err
-    with LocalNamespace("secondary", data_dir=env["data"]) as ns:
+    with LocalNamespace("secondary", data_dir=dirs["data"]) as ns:
         entities = {e.name: (e.partitions, e.lock_duration) for e in ns.entities()}
     assert entities == {"orders": (0, 5.0), "hub": (2, 0.0), "more": (3, 0.0)}
 
 
-def test_a_given_key_is_never_printed(env: dict[str, Path]) -> None:
+def test_a_given_key_is_never_printed(dirs: dict[str, Path]) -> None:
     secret = "bXkgb3duIHNlY3JldCBrZXk="
-    proc = start("-n", "primary=0", cwd=env["tmp"], env={"GEOGATEWAY_EMULATOR_KEY": secret})
+    proc = start("-n", "primary=0", cwd=dirs["tmp"], env={"GEOGATEWAY_EMULATOR_KEY": secret})
     assert proc.stdout is not None
     line = proc.stdout.readline()
     code, out, err = stop(proc)
@@ -86,7 +76,7 @@ def test_a_given_key_is_never_printed(env: dict[str, Path]) -> None:
     assert code == 0
 
 
-def test_bad_options_are_one_line_errors(env: dict[str, Path], run: Run,
+def test_bad_options_are_one_line_errors(dirs: dict[str, Path], run: Run,
                                          taken_port: int) -> None:
     expect_one_line_error(run("emulator", "-e", "hub"), 2, "NAME:PARTITIONS")
     expect_one_line_error(run("emulator", "-e", "hub:0"), 2, "NAME:PARTITIONS")
@@ -96,7 +86,7 @@ def test_bad_options_are_one_line_errors(env: dict[str, Path], run: Run,
     expect_one_line_error(run("emulator", "-n", f"primary={taken_port}"), 2,
                           "cannot listen", str(taken_port))
     expect_one_line_error(run("emulator", "-n", "a=6000", "-n", "b=6000"), 2, "one port")
-    bad = env["tmp"] / "bad.toml"
+    bad = dirs["tmp"] / "bad.toml"
     bad.write_text("[[queue]]\nnom = 'x'\n")
     expect_one_line_error(run("emulator", "--config", str(bad)), 2, "unknown keys")
     expect_one_line_error(run("emulator", "--max-message-size", "10"), 2,
@@ -143,12 +133,12 @@ def test_parse_specs() -> None:
             parse_event_hub(bad)
 
 
-def test_max_message_size_option_sets_the_limit(env: dict[str, Path]) -> None:
+def test_max_message_size_option_sets_the_limit(dirs: dict[str, Path]) -> None:
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
     from azure.servicebus.exceptions import MessageSizeExceededError
 
     proc = start("--json", "-n", "primary=0", "-q", "orders", "--max-message-size", "2048",
-                 cwd=env["tmp"])
+                 cwd=dirs["tmp"])
     assert proc.stdout is not None
     ready = json.loads(proc.stdout.readline())["namespaces"]
     try:

@@ -16,19 +16,9 @@ import pytest
 
 from gateway.relay import RelayEmulator, RelayThread
 from gateway.transports._local_control import ControlFile, namespace_files
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process
+from tests.gateway.cli_support import Run, expect_one_line_error
 
 HC = "orders"
-
-
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
-    return clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
 
 
 @pytest.fixture
@@ -71,7 +61,7 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
 
 
 def test_request_is_echoed_then_fails_over_when_the_primary_goes_down(
-        env: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
+        dirs: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
     listener = start_listener(emulator, tmp_path)
     try:
         code, out, err = run("relay", "request", "PUT", "/items/1", "-d", "hello",
@@ -98,7 +88,7 @@ def test_request_is_echoed_then_fails_over_when_the_primary_goes_down(
 
 
 def test_request_prints_the_body_and_who_answered(
-        env: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
+        dirs: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
     body = tmp_path / "body.bin"
     body.write_bytes(b"\x00\x01binary")
     listener = start_listener(emulator, tmp_path)
@@ -113,7 +103,7 @@ def test_request_prints_the_body_and_who_answered(
 
 
 def test_listen_serves_an_asgi_app_given_as_module_colon_app(
-        env: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
+        dirs: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
     (tmp_path / "myapp.py").write_text(
         "async def app(scope, receive, send):\n"
         "    await send({'type': 'http.response.start', 'status': 201,\n"
@@ -136,7 +126,7 @@ def test_listen_serves_an_asgi_app_given_as_module_colon_app(
 
 
 def test_request_fails_with_one_line_when_no_namespace_answers(
-        env: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
+        dirs: dict[str, Path], run: Run, emulator: RelayEmulator, tmp_path: Path) -> None:
     for ns in ("primary", "secondary"):
         ControlFile(namespace_files(ns, tmp_path / "ns")[1]).update(down=True)
     time.sleep(0.5)
@@ -166,14 +156,14 @@ BAD_KEY = "Endpoint=sb://127.0.0.1:9/;SharedAccessKeyName=k;SharedAccessKey=s3cr
     (("listen", "--primary", BAD_KEY, "-c", HC, "--app", "json:no_such_name"),
      ("no callable",)),
 ])
-def test_bad_input_is_one_line_without_the_key(env: dict[str, Path], run: Run,
+def test_bad_input_is_one_line_without_the_key(dirs: dict[str, Path], run: Run,
                                               args: tuple[str, ...],
                                               words: tuple[str, ...]) -> None:
     line = expect_one_line_error(run("relay", *args), None, *words)
     assert "s3cret" not in line
 
 
-def test_listen_stops_on_sigterm_before_connecting(env: dict[str, Path], tmp_path: Path) -> None:
+def test_listen_stops_on_sigterm_before_connecting(dirs: dict[str, Path], tmp_path: Path) -> None:
     # Nothing listens on port 9: the listener keeps retrying until told to stop.
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "relay", "listen", "--primary", BAD_KEY, "-c", HC],

@@ -15,27 +15,17 @@ import httpx
 import pytest
 
 from gateway.relay import RelayEndpoint
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process, run_process
-
-
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
-    return clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
+from tests.gateway.cli_support import Run, expect_one_line_error, run_process
 
 
 def get(ep: RelayEndpoint) -> httpx.Response:
     return httpx.get(ep.http_url(), headers={"ServiceBusAuthorization": ep.token()}, timeout=5)
 
 
-def test_relay_ready_line_then_down_and_up_by_the_cli(env: dict[str, Path]) -> None:
+def test_relay_ready_line_then_down_and_up_by_the_cli(dirs: dict[str, Path]) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "emulator", "--json", "-n", "primary=0",
-         "-n", "secondary=0", "--hybrid-connection", "orders"], cwd=env["tmp"],
+         "-n", "secondary=0", "--hybrid-connection", "orders"], cwd=dirs["tmp"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONWARNINGS": "error"})
     try:
@@ -46,7 +36,7 @@ def test_relay_ready_line_then_down_and_up_by_the_cli(env: dict[str, Path]) -> N
         ep = RelayEndpoint.from_connection_string(relay["primary"]["connection_string"],
                                                   path="orders")
         assert get(ep).status_code == 502  # no listener yet
-        assert run_process("namespace", "down", "primary", cwd=env["tmp"])[0] == 0
+        assert run_process("namespace", "down", "primary", cwd=dirs["tmp"])[0] == 0
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -56,7 +46,7 @@ def test_relay_ready_line_then_down_and_up_by_the_cli(env: dict[str, Path]) -> N
             time.sleep(0.05)
         else:
             pytest.fail("the relay still serves a namespace that is down")
-        assert run_process("namespace", "up", "primary", cwd=env["tmp"])[0] == 0
+        assert run_process("namespace", "up", "primary", cwd=dirs["tmp"])[0] == 0
         while time.monotonic() < deadline + 10:
             try:
                 assert get(ep).status_code == 502
@@ -71,7 +61,7 @@ def test_relay_ready_line_then_down_and_up_by_the_cli(env: dict[str, Path]) -> N
     assert proc.returncode == 0, err
 
 
-def test_bad_relay_options_are_one_line_errors(env: dict[str, Path], run: Run) -> None:
+def test_bad_relay_options_are_one_line_errors(dirs: dict[str, Path], run: Run) -> None:
     for bad in ("a/b", "a b", "$hc", ""):
         expect_one_line_error(run("emulator", "-n", "primary=0", "--hybrid-connection", bad),
                               2, "hybrid connection")

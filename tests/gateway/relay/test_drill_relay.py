@@ -13,7 +13,7 @@ from gateway import _drill_relay
 from gateway.drill import RelayScenario, run_drill, run_relay_drill
 from gateway.relay import RelayRequest, RelayResponse
 from replication import ConfigError
-from tests.gateway.cli_support import Run, clean_env, expect_one_line_error, in_process
+from tests.gateway.cli_support import Run, clean_env, expect_one_line_error
 
 
 @pytest.fixture
@@ -23,11 +23,6 @@ def anyio_backend() -> str:
 
 def is_dir(path: str | None) -> bool:
     return path is not None and Path(path).is_dir()
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    return in_process(capsys, monkeypatch)
 
 
 @pytest.mark.anyio
