@@ -70,12 +70,13 @@ class PartitionReader:
         self.heard = time.monotonic()  # when the SDK last delivered (or the receive began)
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
+        self._started = asyncio.Event()  # the SDK's start-up requests are over
         start, inclusive = starting_position(position)
         self.task = asyncio.get_running_loop().create_task(client.receive_batch(
             self._on_batch, partition_id=partition_id, starting_position=start,
             starting_position_inclusive=inclusive, owner_level=owner_level,
             max_batch_size=prefetch, prefetch=prefetch,
-            on_error=self._on_error))
+            on_error=self._on_error, on_partition_initialize=self._on_initialize))
         self.task.add_done_callback(self._ended)
 
     def continues(self, position: EventPosition, owner_level: int | None) -> bool:
@@ -108,6 +109,9 @@ class PartitionReader:
         self.heard = time.monotonic()
         self._arrived.set()
 
+    async def _on_initialize(self, context: PartitionContext) -> None:
+        self._started.set()
+
     async def _on_error(self, context: PartitionContext, error: Exception) -> None:
         if self.error is None:
             self.error = error
@@ -119,6 +123,7 @@ class PartitionReader:
         if not task.cancelled() and self.error is None:
             self.error = task.exception() or ConnectionError("the partition receive ended")
         self._arrived.set()
+        self._started.set()
 
     async def take(self, max_events: int, max_wait: float) -> list[PartitionEvent]:
         """Up to ``max_events`` buffered events, waiting up to ``max_wait`` for the first.
@@ -142,13 +147,23 @@ class PartitionReader:
         return []
 
     async def stop(self) -> None:
-        """Stop the receive and close its client (each within ``CLOSE_TIMEOUT``)."""
-        self.task.cancel()
+        """Close the client, then end the receive (each step within ``CLOSE_TIMEOUT``).
+
+        The SDK closes no connection whose opening was cancelled (its client's close
+        skips a client without a session), so nothing is cancelled mid-open here: the
+        receive's start-up request (the partition ids, over a connection of its own) is
+        let finish, then the client's close stops the partition's receive and closes its
+        link the SDK's own way, and only then is the receive task, by now asleep in the
+        SDK's load-balancing loop, cancelled.
+        """
         with anyio.move_on_after(CLOSE_TIMEOUT):
-            await asyncio.wait([self.task])
+            await self._started.wait()
         with anyio.move_on_after(CLOSE_TIMEOUT):
             try:
                 await self.client.close()
             except Exception as exc:  # the reader is dropped either way; say why it failed
                 logger.debug("closing the receive of partition %s of %r failed: %r",
                              self.partition_id, self.entity, exc)
+        self.task.cancel()
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            await asyncio.wait([self.task])

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import logging
 import socket
 import time
 import traceback
+import warnings
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -783,3 +785,35 @@ async def test_prepare_send_opens_a_producer_and_sends_nothing(
         await eh.prepare_send("no-such-hub")
     with pytest.raises(NamespaceUnavailable):
         await down.prepare_send(HUB)
+
+
+async def test_a_reader_stopped_while_the_sdk_connects_leaves_no_socket_open(
+        emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a namespace slow to open the first connection of a partition receive (as a
+    # loaded machine is): the SDK's start-up request for the partition ids
+    from azure.eventhub._pyamqp.aio import _connection_async
+    opened = asyncio.Event()
+    original = _connection_async.Connection.open
+    calls = 0
+
+    async def slow_open(self: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        await original(self, *args, **kwargs)
+        if calls == 1:
+            opened.set()
+            await asyncio.sleep(0.5)
+
+    monkeypatch.setattr(_connection_async.Connection, "open", slow_open)
+    transport = EventHubsTransport.from_connection_string(
+        emulator.connection_string("primary"), name="primary")
+    # When a read starts a receive and the transport is closed while that connection opens
+    assert await transport.read_partition(HUB, "0", position=EventPosition.earliest(),
+                                          max_wait=0) == []
+    await asyncio.wait_for(opened.wait(), 5)
+    await transport.aclose()
+    # Then every connection the receive opened was closed, none left to the collector
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
