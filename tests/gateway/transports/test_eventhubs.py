@@ -340,6 +340,7 @@ class FakeConsumer:
 
     async def receive_batch(self, on_event_batch: Any, **kwargs: Any) -> None:
         self.kwargs = kwargs
+        await kwargs["on_partition_initialize"](None)  # as the SDK does, before receiving
         while True:
             item = await self.feed.get()
             if isinstance(item, Exception):
