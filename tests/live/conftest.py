@@ -5,6 +5,8 @@
 - ``GEOGATEWAY_LIVE_EVENTHUBS``: an Event Hubs connection string;
   ``GEOGATEWAY_LIVE_EVENTHUB``: an event hub in it that the tests may write to and
   read with owner levels (consumer group ``$Default``).
+- ``GEOGATEWAY_LIVE_RELAY`` (and the variables the relay tests name): Azure Relay
+  hybrid connections for the relay client and listener (test_relay_*_live.py).
 
 Use dedicated entities: the tests settle and fence what they find there.
 """
