@@ -513,10 +513,10 @@ async def test_a_namespace_without_the_queue_is_reported_and_the_other_read(
     async with strict("primary", data_dir) as p, strict("secondary", data_dir) as s:
         receiver = await make_receiver(entity="only-primary", hooks=hooks, primary=p,
                                        secondary=s)
-        await refused_secondary(receiver, hooks, caplog)
+        await expect_refused_secondary(receiver, hooks, caplog)
 
 
-async def refused_secondary(receiver: Any, hooks: Recorder,
+async def expect_refused_secondary(receiver: Any, hooks: Recorder,
                             caplog: pytest.LogCaptureFixture) -> None:
     # When it receives
     got: list[ReceivedMessage] = []

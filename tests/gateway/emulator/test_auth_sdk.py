@@ -42,7 +42,7 @@ def with_token(port: int, token: str) -> str:
             "UseDevelopmentEmulator=true")
 
 
-async def hub_roundtrip(conn_str: str) -> None:
+async def expect_hub_roundtrip(conn_str: str) -> None:
     async with EventHubProducerClient.from_connection_string(
             conn_str, eventhub_name=HUB, retry_total=0) as producer:
         batch = await producer.create_batch(partition_id="1")
@@ -52,7 +52,7 @@ async def hub_roundtrip(conn_str: str) -> None:
     assert props["last_enqueued_sequence_number"] >= 0
 
 
-async def queue_roundtrip(conn_str: str) -> None:
+async def expect_queue_roundtrip(conn_str: str) -> None:
     async with ServiceBusClient.from_connection_string(
             conn_str, retry_total=0, socket_timeout=0.05) as client:
         async with client.get_queue_sender(QUEUE, keep_alive=None) as sender:
@@ -73,16 +73,16 @@ async def test_a_namespace_token_is_accepted_for_every_entity(emulator: Emulator
     port = emulator.port("primary")
     conn_str = with_token(port, sas(resource.format(port=port)))
     # When both SDKs use it for a queue and an event hub / Then both work
-    await queue_roundtrip(conn_str)
-    await hub_roundtrip(conn_str)
+    await expect_queue_roundtrip(conn_str)
+    await expect_hub_roundtrip(conn_str)
 
 
 async def test_an_entity_token_grants_only_its_entity(emulator: Emulator) -> None:
     port = emulator.port("primary")
     conn_str = with_token(port, sas(f"sb://127.0.0.1:{port}/{QUEUE}"))
-    await queue_roundtrip(conn_str)
+    await expect_queue_roundtrip(conn_str)
     with pytest.raises(AuthenticationError):
-        await hub_roundtrip(conn_str)
+        await expect_hub_roundtrip(conn_str)
 
 
 @pytest.mark.parametrize("token", [
@@ -94,9 +94,9 @@ async def test_an_expired_or_wrongly_signed_namespace_token_is_refused(
     port = emulator.port("primary")
     conn_str = with_token(port, token(port))  # type: ignore[operator]
     with pytest.raises(AuthenticationError):
-        await hub_roundtrip(conn_str)
+        await expect_hub_roundtrip(conn_str)
     with pytest.raises(ServiceBusAuthenticationError):
-        await queue_roundtrip(conn_str)
+        await expect_queue_roundtrip(conn_str)
 
 
 async def test_the_official_emulators_connection_string_works_by_default(
@@ -105,8 +105,8 @@ async def test_the_official_emulators_connection_string_works_by_default(
     # emulators (their well-known key, localhost)
     conn_str = OFFICIAL.format(port=emulator.port("primary"))
     # When both SDKs use that exact string / Then they send and receive
-    await queue_roundtrip(conn_str)
-    await hub_roundtrip(conn_str)
+    await expect_queue_roundtrip(conn_str)
+    await expect_hub_roundtrip(conn_str)
     # and it is the string the emulator prints (but for the host)
     assert emulator.connection_string("primary").replace("127.0.0.1", "localhost") == conn_str
 
@@ -117,10 +117,10 @@ async def test_a_configured_key_replaces_the_well_known_one(tmp_path: Path) -> N
                         event_hubs={HUB: 2}, key=custom) as emu:
         port = emu.port("primary")
         # The configured key works, in the string the emulator prints
-        await hub_roundtrip(emu.connection_string("primary"))
-        await queue_roundtrip(emu.connection_string("primary"))
+        await expect_hub_roundtrip(emu.connection_string("primary"))
+        await expect_queue_roundtrip(emu.connection_string("primary"))
         # and the well-known one no longer does
         with pytest.raises(AuthenticationError):
-            await hub_roundtrip(OFFICIAL.format(port=port))
+            await expect_hub_roundtrip(OFFICIAL.format(port=port))
         with pytest.raises(ServiceBusAuthenticationError):
-            await queue_roundtrip(OFFICIAL.format(port=port))
+            await expect_queue_roundtrip(OFFICIAL.format(port=port))
