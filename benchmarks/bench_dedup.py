@@ -30,7 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gateway._dedup_store import SqliteDedupStore
+from gateway.stores._dedup import SqliteDedupStore
 from replication._dedup import Deduplicator, DedupWindow, Verdict
 
 DELIVER, DUPLICATE = Verdict.DELIVER, Verdict.DUPLICATE

@@ -41,8 +41,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gateway._sender import AsyncGeoSender
 from gateway.drill import DrillReport, run_drill
+from gateway.geo._sender import AsyncGeoSender
 from gateway.transports.local import LocalNamespace
 from replication import Message
 

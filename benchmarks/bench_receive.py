@@ -47,8 +47,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gateway._client import GeoReceiver
-from gateway._receiver import AsyncGeoReceiver, ReceiverStats
+from gateway.geo._client import GeoReceiver
+from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
 from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalNamespace, LocalTransport
 from replication import Message

@@ -46,9 +46,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from gateway.emulator.relay._emulator import RelayEmulator
 from gateway.relay import AsyncGeoRelayClient, RelayEndpoint, Request, Response
-from gateway.relay._emulator import RelayEmulator
-from gateway.relay._protocol import decode, encode
+from gateway.relay.protocol import decode, encode
 from gateway.transports._local_control import ControlFile, namespace_files
 
 HC = "bench"

@@ -48,9 +48,9 @@ from rich.console import Console
 from rich.table import Table
 
 from durable_queue import DurableQueue
-from gateway._config import NamespaceConfig
-from gateway._emulated import EmulatorProcess
-from gateway._sender import AsyncGeoSender
+from gateway.emulator._process import EmulatorProcess
+from gateway.geo._config import NamespaceConfig
+from gateway.geo._sender import AsyncGeoSender
 from gateway.transports.local import LocalNamespace
 from replication import Message
 from replication._routing import destination

@@ -44,9 +44,9 @@ from azure.servicebus.aio import ServiceBusClient
 from rich.console import Console
 from rich.table import Table
 
-from gateway._config import NamespaceConfig
-from gateway._emulated import EmulatorProcess
-from gateway._sender import AsyncGeoSender
+from gateway.emulator._process import EmulatorProcess
+from gateway.geo._config import NamespaceConfig
+from gateway.geo._sender import AsyncGeoSender
 from replication import Message
 
 QUEUE, HUB = "bench", "bench-events"

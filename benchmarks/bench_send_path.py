@@ -46,8 +46,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gateway._client import GeoSender
-from gateway._sender import AsyncGeoSender
+from gateway.geo._client import GeoSender
+from gateway.geo._sender import AsyncGeoSender
 from gateway.transports._local_store import Store
 from gateway.transports.local import LocalNamespace, LocalTransport
 from replication import Message

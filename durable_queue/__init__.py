@@ -15,6 +15,7 @@ from durable_queue._records import (
     StoredMessage,
 )
 from durable_queue._replayer import Replayer
+from durable_queue._sqlite import busy_retrying, is_busy, open_private_store, transaction
 
 __all__ = [
     "DeadLetteredMessage",
@@ -24,4 +25,8 @@ __all__ = [
     "ReplayResult",
     "Replayer",
     "StoredMessage",
+    "busy_retrying",
+    "is_busy",
+    "open_private_store",
+    "transaction",
 ]

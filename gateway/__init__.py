@@ -5,8 +5,8 @@ Sync API here; the async twins are in :mod:`gateway.aio`.
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from gateway._lazy import lazy_dir as _lazy_dir
-from gateway._lazy import lazy_exports as _lazy_exports
+from gateway._support.lazy import lazy_dir as _lazy_dir
+from gateway._support.lazy import lazy_exports as _lazy_exports
 from gateway.errors import (
     ConfigError,
     DurableQueueError,
@@ -21,22 +21,29 @@ from gateway.errors import (
 )
 
 if _TYPE_CHECKING:
-    from gateway._client import GeoReceiver, GeoSender
-    from gateway._config import (
+    from gateway.geo import (
         DedupConfig,
         DurableQueueConfig,
         GatewayConfig,
+        GatewayHooks,
+        GeoPartitionReceiver,
+        GeoReceiver,
+        GeoSender,
         NamespaceConfig,
+        ReceiverStats,
+        SendResult,
     )
-    from gateway._dedup_store import SqliteDedupStore
-    from gateway._geo_partitions import GeoPartitionReceiver
-    from gateway._hooks import GatewayHooks
-    from gateway._receiver import ReceiverStats
-    from gateway._sender import SendResult
+    from gateway.stores import SqliteDedupStore
     from gateway.transports.base import ReceivedMessage, ReceiveMode
-    from replication import Message
-    from replication._dedup import DedupStore, DedupWindow, InMemoryDedupStore
-    from replication._policy import Mode, ReplicationPolicy, RetryPolicy
+    from replication import (
+        DedupStore,
+        DedupWindow,
+        InMemoryDedupStore,
+        Message,
+        Mode,
+        ReplicationPolicy,
+        RetryPolicy,
+    )
 
 __version__ = "0.1.0"
 
@@ -44,26 +51,26 @@ __version__ = "0.1.0"
 # SQLite stores and the transports, the consumer its blob store (azure-storage), and the
 # `geogateway` command and a process that only needs the errors need none of them.
 _LAZY = {
-    "DedupConfig": "gateway._config",
-    "DedupStore": "replication._dedup",
-    "DedupWindow": "replication._dedup",
-    "DurableQueueConfig": "gateway._config",
-    "GatewayConfig": "gateway._config",
-    "GatewayHooks": "gateway._hooks",
-    "GeoPartitionReceiver": "gateway._geo_partitions",
-    "GeoReceiver": "gateway._client",
-    "GeoSender": "gateway._client",
-    "InMemoryDedupStore": "replication._dedup",
+    "DedupConfig": "gateway.geo",
+    "DedupStore": "replication",
+    "DedupWindow": "replication",
+    "DurableQueueConfig": "gateway.geo",
+    "GatewayConfig": "gateway.geo",
+    "GatewayHooks": "gateway.geo",
+    "GeoPartitionReceiver": "gateway.geo",
+    "GeoReceiver": "gateway.geo",
+    "GeoSender": "gateway.geo",
+    "InMemoryDedupStore": "replication",
     "Message": "replication",
-    "Mode": "replication._policy",
-    "NamespaceConfig": "gateway._config",
+    "Mode": "replication",
+    "NamespaceConfig": "gateway.geo",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
-    "ReceiverStats": "gateway._receiver",
-    "ReplicationPolicy": "replication._policy",
-    "RetryPolicy": "replication._policy",
-    "SendResult": "gateway._sender",
-    "SqliteDedupStore": "gateway._dedup_store",
+    "ReceiverStats": "gateway.geo",
+    "ReplicationPolicy": "replication",
+    "RetryPolicy": "replication",
+    "SendResult": "gateway.geo",
+    "SqliteDedupStore": "gateway.stores",
 }
 
 

@@ -3,20 +3,18 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from gateway._lazy import lazy_dir as _lazy_dir
-from gateway._lazy import lazy_exports as _lazy_exports
+from gateway._support.lazy import lazy_dir as _lazy_dir
+from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
-    from gateway._geo_partitions import AsyncGeoPartitionReceiver
-    from gateway._receiver import AsyncGeoReceiver
-    from gateway._sender import AsyncGeoSender
+    from gateway.geo import AsyncGeoPartitionReceiver, AsyncGeoReceiver, AsyncGeoSender
 
 # Imported on first use (PEP 562): the partition receiver brings in the consumer's blob
 # checkpoint store (azure-storage), which a sender or a receiver of queues never needs.
 _LAZY = {
-    "AsyncGeoPartitionReceiver": "gateway._geo_partitions",
-    "AsyncGeoReceiver": "gateway._receiver",
-    "AsyncGeoSender": "gateway._sender",
+    "AsyncGeoPartitionReceiver": "gateway.geo",
+    "AsyncGeoReceiver": "gateway.geo",
+    "AsyncGeoSender": "gateway.geo",
 }
 
 

@@ -2,7 +2,7 @@
 pure packages can raise it without importing ``gateway``). See its docstring for
 the tree."""
 
-from replication._errors import (
+from replication import (
     ConfigError,
     DurableQueueError,
     GatewayError,

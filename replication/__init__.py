@@ -29,8 +29,20 @@ from replication._errors import (
 from replication._message import Message, PropertyValue
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 from replication._roles import RoleState
+from replication._routing import (
+    ANY_NAMESPACE,
+    Failure,
+    SendPlan,
+    classify,
+    destination,
+    parse_destination,
+    plan_send,
+    replayable,
+    should_fail_back,
+)
 
 __all__ = [
+    "ANY_NAMESPACE",
     "DEFAULT_DEDUP_WINDOW",
     "ConfigError",
     "DedupStats",
@@ -38,6 +50,7 @@ __all__ = [
     "DedupWindow",
     "Deduplicator",
     "DurableQueueError",
+    "Failure",
     "GatewayError",
     "InMemoryDedupStore",
     "Message",
@@ -52,7 +65,14 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
+    "SendPlan",
     "TransactionalDedupStore",
     "TransportError",
     "Verdict",
+    "classify",
+    "destination",
+    "parse_destination",
+    "plan_send",
+    "replayable",
+    "should_fail_back",
 ]

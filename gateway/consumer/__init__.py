@@ -2,14 +2,23 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from gateway._lazy import lazy_exports as _lazy_exports
-from gateway.consumer._balance import BalanceSettings
+from gateway._support.lazy import lazy_exports as _lazy_exports
+from gateway.consumer._balance import (
+    LEAVING_SUFFIX,
+    LEFT_SUFFIX,
+    SUFFIXES,
+    BalanceSettings,
+    BalanceView,
+    leaving_instances,
+    live_instances,
+)
 from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._processor import (
     AsyncPartitionProcessor,
     CloseReason,
     PartitionContext,
     ProcessorSettings,
+    StartingPosition,
 )
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._sqlite_store import SdkCheckpointStore, SqliteCheckpointStore
@@ -26,8 +35,12 @@ __getattr__ = _lazy_exports(__name__, {"BlobCheckpointStore": "gateway.consumer.
 
 
 __all__ = [
+    "LEAVING_SUFFIX",
+    "LEFT_SUFFIX",
+    "SUFFIXES",
     "AsyncPartitionProcessor",
     "BalanceSettings",
+    "BalanceView",
     "BlobCheckpointStore",
     "Checkpoint",
     "CheckpointStore",
@@ -42,5 +55,8 @@ __all__ = [
     "ProcessorSettings",
     "SdkCheckpointStore",
     "SqliteCheckpointStore",
+    "StartingPosition",
     "SyncPartitionContext",
+    "leaving_instances",
+    "live_instances",
 ]

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from durable_queue._sqlite import busy_retrying, is_busy, open_private_store, transaction
+from durable_queue import busy_retrying, is_busy, open_private_store, transaction
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._store import CheckpointStore
 from replication import ConfigError, GatewayError, OwnershipLost

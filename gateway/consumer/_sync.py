@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from gateway._sync import PortalDriver
+from gateway._support.portal import PortalDriver
 from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._processor import (
     AsyncPartitionProcessor,

@@ -21,17 +21,21 @@ namespace's control file (down/up, latency, lost replies). Not emulated (refused
 with ``amqp:not-implemented``, never faked): topics and subscriptions, session
 receivers, deferral, transactions.
 
-The wire layer lives in private modules: ``_codec`` (the type system), ``_frames``
-(framing), ``_performatives`` (performatives and composite types) and
-``_amqp_message`` (the message format); the server in ``_server``, ``_namespace``,
-``_connection``, ``_session``, ``_links``, ``_router``, ``_management``,
-``_servicebus``, ``_servicebus_management`` and ``_eventhubs``.
+Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer and its server),
+``relay/`` the Azure Relay Hybrid Connections emulator (:class:`RelayEmulator`);
+``_config`` and ``_auth`` are shared by both, ``_process`` runs ``geogateway emulator``
+as a child process for drills, tests and benchmarks (:class:`EmulatorProcess`).
 """
 
 from __future__ import annotations
 
-from ._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
-from ._config import (
+from typing import TYPE_CHECKING
+
+from gateway._support.lazy import lazy_dir as _lazy_dir
+from gateway._support.lazy import lazy_exports as _lazy_exports
+from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME
+from gateway.emulator._config import (
+    SERVICE_BUS_MAX_MESSAGE_SIZE,
     EmulatorConfig,
     EventHubSpec,
     QueueSpec,
@@ -39,16 +43,35 @@ from ._config import (
     parse_event_hub,
     parse_namespace,
 )
-from ._server import Emulator, EmulatorThread
+
+if TYPE_CHECKING:
+    from gateway.emulator._process import EmulatorProcess
+    from gateway.emulator.amqp import Emulator, EmulatorThread
+    from gateway.emulator.relay import RelayEmulator
+
+# The servers are imported on first use (PEP 562): the command line reads the
+# configuration without loading the AMQP codec or aiohttp.
+_LAZY = {
+    "Emulator": "gateway.emulator.amqp",
+    "EmulatorProcess": "gateway.emulator._process",
+    "EmulatorThread": "gateway.emulator.amqp",
+    "RelayEmulator": "gateway.emulator.relay",
+}
+
+__getattr__ = _lazy_exports(__name__, _LAZY)
+__dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
     "DEFAULT_KEY",
     "DEFAULT_KEY_NAME",
+    "SERVICE_BUS_MAX_MESSAGE_SIZE",
     "Emulator",
     "EmulatorConfig",
+    "EmulatorProcess",
     "EmulatorThread",
     "EventHubSpec",
     "QueueSpec",
+    "RelayEmulator",
     "load_config",
     "parse_event_hub",
     "parse_namespace",

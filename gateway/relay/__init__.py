@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway._lazy import lazy_exports as _lazy_exports
+from gateway._support.lazy import lazy_exports as _lazy_exports
 from gateway.relay._handler import (
     AsgiApp,
     Handler,
@@ -21,7 +21,7 @@ from gateway.relay._handler import (
     RelayResponse,
     asgi_handler,
 )
-from gateway.relay._protocol import (
+from gateway.relay.protocol import (
     Accept,
     ProtocolError,
     RelayEndpoint,
@@ -33,8 +33,8 @@ from gateway.relay._protocol import (
 )
 
 if TYPE_CHECKING:
+    from gateway.emulator import RelayEmulator
     from gateway.relay._client import AsyncGeoRelayClient, GeoRelayClient
-    from gateway.relay._emulator import RelayEmulator
     from gateway.relay._listener import GeoRelayListener, WebSocketHandler
     from gateway.relay._policy import RelayClientPolicy
     from gateway.relay._thread import RelayThread
@@ -67,7 +67,7 @@ _LAZY = {"AsyncGeoRelayClient": "gateway.relay._client",
          "RelayClientPolicy": "gateway.relay._policy",
          "GeoRelayListener": "gateway.relay._listener",
          "WebSocketHandler": "gateway.relay._listener",
-         "RelayEmulator": "gateway.relay._emulator",
+         "RelayEmulator": "gateway.emulator",
          "RelayThread": "gateway.relay._thread"}
 
 

@@ -29,8 +29,7 @@ from tenacity import (
     stop_after_delay,
 )
 
-from gateway._hooks import GatewayHooks, emit
-from gateway._roles_store import RoleStore
+from gateway.geo import GatewayHooks, emit
 from gateway.relay._policy import (
     RelayClientPolicy,
     TokenCache,
@@ -40,15 +39,16 @@ from gateway.relay._policy import (
     is_idempotent,
     round_wait,
 )
-from gateway.relay._protocol import RelayEndpoint
-from replication._errors import (
+from gateway.relay.protocol import RelayEndpoint
+from gateway.stores import RoleStore
+from replication import (
+    ANY_NAMESPACE,
     ConfigError,
     MessageRejected,
     NamespaceUnavailable,
     OperationTimeout,
+    RoleState,
 )
-from replication._roles import RoleState
-from replication._routing import ANY_NAMESPACE
 
 __all__ = ["AsyncGeoRelayClient", "GeoRelayClient"]
 

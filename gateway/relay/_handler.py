@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from replication._errors import GatewayError
+from replication import GatewayError
 
 __all__ = ["AsgiApp", "Handler", "RelayRequest", "RelayResponse", "asgi_handler"]
 

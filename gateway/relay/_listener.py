@@ -9,11 +9,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gateway._hooks import GatewayHooks, emit
-from gateway._service_thread import AsyncService
-from gateway.relay import _protocol as p
+from gateway._support.service_thread import AsyncService
+from gateway.geo import GatewayHooks, emit
+from gateway.relay import protocol as p
 from gateway.relay._handler import Handler, RelayRequest, RelayResponse
-from replication._errors import ConfigError, NamespaceUnavailable
+from replication import ConfigError, NamespaceUnavailable
 
 if TYPE_CHECKING:
     import aiohttp

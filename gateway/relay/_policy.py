@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 import httpx
 from tenacity import RetryCallState, wait_random_exponential
 
-from replication._errors import ConfigError
-from replication._policy import RetryPolicy
+from replication import ConfigError, RetryPolicy
 
 __all__ = [
     "IDEMPOTENT_METHODS",

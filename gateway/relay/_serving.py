@@ -7,7 +7,7 @@ import contextlib
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from gateway.relay import _protocol as p
+from gateway.relay import protocol as p
 from gateway.relay._handler import RelayRequest, RelayResponse
 
 if TYPE_CHECKING:

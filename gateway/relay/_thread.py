@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway._service_thread import S, ServiceThread
+from gateway._support.service_thread import S, ServiceThread
 
 __all__ = ["RelayThread"]
 

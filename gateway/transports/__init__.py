@@ -4,17 +4,37 @@
 several processes can share and take down) and :class:`FaultyTransport` (a
 wrapper that injects outages, latency and lost replies) implement
 :class:`Transport`.
+
+The local namespace's parts that other rooms use are here too: its control file
+(:class:`ControlFile`, :func:`namespace_files`, :func:`prepare_data_dir`), which the
+CLI and the emulators read to take a namespace down, and its storage engine
+(:class:`Store`, :class:`Queued`, :data:`LEASE`, :data:`DEAD_LETTER_SUFFIX`), which the
+AMQP emulator serves to the Azure SDKs.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from gateway._lazy import lazy_dir as _lazy_dir
-from gateway._lazy import lazy_exports as _lazy_exports
+from gateway._support.lazy import lazy_dir as _lazy_dir
+from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
-    from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode, Transport
-    from .faults import FaultyTransport
-    from .local import (
+    from gateway.transports._local_control import (
+        ControlFile,
+        ControlState,
+        namespace_files,
+        prepare_data_dir,
+    )
+    from gateway.transports._local_events import LEASE
+    from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued, Store
+    from gateway.transports.base import (
+        EventPosition,
+        PartitionEvent,
+        ReceivedMessage,
+        ReceiveMode,
+        Transport,
+    )
+    from gateway.transports.faults import FaultyTransport
+    from gateway.transports.local import (
         EntityInfo,
         EntityKind,
         LocalNamespace,
@@ -27,19 +47,27 @@ if _TYPE_CHECKING:
 # Imported on first use (PEP 562), so that a submodule (the control file of a local
 # namespace, say) can be imported without the SQLite store and anyio behind the rest.
 _LAZY = {
-    "EntityInfo": ".local",
-    "EntityKind": ".local",
-    "EventPosition": ".base",
-    "FaultyTransport": ".faults",
-    "LocalNamespace": ".local",
-    "LocalTransport": ".local",
-    "NamespaceStatus": ".local",
-    "PartitionEvent": ".base",
-    "PartitionInfo": ".local",
-    "ReceiveMode": ".base",
-    "ReceivedMessage": ".base",
-    "Transport": ".base",
-    "default_data_dir": ".local",
+    "ControlFile": "gateway.transports._local_control",
+    "ControlState": "gateway.transports._local_control",
+    "DEAD_LETTER_SUFFIX": "gateway.transports._local_store",
+    "LEASE": "gateway.transports._local_events",
+    "Queued": "gateway.transports._local_store",
+    "Store": "gateway.transports._local_store",
+    "namespace_files": "gateway.transports._local_control",
+    "prepare_data_dir": "gateway.transports._local_control",
+    "EntityInfo": "gateway.transports.local",
+    "EntityKind": "gateway.transports.local",
+    "EventPosition": "gateway.transports.base",
+    "FaultyTransport": "gateway.transports.faults",
+    "LocalNamespace": "gateway.transports.local",
+    "LocalTransport": "gateway.transports.local",
+    "NamespaceStatus": "gateway.transports.local",
+    "PartitionEvent": "gateway.transports.base",
+    "PartitionInfo": "gateway.transports.local",
+    "ReceiveMode": "gateway.transports.base",
+    "ReceivedMessage": "gateway.transports.base",
+    "Transport": "gateway.transports.base",
+    "default_data_dir": "gateway.transports.local",
 }
 
 
@@ -48,6 +76,10 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 
 
 __all__ = [
+    "DEAD_LETTER_SUFFIX",
+    "LEASE",
+    "ControlFile",
+    "ControlState",
     "EntityInfo",
     "EntityKind",
     "EventPosition",
@@ -57,8 +89,12 @@ __all__ = [
     "NamespaceStatus",
     "PartitionEvent",
     "PartitionInfo",
+    "Queued",
     "ReceiveMode",
     "ReceivedMessage",
+    "Store",
     "Transport",
     "default_data_dir",
+    "namespace_files",
+    "prepare_data_dir",
 ]

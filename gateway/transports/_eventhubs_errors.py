@@ -19,10 +19,8 @@ from azure.eventhub.exceptions import (
     OwnershipLostError,
 )
 
-from replication import GatewayError
-
-from ._core_errors import core_outcome
-from ._sdk_common import (
+from gateway.transports._core_errors import core_outcome
+from gateway.transports._sdk_common import (
     Outcome,
     build_error,
     builtin_outcome,
@@ -31,6 +29,7 @@ from ._sdk_common import (
     status_outcome,
     walk,
 )
+from replication import GatewayError
 
 __all__ = ["map_error", "outcome"]
 

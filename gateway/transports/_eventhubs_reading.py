@@ -17,9 +17,7 @@ import anyio
 from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient, PartitionContext
 
-from replication import Message
-
-from ._sdk_common import (
+from gateway.transports._sdk_common import (
     CLOSE_TIMEOUT,
     body_bytes,
     epoch_seconds,
@@ -28,7 +26,8 @@ from ._sdk_common import (
     starting_position,
     text_or_none,
 )
-from .base import EventPosition, PartitionEvent
+from gateway.transports.base import EventPosition, PartitionEvent
+from replication import Message
 
 __all__ = ["PartitionReader", "incoming_event"]
 

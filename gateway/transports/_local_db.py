@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from durable_queue._sqlite import busy_retrying, is_busy, transaction
+from durable_queue import busy_retrying, is_busy, transaction
 from replication import GatewayError, NamespaceUnavailable
 
 __all__ = ["Database"]

@@ -23,9 +23,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gateway.transports.base import EventPosition, PartitionEvent
 from replication import Message, OwnershipLost
-
-from .base import EventPosition, PartitionEvent
 
 __all__ = [
     "LEASE",

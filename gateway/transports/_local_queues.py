@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.transports.base import ReceivedMessage
 from replication import Message
-
-from .base import ReceivedMessage
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",

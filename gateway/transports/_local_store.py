@@ -18,13 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gateway.transports import _local_events as events
+from gateway.transports import _local_queues as queues
+from gateway.transports._local_db import Database
+from gateway.transports._local_queues import Queued
+from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from replication import ConfigError, GatewayError, Message, MessageRejected, OwnershipLost
-
-from . import _local_events as events
-from . import _local_queues as queues
-from ._local_db import Database
-from ._local_queues import Queued
-from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 
 __all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Queued", "Store"]
 T = TypeVar("T")

@@ -24,7 +24,8 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from gateway._secrets import redact
+from gateway._support.secrets import redact
+from gateway.transports.base import EventPosition, Transport
 from replication import (
     ConfigError,
     GatewayError,
@@ -34,8 +35,6 @@ from replication import (
     OwnershipLost,
     PropertyValue,
 )
-
-from .base import EventPosition, Transport
 
 __all__ = [
     "Outcome",

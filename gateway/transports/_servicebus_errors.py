@@ -34,10 +34,8 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 
-from replication import GatewayError
-
-from ._core_errors import core_outcome
-from ._sdk_common import (
+from gateway.transports._core_errors import core_outcome
+from gateway.transports._sdk_common import (
     Outcome,
     build_error,
     builtin_outcome,
@@ -46,6 +44,7 @@ from ._sdk_common import (
     status_outcome,
     walk,
 )
+from replication import GatewayError
 
 __all__ = ["map_error", "outcome"]
 

@@ -90,20 +90,10 @@ from azure.core.credentials_async import AsyncTokenCredential
 from azure.eventhub import EventData, EventDataBatch, parse_connection_string
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 
-from replication import (
-    ConfigError,
-    GatewayError,
-    Message,
-    MessageRejected,
-    NamespaceUnavailable,
-    OperationTimeout,
-    TransportError,
-)
-
-from ._eventhubs_errors import map_error as _map
-from ._eventhubs_errors import outcome as _outcome
-from ._eventhubs_reading import PartitionReader
-from ._sdk_common import (
+from gateway.transports._eventhubs_errors import map_error as _map
+from gateway.transports._eventhubs_errors import outcome as _outcome
+from gateway.transports._eventhubs_reading import PartitionReader
+from gateway.transports._sdk_common import (
     GRACE,
     Outcome,
     SdkOptions,
@@ -115,7 +105,16 @@ from ._sdk_common import (
     default_credential,
     host_of,
 )
-from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
+from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
+from replication import (
+    ConfigError,
+    GatewayError,
+    Message,
+    MessageRejected,
+    NamespaceUnavailable,
+    OperationTimeout,
+    TransportError,
+)
 
 __all__ = ["EventHubsOptions", "EventHubsTransport"]
 

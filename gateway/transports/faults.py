@@ -20,9 +20,14 @@ from typing import TypeVar
 
 import anyio
 
+from gateway.transports.base import (
+    EventPosition,
+    PartitionEvent,
+    ReceivedMessage,
+    ReceiveMode,
+    Transport,
+)
 from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
-
-from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode, Transport
 
 __all__ = ["FaultyTransport"]
 

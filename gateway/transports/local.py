@@ -33,19 +33,24 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
-from gateway._blocking import run_blocking
-from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
-
-from ._local_control import NAME as _NAME
-from ._local_control import (
+from gateway._support.blocking import run_blocking
+from gateway.transports._local_control import NAME as _NAME
+from gateway.transports._local_control import (
     ControlFile,
     ControlState,
     default_data_dir,
     namespace_files,
     validate_faults,
 )
-from ._local_store import EntityInfo, EntityKind, Store
-from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode, Transport
+from gateway.transports._local_store import EntityInfo, EntityKind, Store
+from gateway.transports.base import (
+    EventPosition,
+    PartitionEvent,
+    ReceivedMessage,
+    ReceiveMode,
+    Transport,
+)
+from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
 
 __all__ = [
     "EntityInfo",

@@ -116,17 +116,7 @@ from azure.servicebus.exceptions import (
     MessageSizeExceededError,
 )
 
-from replication import (
-    ConfigError,
-    GatewayError,
-    Message,
-    MessageRejected,
-    NamespaceUnavailable,
-    OperationTimeout,
-    TransportError,
-)
-
-from ._sdk_common import (
+from gateway.transports._sdk_common import (
     GRACE,
     Outcome,
     SdkOptions,
@@ -142,9 +132,18 @@ from ._sdk_common import (
     properties_from,
     text_or_none,
 )
-from ._servicebus_errors import map_error as _map
-from ._servicebus_errors import outcome as _outcome
-from .base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
+from gateway.transports._servicebus_errors import map_error as _map
+from gateway.transports._servicebus_errors import outcome as _outcome
+from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
+from replication import (
+    ConfigError,
+    GatewayError,
+    Message,
+    MessageRejected,
+    NamespaceUnavailable,
+    OperationTimeout,
+    TransportError,
+)
 
 __all__ = ["ServiceBusOptions", "ServiceBusTransport"]
 

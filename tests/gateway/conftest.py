@@ -11,11 +11,11 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway._hooks import GatewayHooks
 from gateway.aio import AsyncGeoReceiver, AsyncGeoSender
+from gateway.geo._hooks import GatewayHooks
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from replication import Message
-from tests.gateway.cli_support import dirs, run  # noqa: F401  (the CLI tests' fixtures)
+from tests.gateway.cli.cli_support import dirs, run  # noqa: F401  (the CLI tests' fixtures)
 
 ENTITY = "orders"
 

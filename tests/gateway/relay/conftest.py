@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.relay._emulator import RelayEmulator
+from gateway.emulator.relay._emulator import RelayEmulator
 
 HC = "orders"
 

@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from gateway import GatewayHooks
+from gateway.emulator.relay._emulator import RelayEmulator
 from gateway.errors import MessageRejected, OperationTimeout
 from gateway.relay import AsyncGeoRelayClient, GeoRelayClient, RelayEndpoint, Request, Response
-from gateway.relay._emulator import RelayEmulator
-from gateway.relay._protocol import decode, encode
+from gateway.relay.protocol import decode, encode
 from gateway.transports._local_control import ControlFile, namespace_files
 
 from .conftest import HC

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway._hooks import GatewayHooks
 from gateway.errors import NamespaceUnavailable
+from gateway.geo._hooks import GatewayHooks
 from gateway.relay import (
     Accept,
     GeoRelayListener,

@@ -18,7 +18,7 @@ from gateway.relay import (
     Request,
     Response,
 )
-from gateway.relay._protocol import decode, encode
+from gateway.relay.protocol import decode, encode
 
 KEY = "c2VjcmV0LWtleS1mb3ItdGVzdHM="
 CONN = f"Endpoint=sb://contoso.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey={KEY};EntityPath=orders"

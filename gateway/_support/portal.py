@@ -1,0 +1,156 @@
+"""The sync drivers' engine: ``GeoSender`` and ``GeoReceiver`` run the async core on
+a private event loop thread and block on each call.
+
+There is one implementation of every decision, in the async core; these classes
+only carry calls across the thread boundary. A call is handed over with
+``call_soon_threadsafe`` and waited for on a plain lock: no concurrent future, no
+portal task group. A driver whose loop only serves its callers can also run the
+local namespaces' SQLite work on that loop thread (``inline_io``, see
+:mod:`gateway._support.blocking`), which saves two more thread switches per call.
+
+The loop thread is a daemon, and a driver that was never closed is closed at
+interpreter exit (``atexit``), so forgetting ``close()`` cannot hang the program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+import weakref
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from gateway._support.blocking import DriverThread
+
+__all__ = ["PortalDriver"]
+
+T = TypeVar("T")
+D = TypeVar("D", bound="PortalDriver")
+
+
+class _LoopThread:
+    """An asyncio event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str, *, inline_io: bool = False) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = DriverThread(target=self._run, name=name, daemon=True)
+        self._thread.inline_io = inline_io
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            # Calls of other threads still running when the driver was closed end
+            # with an error instead of blocking their callers forever.
+            tasks = asyncio.all_tasks(self.loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+    def call(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a sync gateway call cannot be made from its own loop thread")
+        return _Handoff(self.loop, func(*args)).result()
+
+    def stop(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self.loop.close()
+
+
+class _Handoff(Generic[T]):
+    """One call: started as a task on the loop, waited for on a lock by the caller."""
+
+    __slots__ = ("_coro", "_done", "_task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+        self._task: asyncio.Task[T] | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+        try:
+            loop.call_soon_threadsafe(self._start, loop)
+        except BaseException:
+            coro.close()  # never started: no "never awaited" warning
+            raise
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self._task = loop.create_task(self._coro)
+        except BaseException:
+            self._coro.close()
+            self._done.release()
+            raise
+        self._task.add_done_callback(self._finished)
+
+    def _finished(self, _task: asyncio.Task[T]) -> None:
+        self._done.release()
+
+    def result(self) -> T:
+        self._done.acquire()
+        if self._task is None:
+            raise RuntimeError("the sync driver's loop could not start the call")
+        if self._task.cancelled():
+            raise RuntimeError("the sync driver was closed while this call was running")
+        return self._task.result()
+
+
+class PortalDriver:
+    """Owns one event loop thread; subclasses call the async core through it."""
+
+    # Run the local namespaces' blocking work on the loop thread (see gateway._support.blocking).
+    _inline_io = False
+
+    def __init__(self) -> None:
+        self._loop_thread = _LoopThread(
+            f"geogateway-{type(self).__name__}", inline_io=self._inline_io
+        )
+        self._portal_closed = False
+        self._closer: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Close at interpreter exit if the user did not; a weak reference so that
+        # the registration does not keep the driver alive.
+        ref = weakref.ref(self)
+        self._atexit = lambda: _close_if_alive(ref)
+        atexit.register(self._atexit)
+
+    def _call(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        if self._portal_closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed")
+        return self._loop_thread.call(func, *args)
+
+    def _close_portal(self, aclose: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if self._portal_closed:
+            return
+        self._portal_closed = True
+        atexit.unregister(self._atexit)
+        try:
+            self._loop_thread.call(aclose)
+        finally:
+            self._loop_thread.stop()
+
+    def __enter__(self: D) -> D:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError()
+
+
+def _close_if_alive(ref: weakref.ref[PortalDriver]) -> None:
+    driver = ref()
+    if driver is not None:
+        driver.close()

@@ -1,0 +1,177 @@
+"""The ``geogateway`` command: drills, the durable queue, namespaces, quick sends.
+
+Start-up time matters here (``geogateway namespace down primary`` runs in scripts and
+drills): each subcommand's module, and with it the SDKs, SQLite stores and rich, is
+imported only when that subcommand runs; ``--help`` imports none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from gateway._support.secrets import RedactingFormatter, redact
+from replication import GatewayError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The subcommands: name -> (the module whose ``register(group)`` adds it, its summary).
+#: ``geogateway --help`` lists them from these summaries (a test keeps them equal to
+#: the commands' own), so it imports none of the modules.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "consumer": ("gateway.cli._consumer",
+                 "Inspect the partition-balanced consumers of an entity."),
+    "drill": ("gateway.cli._drill",
+              "Run a failover drill on two namespaces and print the report."),
+    "emulator": ("gateway.cli._emulator", "Serve Service Bus queues and event hubs of the "
+                 "local namespaces to the Azure SDKs."),
+    "namespace": ("gateway.cli._namespace",
+                  "Take embedded namespaces down and up, inject faults, show their state."),
+    "queue": ("gateway.cli._queue", "Inspect, export, purge and replay the durable queue."),
+    "receive": ("gateway.cli._send",
+                "Receive de-duplicated messages from both namespaces and complete them."),
+    "relay": ("gateway.cli._relay", "Send requests to and serve a hybrid connection in two "
+              "namespaces (Azure Relay)."),
+    "send": ("gateway.cli._send",
+             "Send BODIES (or --count generated messages) through the gateway."),
+}
+
+_CONSOLES: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # ``out`` and ``err`` (rich consoles for stdout and stderr) are made on first use:
+    # importing rich is a third of the start-up time of a command that prints one line.
+    if name in ("out", "err"):
+        if name not in _CONSOLES:
+            from rich.console import Console
+
+            _CONSOLES[name] = Console(stderr=name == "err", highlight=False, soft_wrap=True)
+        return _CONSOLES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def error_line(message: str) -> None:
+    """Print ``error: MESSAGE`` (secrets redacted) as one line on stderr."""
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {redact(message)}", err=True)
+
+
+def warning_line(message: str) -> None:
+    """Print ``warning: MESSAGE`` (secrets redacted) as one line on stderr."""
+    click.echo(f"{click.style('warning:', fg='yellow', bold=True)} {redact(message)}", err=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one line to stderr and exit (no traceback)."""
+    error_line(message)
+    raise SystemExit(code)
+
+
+def print_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    __getattr__("out").print(table)
+
+
+def data_dir_option(func: F) -> F:
+    return click.option(
+        "--data-dir", type=click.Path(file_okay=False, path_type=Path),
+        envvar="GEOGATEWAY_DATA_DIR", show_envvar=True,
+        help="Directory of the embedded local namespaces.",
+    )(func)
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported when they run (see :data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(COMMANDS[cmd_name][0]).register(self)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            command = self.commands.get(name) or click.Command(name, help=COMMANDS[name][1])
+            rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="geogateway", prog_name="geogateway")
+@click.option("-v", "--verbose", count=True,
+              help="Log more (-v info, -vv debug, -vvv the Azure SDKs' debug too).")
+def cli(verbose: int) -> None:
+    """Keep sending and receiving while a whole namespace is down."""
+    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    # The Azure SDKs' own errors reach the user as geogateway's (mapped, one line); their
+    # log lines only on request, and their debug output (AMQP frame traces) only at -vvv.
+    azure_level = (logging.CRITICAL if verbose == 0 else level if verbose >= 3
+                   else max(level, logging.INFO))
+    logging.getLogger("azure").setLevel(azure_level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="geogateway",
+                 standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        error_line(f"{exc.format_message()}{hint}")
+        return 2
+    except click.ClickException as exc:
+        error_line(exc.format_message())
+        return exc.exit_code
+    except (GatewayError, OSError) as exc:
+        error_line(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+

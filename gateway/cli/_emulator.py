@@ -1,0 +1,168 @@
+"""``geogateway emulator``: serve local namespaces to the Azure SDKs over AMQP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gateway.cli import data_dir_option, fail
+from gateway.emulator import (
+    DEFAULT_KEY,
+    DEFAULT_KEY_NAME,
+    SERVICE_BUS_MAX_MESSAGE_SIZE,
+    Emulator,
+    EmulatorConfig,
+    EventHubSpec,
+    QueueSpec,
+    load_config,
+    parse_event_hub,
+    parse_namespace,
+)
+from replication import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.emulator import RelayEmulator
+
+_DEFAULT_NAMESPACES = {"primary": 5672, "secondary": 5673}
+
+
+def register(group: click.Group) -> None:
+    group.add_command(emulator)
+
+
+def _namespace(ctx: click.Context, param: click.Parameter,
+               values: tuple[str, ...]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for value in values:
+        try:
+            name, port = parse_namespace(value)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc)) from None
+        found[name] = port
+    return found
+
+
+def _event_hubs(ctx: click.Context, param: click.Parameter,
+                values: tuple[str, ...]) -> list[EventHubSpec]:
+    try:
+        return [parse_event_hub(v) for v in values]
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.option("--namespace", "-n", "namespaces", multiple=True, callback=_namespace,
+              metavar="NAME=PORT",
+              help="A namespace to serve (repeatable; port 0 picks a free one) "
+                   "[default: primary=5672 and secondary=5673].")
+@click.option("--queue", "-q", "queues", multiple=True, metavar="NAME",
+              help="A queue to declare in every namespace (repeatable).")
+@click.option("--event-hub", "-e", "event_hubs", multiple=True, callback=_event_hubs,
+              metavar="NAME:PARTITIONS", help="An event hub to declare (repeatable).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A TOML file with [namespaces], [[queue]] and [[event_hub]] tables.")
+@data_dir_option
+@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
+@click.option("--key-name", default=None,
+              help=f"Shared access key name [default: {DEFAULT_KEY_NAME}].")
+@click.option("--key", envvar="GEOGATEWAY_EMULATOR_KEY", show_envvar=True, default=None,
+              help="Shared access key [default: SAS_KEY_VALUE, the official emulators' "
+                   "well-known key; a key given here replaces it]; "
+                   "printed as ***.")
+@click.option("--max-message-size", type=int, default=None, metavar="BYTES",
+              help="The largest Service Bus message accepted [default: 262144, the standard "
+                   "tier's 256 KiB]; a queue's own smaller limit applies too.")
+@click.option("--hybrid-connection", "--relay", "hybrid_connections", multiple=True,
+              metavar="NAME", help="Also serve Azure Relay hybrid connection NAME in every "
+                                   "namespace, on a port of its own (repeatable).")
+@click.option("--relay-port", "relay_ports", multiple=True, callback=_namespace,
+              metavar="NAME=PORT", help="The relay port of a namespace [default: a free one].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
+def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
+             event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
+             host: str | None, key_name: str | None, key: str | None,
+             max_message_size: int | None, hybrid_connections: tuple[str, ...],
+             relay_ports: dict[str, int], as_json: bool) -> None:
+    """Serve Service Bus queues and event hubs of the local namespaces to the Azure SDKs.
+
+    Prints one ready line per namespace with its connection string, then serves
+    until interrupted (Ctrl-C or SIGTERM).
+    """
+    try:
+        config = load_config(config_path) if config_path else EmulatorConfig()
+        emu = Emulator(
+            {**config.namespaces, **namespaces} or _DEFAULT_NAMESPACES,
+            data_dir=data_dir,
+            queues=[*config.queues, *(QueueSpec(name=q) for q in queues)],
+            event_hubs=[*config.event_hubs, *event_hubs],
+            key_name=key_name or config.key_name or DEFAULT_KEY_NAME,
+            key=key or DEFAULT_KEY,
+            host=host or config.host or "127.0.0.1",
+            max_message_size=_first(max_message_size, config.max_message_size,
+                                    SERVICE_BUS_MAX_MESSAGE_SIZE),
+        )
+        from gateway.cli._relay import make_relay
+
+        relay = make_relay(emu.namespaces, hybrid_connections, relay_ports, data_dir=data_dir,
+                           key_name=emu.key_name, key=key or DEFAULT_KEY, host=emu.host)
+    except ConfigError as exc:
+        fail(str(exc), code=2)
+    code = asyncio.run(_serve(emu, secret=key is not None and key != DEFAULT_KEY,
+                              as_json=as_json, relay=relay))
+    if code:
+        raise SystemExit(code)
+
+
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)
+
+
+async def _serve(emu: Emulator, *, secret: bool, as_json: bool,
+                 relay: RelayEmulator | None = None) -> int:
+    try:
+        await emu.start()
+        if relay is not None:
+            await relay.start()
+    except ConfigError as exc:
+        await emu.aclose()
+        fail(str(exc), code=2)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        _ready(emu, secret=secret, as_json=as_json, relay=relay)
+        await stop.wait()
+    finally:
+        if relay is not None:
+            await relay.aclose()
+        await emu.aclose()
+    return 0
+
+
+def _ready(emu: Emulator, *, secret: bool, as_json: bool,
+           relay: RelayEmulator | None = None) -> None:
+    from gateway.cli._relay import relay_ready
+
+    relay_report, relay_lines = relay_ready(relay, secret=secret) if relay else ({}, [])
+    if as_json:
+        report = {name: {"port": emu.port(name),
+                         "connection_string": emu.connection_string(name, redact_key=secret)}
+                  for name in emu.namespaces}
+        extra = {"relay": relay_report} if relay else {}
+        click.echo(json.dumps({"namespaces": report, **extra}, sort_keys=True))
+    else:
+        for name in emu.namespaces:
+            click.echo(f"namespace {name} ready on {emu.host}:{emu.port(name)}: "
+                       f"{emu.connection_string(name, redact_key=secret)}")
+        for line in relay_lines:
+            click.echo(line)
+    sys.stdout.flush()

@@ -1,0 +1,274 @@
+"""``geogateway queue stats|list|replay|purge|export`` for the durable queue."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from durable_queue import DurableQueue
+from gateway.cli import data_dir_option, err, fail, out, print_json, print_table, run
+from gateway.geo import GatewayConfig
+from replication import parse_destination
+
+
+def register(group: click.Group) -> None:
+    group.add_command(queue)
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def queue_path_option(func: Any) -> Any:
+    func = click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+        envvar="GEOGATEWAY_CONFIG", help="Read durable_queue.path from this file.",
+    )(func)
+    return click.option(
+        "-q", "--queue", "queue_path", type=click.Path(dir_okay=False, path_type=Path),
+        envvar="GEOGATEWAY_DURABLE_QUEUE", show_envvar=True, help="The durable queue file.",
+    )(func)
+
+
+def _resolve(queue_path: Path | None, config_path: Path | None) -> Path:
+    if queue_path is None and config_path is not None:
+        config = GatewayConfig.load(config_path)
+        if config.durable_queue is not None:
+            queue_path = config.durable_queue.path
+    if queue_path is None:
+        fail("no durable queue given: pass --queue PATH, set GEOGATEWAY_DURABLE_QUEUE, "
+             "or durable_queue.path in --config", code=2)
+    if not queue_path.exists():
+        fail(f"no durable queue at {queue_path}: check the path")
+    if queue_path.is_file() and queue_path.stat().st_size == 0:
+        # Opening would turn it into a new queue; an inspection must not write.
+        fail(f"{queue_path} is an empty file, not a durable queue: check the path")
+    return queue_path
+
+
+@contextlib.contextmanager
+def _opened(queue_path: Path | None, config_path: Path | None) -> Iterator[DurableQueue]:
+    q = DurableQueue(_resolve(queue_path, config_path))
+    try:
+        yield q
+    finally:
+        q.close()
+
+
+@click.group()
+def queue() -> None:
+    """Inspect, export, purge and replay the durable queue."""
+
+
+@queue.command()
+@queue_path_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def stats(queue_path: Path | None, config_path: Path | None, as_json: bool) -> None:
+    """Messages waiting per destination, dead letters, file size."""
+    with _opened(queue_path, config_path) as q:
+        s = q.stats()
+    if as_json:
+        print_json(asdict(s))
+        return
+    print_table(
+        f"durable queue {s.path}",
+        ("destination", "waiting", "bytes", "oldest", "dead-lettered", "buffered for"),
+        [(d.destination, d.count, d.bytes, _when(d.oldest_enqueued_at), d.dead_letters,
+          d.owner or "-") for d in s.destinations],
+    )
+    out.print(f"waiting: {s.count} ({s.bytes} bytes)  dead-lettered: {s.dead_letters}  "
+              f"file: {s.file_bytes} bytes")
+
+
+@queue.command(name="list")
+@queue_path_option
+@click.option("--destination", help="Only this destination (namespace/entity).")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--dead-letters", is_flag=True, help="List the dead-letter table instead.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_(queue_path: Path | None, config_path: Path | None, destination: str | None,
+          limit: int, dead_letters: bool, as_json: bool) -> None:
+    """The oldest waiting (or dead-lettered) messages, without removing them."""
+    with _opened(queue_path, config_path) as q:
+        # The oldest rows sit on the first pages: without a check of the whole file a
+        # damaged page further in would be missed (stats, export and replay read it).
+        q.check()
+        items: list[Any] = (
+            q.dead_letters(destination, limit=limit) if dead_letters
+            else q.peek(destination, limit=limit)
+        )
+    rows = [
+        {"id": i.id, "destination": i.destination, "message_id": i.message.message_id,
+         "size": len(i.message.body), "enqueued_at": _when(i.enqueued_at),
+         **({"reason": i.reason} if dead_letters else {"attempts": i.attempts})}
+        for i in items
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    columns = list(rows[0]) if rows else ["id", "destination", "message_id"]
+    print_table("dead letters" if dead_letters else "waiting", columns,
+                [list(r.values()) for r in rows])
+
+
+@queue.command()
+@queue_path_option
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),
+              default="-", help="Write JSON lines here (default stdout); created 0600.")
+@click.option("--destination", help="Only this destination.")
+@click.option("--dead-letters", is_flag=True, help="Include dead-lettered messages.")
+def export(queue_path: Path | None, config_path: Path | None, output: str,
+           destination: str | None, dead_letters: bool) -> None:
+    """Write messages as JSON lines (bodies as UTF-8 text or base64)."""
+    with _opened(queue_path, config_path) as q, _private_output(output) as fp:
+        count = q.export(fp, destination, include_dead_letters=dead_letters)
+    click.echo(f"exported {count} messages", err=True)
+
+
+@contextlib.contextmanager
+def _private_output(output: str) -> Iterator[TextIO]:
+    """stdout for ``-``, else ``output`` truncated and readable by its owner only:
+    it holds message bodies, as the queue file does."""
+    if output == "-":
+        yield sys.stdout
+        return
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        fail(f"cannot write {output}: {_why_not_writable(output, exc)}")
+    try:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    with open(fd, "w", encoding="utf-8") as fp:
+        yield fp
+
+
+def _why_not_writable(output: str, exc: OSError) -> str:
+    parent = os.path.dirname(os.path.abspath(output))
+    if exc.errno == errno.ENOENT:
+        return f"the directory {parent} does not exist; create it or choose another -o"
+    if exc.errno == errno.ENOTDIR:
+        return f"a part of {parent} is not a directory; choose another -o"
+    if exc.errno == errno.EISDIR:
+        return "it is a directory; give a file name with -o"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"permission denied in {parent}; choose another -o in a directory "
+                "you can write")
+    return f"{exc.strerror or exc}; choose another -o"
+
+
+@queue.command()
+@queue_path_option
+@click.option("--destination", help="Only this destination.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(queue_path: Path | None, config_path: Path | None, destination: str | None,
+          yes: bool) -> None:
+    """Delete waiting messages (all, or one destination's). They are gone for good."""
+    with _opened(queue_path, config_path) as q:
+        waiting = len(q) if destination is None else sum(
+            d.count for d in q.stats().destinations if d.destination == destination)
+        if not yes and not (sys.stdin.isatty() and click.confirm(
+                f"delete {waiting} waiting messages?")):
+            fail("not purged: pass --yes to confirm", code=2)
+        removed = q.purge(destination)
+    out.print(f"purged {removed} messages")
+
+
+def _entity(dest: str) -> str:
+    """The entity of a destination; a malformed one (a file written by other code) is
+    a one-line error, not a traceback."""
+    try:
+        return parse_destination(dest)[1]
+    except ValueError as exc:
+        fail(f"{exc}: this queue file was not written by a geogateway sender; "
+             "export its messages with `geogateway queue export`")
+
+
+@queue.command()
+@queue_path_option
+@click.option("--primary", default="local://primary", show_default=True,
+              help="Primary namespace (when not in --config).")
+@click.option("--secondary", default="local://secondary", show_default=True,
+              help="Secondary namespace (when not in --config).")
+@click.option("--dead-letters", is_flag=True, help="Requeue dead-lettered messages first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@data_dir_option
+def replay(queue_path: Path | None, config_path: Path | None, primary: str, secondary: str,
+           dead_letters: bool, as_json: bool, data_dir: Path | None) -> None:
+    """Send buffered messages to their namespaces now, in order.
+
+    Exits 3 when messages still wait (their namespaces are down), 1 on an error
+    (a damaged file; a file whose messages were buffered for other namespaces).
+    """
+    from gateway.cli._send import distinct
+    from gateway.geo import AsyncGeoSender
+
+    path = _resolve(queue_path, config_path)
+    config = GatewayConfig.load(config_path) if config_path is not None else None
+    if config is not None:
+        primary_ns: Any = config.primary
+        secondary_ns: Any = config.secondary
+        data_dir = data_dir or config.data_dir
+    else:
+        primary_ns, secondary_ns = primary, secondary
+        distinct(primary_ns, secondary_ns)
+    results: list[dict[str, Any]] = []
+
+    async def go() -> None:
+        q = DurableQueue(path)
+        try:
+            if dead_letters:
+                q.requeue_dead_letters()
+            entities = sorted({_entity(d) for d in q.destinations()})
+            for entity in entities:
+                async with AsyncGeoSender(
+                    primary=primary_ns, secondary=secondary_ns, entity=entity,
+                    durable_queue=q, data_dir=data_dir, recovery=False,
+                    policy=config.policy if config else None,
+                    state_dir=config.state_dir if config else None,
+                ) as sender:
+                    count = await sender.replay(progress=show)
+                    results.append({"entity": entity, "replayed": count,
+                                    "remaining": sorted(sender.backlog),
+                                    "down": sorted(sender.down)})
+        finally:
+            q.close()
+
+    with Progress(
+        TextColumn("replaying {task.description}"), TextColumn("{task.completed:,} sent"),
+        TimeElapsedColumn(), console=err, transient=True, disable=as_json or not err.is_terminal,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def show(destination: str, replayed: int) -> None:
+            if destination not in tasks:
+                tasks[destination] = bar.add_task(destination, total=None)
+            bar.update(tasks[destination], completed=replayed)
+
+        run(go())
+    if as_json:
+        print_json(results)
+    else:
+        print_table("replay", ("entity", "replayed", "still waiting for"),
+                    [(r["entity"], r["replayed"], ", ".join(r["remaining"]) or "-")
+                     for r in results])
+    waiting = [d for r in results for d in r["remaining"]]
+    if waiting:
+        down = sorted({ns for r in results for ns in r["down"]})
+        why = f"namespaces down: {', '.join(down)}" if down else "another replayer holds them"
+        fail(f"not all replayed: messages still wait for {', '.join(waiting)} ({why}); "
+             f"run again when they are back", code=3)

@@ -1,0 +1,97 @@
+"""The report of a failover drill (:func:`gateway.drill.run_drill`).
+
+A *failover*, in the report, is one fault (a namespace going down while the other is
+up, or starting to lose replies) after which a send that the faulty namespace did not
+accept was accepted by the other. ``failover_seconds`` holds one time per failover,
+so ``failovers == len(failover_seconds)`` always: for an outage, from the moment the
+outage is in effect to the end of that send; for lost replies, the duration of that
+send (the moment a reply goes missing is not observable before it). ``role_swaps``
+counts something else: the times the sender changed its active namespace (its
+``on_failover`` hook), which active mode never does and passive mode does once per
+outage of the active namespace only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gateway.geo import GatewayHooks
+
+__all__ = ["DrillCounters", "DrillReport"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrillReport:
+    """The outcome of one drill. ``passed`` is lost == 0 and duplicates_delivered == 0.
+
+    ``failovers`` is ``len(failover_seconds)`` (see the module docstring for what
+    counts as one); ``role_swaps`` counts the sender's ``on_failover`` hook calls.
+    ``state_dir`` is the run's state folder when it was kept, None once removed.
+    """
+
+    scenario: str
+    mode: str
+    messages: int
+    sent: int
+    delivered: int
+    lost: int
+    duplicates_delivered: int
+    duplicates_suppressed: int
+    buffered: int
+    replayed: int
+    failover_seconds: list[float] = field(default_factory=list)
+    role_swaps: int = 0
+    replay_seconds: float | None = None
+    elapsed_seconds: float = 0.0
+    transport: str = "local"
+    state_dir: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.lost == 0 and self.duplicates_delivered == 0
+
+    @property
+    def failovers(self) -> int:
+        return len(self.failover_seconds)
+
+    @property
+    def failover_p99(self) -> float | None:
+        return _percentile(self.failover_seconds, 0.99)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        data["failovers"] = self.failovers
+        data["failover_p99_seconds"] = self.failover_p99
+        return data
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+class DrillCounters(GatewayHooks):
+    """What the sender reports through its hooks during a drill."""
+
+    def __init__(self) -> None:
+        self.buffered = 0
+        self.replayed = 0
+        self.role_swaps = 0
+        self.last_replay_at: float | None = None
+
+    def on_buffered(self, *, destination: str, count: int) -> None:
+        self.buffered += count
+
+    def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
+        self.replayed += count
+        self.last_replay_at = time.monotonic()
+
+    def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
+        self.role_swaps += 1

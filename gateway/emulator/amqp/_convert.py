@@ -1,0 +1,243 @@
+"""Between AMQP messages on the wire and the local namespace's messages and events.
+
+What ``local://`` readers see of a message (:func:`to_local`): the MessageId
+(properties.message-id, as a string), the body (the data sections joined, or an
+amqp-value of binary or string), the partition key (message annotation
+``x-opt-partition-key``) and the application properties whose values it can hold:
+strings, integers, floats, booleans and null. Other values are converted where that
+loses nothing a reader could rely on (a symbol or char to a string, a UUID to its
+string, a timestamp to its milliseconds) and left out otherwise (binary, lists,
+maps, described values).
+
+A queue message sent by an AMQP client keeps everything else beside it
+(:func:`to_queued`): its header, message annotations, properties, application
+properties and footer, encoded as they came, so that an AMQP receiver gets every
+property and every application property back with its AMQP type. Its scheduled
+enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
+(``header.ttl``) are applied by the queue. Events keep what ``local://`` keeps.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import timezone
+from typing import Any
+
+from gateway.emulator.amqp._codec import Described, Int, Long, Symbol, Timestamp
+from gateway.emulator.amqp._message import (
+    AmqpMessage,
+    Header,
+    Properties,
+    body_bytes,
+    decode_message,
+    decode_spans,
+    encode_message,
+    split_sections,
+)
+from gateway.transports import Queued
+from gateway.transports.base import PartitionEvent, ReceivedMessage
+from replication import Message, PropertyValue
+
+__all__ = ["event_message", "lock_tag", "queue_message", "queue_payload", "tag_token",
+           "to_local", "to_queued"]
+
+_SEQUENCE = Symbol("x-opt-sequence-number")
+_ENQUEUED = Symbol("x-opt-enqueued-time")
+_LOCKED_UNTIL = Symbol("x-opt-locked-until")
+_OFFSET = Symbol("x-opt-offset")
+_PARTITION_KEY = Symbol("x-opt-partition-key")
+_DEAD_LETTER_SOURCE = Symbol("x-opt-deadletter-source")
+SCHEDULED = Symbol("x-opt-scheduled-enqueue-time")
+_STATE = Symbol("x-opt-message-state")
+# The sections a queue keeps beside the body: header, message annotations, properties,
+# application properties, footer (delivery annotations are for one hop only).
+_KEPT = frozenset((0x70, 0x72, 0x73, 0x74, 0x78))
+_HEADER, _ANNOTATIONS, _FOOTER = 0x70, 0x72, 0x78
+#: The application properties a queue adds to a message (when it dead-letters it).
+_ADDED = ("DeadLetterReason", "DeadLetterErrorDescription")
+#: ``x-opt-message-state`` of a message waiting for its scheduled time (0 is active).
+_STATE_SCHEDULED = Int(2)
+_UTC = timezone.utc
+
+
+def _value(v: Any) -> PropertyValue | Described:
+    """A property value the local namespace can hold, or a Described marker to drop it."""
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return int(v)  # Long, UInt, Timestamp, ... are ints
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, str):
+        return str.__str__(v)  # Symbol, Char
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return Described(None, None)
+
+
+def to_local(msg: AmqpMessage, *, key: str | None = None) -> Message:
+    """The local namespace's message for ``msg``; ``key`` is the partition key fallback.
+
+    Raises:
+        TypeError: the body is an amqp-sequence or an amqp-value that is not binary or text.
+    """
+    props = msg.properties
+    mid = props.message_id if props is not None else None
+    annotations = msg.message_annotations or {}
+    found = annotations.get(_PARTITION_KEY, key)
+    if isinstance(found, bytes):
+        found = found.decode("utf-8", "replace")
+    properties: dict[str, PropertyValue] = {}
+    for k, v in (msg.application_properties or {}).items():
+        value = _value(v)
+        if isinstance(k, str) and not isinstance(value, Described):
+            properties[str.__str__(k)] = value
+    return Message(
+        body=body_bytes(msg),
+        message_id=None if mid is None else _text(mid),
+        partition_key=found if isinstance(found, str) else None,
+        properties=properties,
+    )
+
+
+def to_queued(payload: bytes) -> Queued:
+    """The queue message for an encoded message: :func:`to_local`, and its other sections.
+
+    The sections other than the body and the delivery annotations are kept as they
+    came on the wire (re-encoded only when a client wrote them in an unusual form).
+
+    Raises:
+        DecodeError: the payload is not a message.
+        TypeError, ValueError: the body is not binary or text, or a section cannot be
+            encoded again.
+    """
+    msg, spans = decode_spans(payload)
+    kept = [(code, start, end) for code, start, end in spans if code in _KEPT]
+    if len({code for code, _, _ in kept}) == len(kept) and all(
+            payload[start + 1] == 0x53 for _, start, _ in kept):
+        sections = b"".join(payload[start:end] for _, start, end in kept)
+    else:
+        sections = encode_message(AmqpMessage(
+            header=msg.header, message_annotations=msg.message_annotations,
+            properties=msg.properties, application_properties=msg.application_properties,
+            footer=msg.footer))
+    scheduled = (msg.message_annotations or {}).get(SCHEDULED)
+    ttl = msg.header.ttl if msg.header is not None else None
+    return Queued(
+        message=to_local(msg), sections=sections,
+        scheduled_time=scheduled / 1000 if isinstance(scheduled, int) and not isinstance(
+            scheduled, bool) else None,
+        time_to_live=ttl / 1000 if ttl else None)
+
+
+def _text(mid: object) -> str:
+    if isinstance(mid, bytes):
+        return mid.hex()
+    return str(mid)
+
+
+def lock_tag(lock_token: str) -> bytes:
+    """The delivery tag of a lock token: the SDKs read the tag as a little-endian UUID."""
+    return uuid.UUID(hex=lock_token).bytes_le
+
+
+def tag_token(tag: uuid.UUID | bytes) -> str:
+    """The store's lock token of a delivery tag or of a lock token the SDK sent back."""
+    return (tag if isinstance(tag, uuid.UUID) else uuid.UUID(bytes_le=bytes(tag))).hex
+
+
+def _ms(seconds: float) -> Timestamp:
+    return Timestamp(round(seconds * 1000))
+
+
+def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
+                  dead_letter_source: str | None = None, scheduled: bool = False) -> AmqpMessage:
+    """The wire form of a message received from a queue (or peeked: no lock).
+
+    ``sections`` are the message's own (see :func:`to_queued`); the broker's
+    annotations and delivery count are written over them. ``scheduled``: a peeked
+    message still waiting for its scheduled time.
+    """
+    annotations: dict[Any, Any] = {
+        _SEQUENCE: Long(r.sequence_number),
+        _ENQUEUED: _ms(r.enqueued_time),
+    }
+    if r.locked_until is not None:
+        annotations[_LOCKED_UNTIL] = _ms(r.locked_until)
+    if r.message.partition_key is not None:
+        annotations[_PARTITION_KEY] = r.message.partition_key
+    if dead_letter_source is not None:
+        annotations[_DEAD_LETTER_SOURCE] = dead_letter_source
+    if scheduled:
+        annotations[_STATE] = _STATE_SCHEDULED
+    # Service Bus counts deliveries from 1; the AMQP header counts failed ones.
+    failed = max(0, r.delivery_count - 1)
+    if sections is None:
+        return AmqpMessage(
+            header=Header(delivery_count=failed),
+            message_annotations=annotations,
+            properties=Properties(message_id=r.message_id),
+            application_properties=dict(r.message.properties) or None,
+            data=[r.message.body],
+        )
+    sent = decode_message(sections)
+    header = sent.header or Header()
+    header.delivery_count = failed
+    return AmqpMessage(
+        header=header,
+        message_annotations={**(sent.message_annotations or {}), **annotations},
+        properties=sent.properties,
+        application_properties=_merged(sent.application_properties, r.message.properties),
+        data=[r.message.body],
+        footer=sent.footer,
+    )
+
+
+def queue_payload(r: ReceivedMessage, *, sections: bytes | None = None,
+                  dead_letter_source: str | None = None, scheduled: bool = False) -> bytes:
+    """``encode_message(queue_message(...))``, quicker: the message's own properties,
+    application properties and footer are copied as stored, not decoded and encoded."""
+    parts = split_sections(sections) if sections is not None else None
+    if parts is None or (any(k in r.message.properties for k in _ADDED)):
+        return encode_message(queue_message(r, sections=sections, scheduled=scheduled,
+                                            dead_letter_source=dead_letter_source))
+    own = decode_message(b"".join(raw for code, raw in parts if code in (_HEADER, _ANNOTATIONS)))
+    wire = queue_message(r, dead_letter_source=dead_letter_source, scheduled=scheduled)
+    assert wire.header is not None and wire.message_annotations is not None
+    header = own.header or Header()
+    header.delivery_count = wire.header.delivery_count
+    head = AmqpMessage(header=header, message_annotations={
+        **(own.message_annotations or {}), **wire.message_annotations})
+    middle = [raw for code, raw in parts if code not in (_HEADER, _ANNOTATIONS, _FOOTER)]
+    footer = [raw for code, raw in parts if code == _FOOTER]
+    return b"".join((encode_message(head), *middle,
+                     encode_message(AmqpMessage(data=[r.message.body])), *footer))
+
+
+def _merged(sent: dict[Any, Any] | None,
+            kept: Mapping[str, PropertyValue]) -> dict[Any, Any] | None:
+    """The application properties as sent, with what the queue added or changed
+    (``DeadLetterReason``, ...) taken from the local message's properties."""
+    out = dict(sent or {})
+    for key, value in kept.items():
+        if key not in out or _value(out[key]) != value:
+            out[key] = value
+    return out or None
+
+
+def event_message(e: PartitionEvent) -> AmqpMessage:
+    """The wire form of an event read from a partition."""
+    annotations: dict[Any, Any] = {
+        _SEQUENCE: Long(e.sequence_number),
+        _OFFSET: str(e.offset),
+        _ENQUEUED: _ms(e.enqueued_time),
+    }
+    if e.message.partition_key is not None:
+        annotations[_PARTITION_KEY] = e.message.partition_key
+    return AmqpMessage(
+        message_annotations=annotations,
+        properties=Properties(message_id=e.message.message_id),
+        application_properties=dict(e.message.properties) or None,
+        data=[e.message.body],
+    )

@@ -1,0 +1,161 @@
+"""Request/response nodes: ``$cbs`` (put-token) and ``$management`` (entity operations).
+
+A client attaches a pair of links to a node: a sender for requests and a receiver
+for responses. A response goes back on the receiver link of the same session
+attached to the same node, with the request's message-id as its correlation-id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.emulator._auth import AuthError, check_token, entity_path
+from gateway.emulator.amqp._codec import DecodeError, Symbol
+from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
+from gateway.emulator.amqp._message import (
+    NO_VALUE,
+    AmqpMessage,
+    Properties,
+    decode_message,
+    encode_message,
+)
+from gateway.emulator.amqp._performatives import Accepted, Error, Rejected
+from replication import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.emulator.amqp._namespace import Namespace
+
+__all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "put_token", "status"]
+
+_LOG = logging.getLogger("gateway.emulator")
+#: Seconds by which credit and settlements of requests follow the frames clients wait for.
+_LATER = 0.5
+
+
+@dataclass(kw_only=True)
+class Reply:
+    """A response: its application properties (status and description) and amqp-value."""
+
+    properties: dict[str, Any]
+    value: Any = NO_VALUE
+
+
+Handler = Callable[[IncomingLink, AmqpMessage], Awaitable[Reply]]
+
+
+class Replies(Terminus):
+    """The response link of a node: sends replies as the peer's credit allows."""
+
+    def __init__(self) -> None:
+        self._backlog: collections.deque[bytes] = collections.deque()
+
+    def post(self, link: OutgoingLink, payload: bytes) -> None:
+        self._backlog.append(payload)
+        self.on_credit(link)
+
+    def on_credit(self, link: OutgoingLink) -> None:
+        while self._backlog and link.can_send():
+            tag = link.delivery_count.to_bytes(4, "big")
+            link.send(tag, self._backlog.popleft(), settled=True)
+
+
+class Requests(Terminus):
+    """The request link of a node: each request is handled in its own task.
+
+    The Azure SDKs send requests without waiting for credit, and read one frame per
+    turn of their open loop (50 ms apart), so every frame before the one they wait
+    for costs them 50 ms: the credit goes out half a second after the attach, and
+    each request is settled half a second after its response, so that the frames
+    the client waits for (the response, then the attach of its entity link) come
+    first. A client that does wait for credit gets it after that half second.
+    """
+
+    credit_delay = _LATER
+
+    def __init__(self, namespace: Namespace, handler: Handler) -> None:
+        self.namespace = namespace
+        self.handler = handler
+
+    def on_delivery(self, link: IncomingLink, delivery: Delivery) -> None:
+        self.namespace.spawn(self._serve(link, delivery))
+
+    async def _serve(self, link: IncomingLink, delivery: Delivery) -> None:
+        try:
+            request = decode_message(delivery.payload)
+        except DecodeError as exc:
+            link.settle(delivery, Rejected(error=Error(condition="amqp:decode-error",
+                                                       description=str(exc))))
+            return
+        try:
+            reply = await self.handler(link, request)
+        except GatewayError as exc:
+            reply = Reply(properties=status(500, f"the namespace failed: {exc}"))
+        await self.namespace.delay()
+        replies = _reply_link(link, request)
+        if replies is not None and isinstance(replies.terminus, Replies):
+            props = request.properties
+            response = AmqpMessage(
+                properties=Properties(correlation_id=props.message_id if props else None),
+                application_properties=reply.properties,
+                value=reply.value,
+            )
+            replies.terminus.post(replies, encode_message(response))
+        else:
+            _LOG.info("no response link for a request on %r", link.address)
+        asyncio.get_running_loop().call_later(_LATER, link.settle, delivery, Accepted())
+
+
+def status(code: int, description: str, condition: str | None = None) -> dict[str, Any]:
+    """Response properties in both spellings the SDKs read (``$cbs`` and EH / Service Bus)."""
+    props: dict[str, Any] = {"status-code": code, "status-description": description,
+                             "statusCode": code, "statusDescription": description}
+    if condition is not None:
+        props["errorCondition"] = Symbol(condition)
+    return props
+
+
+def _reply_link(request_link: Link, request: AmqpMessage) -> OutgoingLink | None:
+    """The peer's response link: same session, same node (and its reply-to, if given)."""
+    node = request_link.address.lower()
+    reply_to = request.properties.reply_to if request.properties else None
+    found: OutgoingLink | None = None
+    for link in request_link.session.links():
+        if not isinstance(link, OutgoingLink) or link.address.lower() != node:
+            continue
+        target = link.target.address if link.target is not None else None
+        if reply_to is None or (target or "").lower() == reply_to.lower():
+            return link
+        found = link
+    return found
+
+
+def app_property(msg: AmqpMessage, name: str) -> Any:
+    """An application property of ``msg`` (keys may be strings or symbols)."""
+    return (msg.application_properties or {}).get(name)
+
+
+async def put_token(link: IncomingLink, request: AmqpMessage) -> Reply:
+    """The ``$cbs`` put-token operation: check the token and grant its audience."""
+    namespace = link.session.connection.namespace
+    if app_property(request, "operation") != "put-token":
+        return Reply(properties=status(400, "the only $cbs operation is put-token"))
+    token, audience = request.value, app_property(request, "name")
+    if not isinstance(token, str) or not isinstance(audience, str):
+        return Reply(properties=status(400, "put-token needs a string token and a 'name'"))
+    try:
+        grant = check_token(token, audience=audience, key_name=namespace.key_name,
+                            key=namespace.key, now=time.time())
+    except AuthError as exc:
+        _LOG.info("namespace %s refused a token for %s: %s", namespace.name,
+                  entity_path(audience) or "/", exc)
+        return Reply(properties=status(401, f"InvalidSignature: {exc}"))
+    conn = link.session.connection
+    now = time.time()
+    conn.grants = [g for g in conn.grants if g.expires > now] + [grant]  # tokens are renewed
+    return Reply(properties=status(202, "Accepted"))

@@ -1,0 +1,266 @@
+"""One emulated namespace: a listening socket over one local namespace's file.
+
+The entities live in the local namespace's SQLite file (``local://NAME`` and the
+emulated ``NAME`` share them). The file is used from the event loop itself: its
+transactions take tens of microseconds, while handing each one to a worker thread
+cost several times that in CPU (thread switches and the GIL). The price is that
+while another process holds the file's write lock (a ``local://`` client's
+transaction, normally well under a millisecond) the loop waits for it. Sends from
+all links in one turn of the loop are committed in one transaction. Readers
+waiting for messages wake when this emulator wrote, when the file changed on disk
+(another process wrote), and on a short tick (lock expiry).
+
+The namespace watches its control file: while it says ``down`` the listener is
+closed (clients get "connection refused") and every connection is closed with
+``amqp:connection:forced``; ``latency`` delays every reply; ``lost_replies`` drops
+the disposition of that share of stored sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
+from gateway.emulator.amqp._connection import Connection
+from gateway.emulator.amqp._router import Router
+from gateway.transports import DEAD_LETTER_SUFFIX, ControlFile, ControlState, Queued, Store
+from gateway.transports.local import namespace_files
+from replication import ConfigError, GatewayError, Message
+
+__all__ = ["Namespace"]
+
+T = TypeVar("T")
+_LOG = logging.getLogger("gateway.emulator")
+#: How often the control file and the namespace file are looked at (seconds).
+_CONTROL_POLL, _FILE_POLL = 0.1, 0.02
+
+
+def _key(entity: str) -> str:
+    # Readers of a queue and of its dead-letter sub-queue wake on the same changes.
+    return entity.lower().removesuffix(DEAD_LETTER_SUFFIX.lower())
+
+
+class Namespace:
+    """One namespace served on ``host:port`` (port 0: a free one, kept until closed)."""
+
+    def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
+                 key_name: str, key: str, queues: Sequence[QueueSpec],
+                 event_hubs: Sequence[EventHubSpec],
+                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE) -> None:
+        self.name = name
+        #: The largest Service Bus message accepted (a queue's own limit may be smaller).
+        self.max_message_size = max_message_size
+        self.host = host
+        self.port = port
+        self.key_name = key_name
+        self.key = key
+        self.db_path, control = namespace_files(name, data_dir)
+        self.store = Store(self.db_path, namespace=name, auto_create=False)
+        self.control = ControlFile(control)
+        self.state = ControlState()
+        self.router = Router(self)
+        self.rng = random.Random()
+        self.created = time.time()
+        #: The readers of each event hub partition: (hub, consumer group, partition) -> readers.
+        self.owners: dict[tuple[str, str, str], list[Any]] = {}
+        self._queues, self._event_hubs = tuple(queues), tuple(event_hubs)
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._changed: dict[str, asyncio.Event] = {}
+        self._file_stamp: tuple[int, ...] = ()
+        self._pending: list[tuple[str, str | None, Sequence[Message | Queued],
+                                  Callable[[GatewayError | None], None]]] = []
+        self._flushing = False
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the declared entities, then listen (and stop again if the namespace is down).
+
+        Raises:
+            ConfigError: an entity exists with other settings, or the port is in use.
+        """
+        await self.run(self._create_entities)
+        self.state = self.control.read()
+        self._file_stamp = self._stat()
+        await self._listen()  # even when down: it fixes the port that "up" will use
+        if self.state.down:
+            await self._stop_serving("amqp:connection:forced", f"namespace {self.name} is down")
+        self.spawn(self._watch_control())
+        self.spawn(self._watch_file())
+
+    def _create_entities(self) -> None:
+        for q in self._queues:
+            self.store.create(Store.queue(
+                q.name, lock_duration=q.lock_duration, max_delivery_count=q.max_delivery_count,
+                max_message_size=q.max_message_size,
+                dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration))
+        for h in self._event_hubs:
+            self.store.create(Store.partitioned(h.name, partitions=h.partitions,
+                                                max_message_size=h.max_message_size))
+
+    async def _listen(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        except OSError as exc:
+            raise ConfigError(f"namespace {self.name}: cannot listen on {self.host}:"
+                              f"{self.port}: {exc.strerror or exc}") from None
+        # Keep the port an ephemeral request got, so that down/up keeps the address.
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def aclose(self) -> None:
+        """Close the listener, every connection and the namespace file."""
+        await self._stop_serving("amqp:connection:forced", "the emulator is shutting down")
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.store.close()
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a store operation (on the event loop: see the module docstring)."""
+        return fn(*args, **kwargs)
+
+    async def _stop_serving(self, condition: str, description: str) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for conn in list(self._connections):
+            conn.close(condition, description)
+        if server is not None:
+            await server.wait_closed()
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task owned by the namespace (cancelled when it closes)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _LOG.error("emulator task failed in namespace %s", self.name,
+                       exc_info=task.exception())
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.state.down:
+            writer.close()
+            return
+        conn = Connection(self, reader, writer)
+        self._connections.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            self._connections.discard(conn)
+
+    # -- the control file -----------------------------------------------------------
+
+    async def _watch_control(self) -> None:
+        while True:
+            await asyncio.sleep(_CONTROL_POLL)
+            state = self.control.read()
+            if state.down and not self.state.down:
+                _LOG.info("namespace %s is down", self.name)
+                self.state = state
+                await self._stop_serving("amqp:connection:forced",
+                                         f"namespace {self.name} is down")
+            elif not state.down and self.state.down:
+                _LOG.info("namespace %s is up", self.name)
+                self.state = state
+                with contextlib.suppress(ConfigError):  # retried at the next poll
+                    await self._listen()
+                if self._server is None:
+                    self.state = ControlState(down=True)
+            else:
+                self.state = state
+
+    async def delay(self) -> None:
+        """Wait out the injected latency, if any."""
+        if self.state.latency > 0:
+            await asyncio.sleep(self.state.latency)
+
+    def lose_reply(self) -> bool:
+        """Whether to drop this reply (the injected ``lost_replies`` share)."""
+        p = self.state.lost_replies
+        return p > 0 and self.rng.random() < p
+
+    # -- the namespace file ---------------------------------------------------------
+
+    def changed(self, entity: str) -> asyncio.Event:
+        """An event set at the next change of ``entity`` (a queue and its DLQ are one).
+
+        Take it before looking, then wait on it, so that no change is missed.
+        """
+        key = _key(entity)
+        event = self._changed.get(key)
+        if event is None:
+            event = self._changed[key] = asyncio.Event()
+        return event
+
+    def notify(self, entities: Iterable[str] | None = None) -> None:
+        """Wake those waiting for a change of ``entities`` (None: of any entity)."""
+        keys = list(self._changed) if entities is None else {_key(e) for e in entities}
+        for key in keys:
+            event = self._changed.pop(key, None)
+            if event is not None:
+                event.set()
+
+    def _stat(self) -> tuple[int, ...]:
+        stamp: list[int] = []
+        for path in (self.db_path, self.db_path + "-wal"):
+            try:
+                st = os.stat(path)
+            except OSError:
+                stamp += (0, 0)
+            else:
+                stamp += (st.st_mtime_ns, st.st_size)
+        return tuple(stamp)
+
+    async def _watch_file(self) -> None:
+        # Another process appending changes the file (WAL) on disk; ours are notified
+        # directly and their stamp is taken right after, so they do not wake twice.
+        while True:
+            await asyncio.sleep(_FILE_POLL)
+            stamp = self._stat()
+            if stamp != self._file_stamp:
+                self._file_stamp = stamp
+                self.notify()
+
+    def wrote(self, entities: Iterable[str]) -> None:
+        """This emulator changed ``entities``: wake their readers (and only them)."""
+        self._file_stamp = self._stat()
+        self.notify(entities)
+
+    # -- sends, committed together --------------------------------------------------
+
+    def append(self, entity: str, partition_id: str | None,
+               messages: Sequence[Message | Queued],
+               done: Callable[[GatewayError | None], None]) -> None:
+        """Store messages in ``entity`` (one partition of it when ``partition_id`` is set).
+
+        The appends of one turn of the event loop, from every link, are committed in
+        one transaction (each all or none); ``done`` then gets each one's error or None.
+        """
+        self._pending.append((entity, partition_id, messages, done))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        batch, self._pending = self._pending, []
+        try:
+            results = self.store.send_many([b[:3] for b in batch], time.time())
+        except GatewayError as exc:
+            results = [exc] * len(batch)
+        self.wrote(entity for entity, *_ in batch)
+        for (*_, done), result in zip(batch, results, strict=True):
+            done(result)

@@ -1,0 +1,528 @@
+"""Geo-redundant consumption of a partitioned entity: one processor per namespace.
+
+:class:`AsyncGeoPartitionReceiver` runs an
+:class:`~gateway.consumer.AsyncPartitionProcessor` on each namespace (each shares
+that namespace's partitions with the other instances and checkpoints under its own
+``fully_qualified_namespace``) and puts one :class:`~replication.Deduplicator` in
+front of the handler, shared by both. For every event, by ``MessageId``:
+
+- DELIVER: the first copy. The handler runs, retried up to ``handler_retry.attempts``
+  times with a short random exponential backoff (tenacity). On success the id is
+  marked done. When every attempt failed the claim is released (so the copy in the
+  other namespace may be tried too), the error goes to ``on_error`` and is logged,
+  and the processor offers the same event again after its own backoff
+  (``ProcessorSettings.handler_backoff``, doubling up to ``max_handler_backoff``):
+  a new round of attempts, or a DUPLICATE once the other copy succeeded. The
+  partition waits on that event meanwhile and is never checkpointed past it
+  (at-least-once); a receiver stopped meanwhile leaves it to the next owner.
+- DUPLICATE: the id is done; the copy is skipped (``on_duplicate`` hook).
+- HOLD: the other copy is in flight, in this process or another one sharing the
+  dedup store. The partition waits, re-checking, until that copy is done (then
+  this one is a duplicate) or released (then this one is delivered): both copies
+  are never delivered. A crashed holder's claim expires after the dedup lease.
+
+Effects and the done mark: at-least-once or exactly-once
+---------------------------------------------------------
+With a normal handler the id is marked done *after* the handler returned, in a
+separate transaction: a process killed between the handler's side effect and the
+mark re-delivers the message later (to this group, after the claim's lease), so the
+effect is **at-least-once** and the handler should be idempotent.
+
+With ``transactional=True`` (:meth:`AsyncGeoPartitionReceiver.start` / ``run``) the
+handler is an *inbox handler* ``(event, conn) -> None``: it runs in a worker thread
+inside the dedup store's ``BEGIN IMMEDIATE`` transaction that marks the id done
+(:meth:`gateway.SqliteDedupStore.finish_with_effect`), and writes its effect into
+tables of its own in the dedup store's SQLite file through ``conn``. The effect and
+the mark commit together or not at all, so effects are **exactly-once**: a crash
+rolls both back and the message is delivered again; a copy whose id is already
+done is skipped inside the transaction. Inbox handlers of all partitions (and all
+processes sharing the file) are serialized by SQLite's write lock: keep them short.
+
+A namespace that is down does not stop the other: its readers log the
+``TransportError`` (``on_error``, the ``on_namespace_down`` hook) and retry.
+``GeoPartitionReceiver`` is the sync twin, a thin driver over the same core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, cast
+
+import anyio.to_thread
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from gateway._support.portal import PortalDriver
+from gateway.consumer import (
+    AsyncPartitionProcessor,
+    BalanceSettings,
+    CheckpointStore,
+    PartitionContext,
+    ProcessorSettings,
+    SqliteCheckpointStore,
+    StartingPosition,
+)
+from gateway.geo._factory import NamespaceLike, check_entity, open_transport
+from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._receiver import StopFlag
+from gateway.stores import SqliteDedupStore
+from gateway.transports.base import PartitionEvent, Transport
+from replication import (
+    ConfigError,
+    Deduplicator,
+    DedupStats,
+    DedupStore,
+    DedupWindow,
+    RetryPolicy,
+    TransportError,
+    Verdict,
+)
+
+__all__ = [
+    "DEFAULT_HANDLER_RETRY",
+    "AsyncGeoPartitionReceiver",
+    "GeoPartitionReceiver",
+    "InboxHandler",
+    "PartitionHandler",
+]
+
+logger = logging.getLogger("geogateway.consumer")
+
+#: A handler of one event: a coroutine function, or a plain one (run in a thread).
+PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
+#: An inbox handler (``transactional=True``): a plain function of the event and the
+#: dedup store's connection, run in a worker thread inside the transaction that marks
+#: the event's id done; it writes its effect through ``conn`` and must not commit.
+InboxHandler = Callable[[PartitionEvent, sqlite3.Connection], None]
+ErrorCallback = Callable[[PartitionContext | None, BaseException], Awaitable[None]]
+
+#: Three attempts, 0.1 s to 1 s apart, at most 5 s in all.
+DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff=1.0,
+                                    max_delay=5.0)
+
+_FIRST_HOLD_PAUSE = 0.02
+_MAX_HOLD_PAUSE = 0.5
+_RUN_POLL = 0.05
+
+
+class _HoldAbandoned(asyncio.CancelledError):
+    """Raised from the handler of a held copy when the receiver stops.
+
+    A cancellation, not an error: the processor lets it end the reader without
+    counting the event as handled, so the hand-over checkpoint stays before it and
+    the next owner reads it again.
+    """
+
+
+class AsyncGeoPartitionReceiver:
+    """Reads a partitioned entity on both namespaces and delivers each ``MessageId`` once.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace (a different namespace).
+        entity: the partitioned entity (event hub).
+        checkpoint_store: a ``CheckpointStore`` (shared by the instances of the
+            group; the caller closes it) or the path of a SQLite one (closed here).
+            Checkpoints and ownership are kept per namespace.
+        dedup_store: a path (a persistent SQLite window, shareable between
+            processes) or a ``DedupStore``; closed by :meth:`aclose`.
+        consumer_group: the consumer group, the same on both namespaces.
+        instance_id: a stable id; the processors use ``f"{instance_id}@{namespace}"``.
+            Random when omitted.
+        settings: batch, prefetch and checkpoint cadence of both processors.
+        balance: how both ownership managers balance.
+        starting_position: where a partition with no checkpoint starts.
+        hooks: ``on_duplicate``, ``on_namespace_down``, ``on_namespace_up``.
+        data_dir: the directory of local namespaces.
+        dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        handler_retry: attempts and backoff of a failing handler.
+        dedup_lease: seconds a claim protects a copy in flight; a crashed process's
+            messages are delivered again after this (keep it above the time a
+            handler takes).
+        on_error: ``async (ctx, exc)``, called for each round of attempts a handler
+            failed (the event is offered again), for read and checkpoint errors
+            (``ctx`` is that partition's context) and for store errors of the
+            balancing loop (``ctx`` is None).
+
+    Raises:
+        ConfigError: both namespaces are the same, or a bad entity or option.
+    """
+
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        checkpoint_store: CheckpointStore | str | os.PathLike[str],
+        dedup_store: str | os.PathLike[str] | DedupStore,
+        consumer_group: str = "$Default",
+        instance_id: str | None = None,
+        settings: ProcessorSettings | None = None,
+        balance: BalanceSettings | None = None,
+        starting_position: StartingPosition | None = None,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        dedup_window: DedupWindow | None = None,
+        handler_retry: RetryPolicy = DEFAULT_HANDLER_RETRY,
+        on_error: ErrorCallback | None = None,
+        dedup_lease: float = 60.0,
+    ) -> None:
+        self.entity = check_entity(entity)
+        self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
+        self._transports: list[Transport] = []
+        self._owned: list[Transport | CheckpointStore] = []  # what aclose() closes
+        for ns in (primary, secondary):
+            transport, owned = open_transport(ns, data_dir=data_dir)
+            self._transports.append(transport)
+            if owned:
+                self._owned.append(transport)
+        if self._transports[0].namespace == self._transports[1].namespace:
+            raise ConfigError(f"primary and secondary are the same namespace "
+                              f"{self._transports[0].namespace!r}")
+        if isinstance(checkpoint_store, CheckpointStore):
+            self._store = checkpoint_store
+        else:
+            self._store = SqliteCheckpointStore(checkpoint_store)
+            self._owned.append(self._store)
+        dedup = (dedup_store if isinstance(dedup_store, DedupStore)
+                 else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow()))
+        self._dedup = Deduplicator(dedup, window=dedup_window, lease=dedup_lease)
+        self.consumer_group = consumer_group
+        self._settings = settings
+        self._balance = balance
+        self._starting_position = starting_position
+        self._instance = instance_id if instance_id is not None else uuid.uuid4().hex[:12]
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(handler_retry.attempts)
+            | stop_after_delay(handler_retry.max_delay),
+            wait=wait_random_exponential(multiplier=handler_retry.initial_backoff,
+                                         max=handler_retry.max_backoff),
+            retry=retry_if_exception_type(Exception),
+            reraise=True,
+            before_sleep=_log_retry,
+        )
+        self._on_error = on_error
+        self._handler: PartitionHandler | InboxHandler | None = None
+        self._transactional = False
+        self._processors: list[AsyncPartitionProcessor] = []
+        self._stopping = asyncio.Event()
+        self._down: set[str] = set()
+        self._busy = 0
+        self._last_activity = time.monotonic()
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------------
+
+    @property
+    def namespaces(self) -> tuple[str, str]:
+        """The two namespaces, primary first."""
+        return (self._transports[0].namespace, self._transports[1].namespace)
+
+    @property
+    def owned(self) -> dict[str, frozenset[str]]:
+        """The partitions read here now, by namespace (empty while stopped)."""
+        return {p.transport.namespace: p.owned for p in self._processors}
+
+    @property
+    def down(self) -> frozenset[str]:
+        """Namespaces whose reads failed, until an event comes from them again."""
+        return frozenset(self._down)
+
+    @property
+    def dedup_stats(self) -> DedupStats:
+        """The de-duplicator's counters (checks, delivered, duplicates, held)."""
+        return self._dedup.stats
+
+    async def __aenter__(self) -> AsyncGeoPartitionReceiver:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(
+        self, handler: PartitionHandler | InboxHandler, *, transactional: bool = False
+    ) -> None:
+        """Join the group on both namespaces and handle events in the background.
+
+        Args:
+            handler: ``async (event)`` or a plain function (run in a worker thread);
+                with ``transactional``, an :data:`InboxHandler` ``(event, conn)``.
+            transactional: run the handler inside the dedup store's transaction that
+                marks the id done, so that its writes through ``conn`` and the mark
+                commit together: exactly-once effects (see the module docstring).
+
+        Raises:
+            RuntimeError: already started, or closed.
+            ConfigError: ``transactional`` with a coroutine handler, or with a dedup
+                store that has no ``finish_with_effect``.
+        """
+        if self._closed or self._processors:
+            raise RuntimeError("this receiver is " + ("closed" if self._closed else "running"))
+        if transactional:
+            if inspect.iscoroutinefunction(handler):
+                raise ConfigError("an inbox handler (transactional=True) is a plain "
+                                  "function (event, conn): it runs in a worker thread")
+            if not self._dedup.transactional:
+                raise ConfigError("transactional=True needs a dedup store with "
+                                  "finish_with_effect, such as SqliteDedupStore")
+        self._handler = handler
+        self._transactional = transactional
+        self._stopping.clear()
+        self._last_activity = time.monotonic()
+        # A processor cannot be restarted after stop(): build new ones each time.
+        self._processors = [self._processor(t) for t in self._transports]
+        for processor in self._processors:
+            await processor.start()
+
+    async def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave both groups gracefully: hand every partition over (checkpoint, then
+        release), handling events until another instance is ready to take each.
+        ``handover_timeout`` bounds that wait (default ``BalanceSettings.handover_timeout``;
+        0 releases at once).
+
+        An event waiting on HOLD is left unhandled (and not checkpointed): the next
+        owner reads it again, and handles or skips it by then. A handler that is
+        running (or backing off between attempts) is waited for.
+        """
+        self._stopping.set()
+        processors, self._processors = self._processors, []
+        results = await asyncio.gather(
+            *(p.stop(handover_timeout=handover_timeout) for p in processors),
+            return_exceptions=True)
+        for processor, result in zip(processors, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.warning("stopping the processor of %s failed: %s",
+                               processor.transport.namespace, result)
+
+    async def run(
+        self,
+        handler: PartitionHandler | InboxHandler,
+        *,
+        stop: StopFlag | None = None,
+        idle_timeout: float | None = None,
+        transactional: bool = False,
+    ) -> None:
+        """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
+
+        Starts, waits, then :meth:`stop` s (also when cancelled). An outage of both
+        namespaces does not count as idle.
+
+        Args:
+            handler: ``async (event)`` or a plain function (run in a worker thread).
+            stop: anything with ``is_set()``: ``asyncio.Event``, ``threading.Event``.
+            idle_timeout: return after this many seconds without an event.
+            transactional: ``handler`` is an inbox handler; see :meth:`start`.
+        """
+        await self.start(handler, transactional=transactional)
+        try:
+            while not (stop is not None and stop.is_set()):
+                if self._busy or len(self._down) == len(self._transports):
+                    self._last_activity = time.monotonic()
+                elif (idle_timeout is not None
+                      and time.monotonic() - self._last_activity >= idle_timeout):
+                    return
+                await asyncio.sleep(_RUN_POLL)
+        finally:
+            await self.stop()
+
+    async def aclose(self) -> None:
+        """Stop, then close the de-duplicator and what this receiver opened."""
+        if self._closed:
+            return
+        await self.stop()
+        self._closed = True
+        for resource in self._owned:
+            await resource.aclose()
+        self._dedup.close()
+
+    # -- processing -----------------------------------------------------------------
+
+    def _processor(self, transport: Transport) -> AsyncPartitionProcessor:
+        namespace = transport.namespace
+
+        async def on_error(ctx: PartitionContext | None, exc: BaseException) -> None:
+            await self._error(namespace, ctx, exc)
+
+        return AsyncPartitionProcessor(
+            transport=transport, entity=self.entity, store=self._store,
+            on_event=self._on_event, on_error=on_error,
+            consumer_group=self.consumer_group, settings=self._settings, balance=self._balance,
+            starting_position=self._starting_position,
+            instance_id=f"{self._instance}@{namespace}",
+        )
+
+    async def _on_event(self, ctx: PartitionContext, event: PartitionEvent | None) -> None:
+        if event is None:
+            return  # an idle call (settings.max_wait_time)
+        self._busy += 1
+        pause = 0.0
+        try:
+            await self._process(event)
+        except Exception:
+            # The processor offers the event again after its backoff: not idle.
+            pause = (self._settings or ProcessorSettings()).max_handler_backoff
+            raise
+        finally:
+            self._busy -= 1
+            self._last_activity = time.monotonic() + pause
+
+    async def _process(self, event: PartitionEvent) -> None:
+        if event.namespace in self._down:
+            self._down.discard(event.namespace)
+            emit(self._hooks, "on_namespace_up", namespace=event.namespace)
+        message_id = event.message.message_id
+        verdict = await self._wait_turn(message_id)
+        if verdict is Verdict.DUPLICATE:
+            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            return
+        ran = True
+        try:
+            if self._transactional:
+                ran = await self._retrying(self._call_inbox, event)
+            else:
+                await self._retrying(self._call_handler, event)
+        except Exception:
+            # Release the claim: the copy in the other namespace may be delivered.
+            await anyio.to_thread.run_sync(self._dedup.failed, message_id)
+            raise  # to the processor: on_error, then the event is offered again
+        if not self._transactional:
+            await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+        elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
+            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+
+    async def _call_inbox(self, event: PartitionEvent) -> bool:
+        handler = cast(InboxHandler, self._handler)
+        effect = functools.partial(handler, event)
+        return await anyio.to_thread.run_sync(
+            self._dedup.succeeded_with, event.message.message_id, effect)
+
+    async def _wait_turn(self, message_id: str) -> Verdict:
+        pause = _FIRST_HOLD_PAUSE
+        while True:
+            # The store is SQLite: keep its I/O off the event loop.
+            verdict = await anyio.to_thread.run_sync(self._dedup.check, message_id)
+            if verdict is not Verdict.HOLD:
+                return verdict
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), pause)
+            if self._stopping.is_set():
+                raise _HoldAbandoned(f"stopped while {message_id} was held")
+            pause = min(pause * 1.5, _MAX_HOLD_PAUSE)
+
+    async def _call_handler(self, event: PartitionEvent) -> None:
+        handler = cast(PartitionHandler, self._handler)
+        assert handler is not None
+        if inspect.iscoroutinefunction(handler):
+            await handler(event)
+            return
+        result = await anyio.to_thread.run_sync(handler, event)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _error(
+        self, namespace: str, ctx: PartitionContext | None, exc: BaseException
+    ) -> None:
+        if isinstance(exc, TransportError):
+            if namespace not in self._down:
+                self._down.add(namespace)
+                logger.warning("namespace %s: reading %s failed (%s); retrying",
+                               namespace, self.entity, exc)
+                emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+        else:
+            logger.error("%s: %s", ctx or namespace, exc, exc_info=exc)
+        if self._on_error is not None:
+            await self._on_error(ctx, exc)
+
+
+def _log_retry(state: RetryCallState) -> None:
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    logger.warning("handler failed (attempt %d): %s; retrying", state.attempt_number, exc)
+
+
+async def _open(kwargs: dict[str, Any]) -> AsyncGeoPartitionReceiver:
+    return AsyncGeoPartitionReceiver(**kwargs)
+
+
+class GeoPartitionReceiver(PortalDriver):
+    """Sync twin; takes the same arguments as :class:`AsyncGeoPartitionReceiver`.
+
+    The processors run on the receiver's own event loop thread, and a plain handler
+    runs in a worker thread. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self._core = self._call(_open, kwargs)
+        except BaseException:
+            self._close_portal(_noop)
+            raise
+
+    @property
+    def owned(self) -> dict[str, frozenset[str]]:
+        """The partitions read here now, by namespace."""
+        return self._call(self._owned)
+
+    @property
+    def dedup_stats(self) -> DedupStats:
+        return self._core.dedup_stats
+
+    def start(self, handler: Callable[[PartitionEvent], None] | InboxHandler, *,
+              transactional: bool = False) -> None:
+        """Handle events in the background; see :meth:`AsyncGeoPartitionReceiver.start`."""
+        self._call(functools.partial(self._core.start, handler, transactional=transactional))
+
+    def stop(self, *, handover_timeout: float | None = None) -> None:
+        """Leave both groups gracefully (hand over: checkpoint, release); :meth:`start`
+        may follow. See :meth:`AsyncGeoPartitionReceiver.stop`."""
+        self._call(functools.partial(self._core.stop, handover_timeout=handover_timeout))
+
+    def run(
+        self,
+        handler: Callable[[PartitionEvent], None] | InboxHandler,
+        *,
+        stop: threading.Event | None = None,
+        idle_timeout: float | None = None,
+        transactional: bool = False,
+    ) -> None:
+        """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
+
+        The handler runs in a worker thread, one event per partition at a time; see
+        :meth:`AsyncGeoPartitionReceiver.run`.
+        """
+        self._call(self._run, handler, stop, idle_timeout, transactional)
+
+    async def _run(self, handler: Callable[[PartitionEvent], None] | InboxHandler,
+                   stop: threading.Event | None, idle_timeout: float | None,
+                   transactional: bool) -> None:
+        await self._core.run(handler, stop=stop, idle_timeout=idle_timeout,
+                             transactional=transactional)
+
+    async def _owned(self) -> dict[str, frozenset[str]]:
+        return self._core.owned
+
+    def close(self) -> None:
+        self._close_portal(self._core.aclose)
+
+
+async def _noop() -> None:
+    return None

@@ -1,0 +1,385 @@
+"""The receiver core (async). ``GeoReceiver`` in ``gateway.geo._client`` drives it.
+
+One pump task per namespace keeps up to ``prefetch`` messages received (peek-locked);
+``receive()`` runs them through the de-duplicator:
+
+- DELIVER: the first copy of a ``MessageId``; returned to the caller.
+- DUPLICATE: the id is done; the copy is completed without being delivered.
+- HOLD: the other copy is in flight; this one waits, still locked. When the first
+  copy completes, the held one is completed as a duplicate; when it is abandoned,
+  the held one goes back to the inbox and may be delivered.
+
+The de-duplicator's SQLite work runs in worker threads, never on the event loop:
+one check per received batch, and the done marks of the messages completed in a
+row in one transaction (``gateway.geo._receiver_marks``), each copy settled only after
+its mark committed. The pumps and the namespaces' health live in ``gateway.geo._receiver_pumps``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
+
+from gateway.geo._factory import NamespaceLike, check_entity, open_transport
+from gateway.geo._hooks import GatewayHooks
+from gateway.geo._receiver_marks import DoneMarks
+from gateway.geo._receiver_pumps import Pumps
+from gateway.geo._receiver_settle import Settler
+from gateway.stores import SqliteDedupStore
+from gateway.transports.base import ReceivedMessage, Transport
+from replication import (
+    Deduplicator,
+    DedupStore,
+    DedupWindow,
+    GatewayError,
+    MessageRejected,
+    NamespaceUnavailable,
+    Verdict,
+)
+
+__all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
+
+logger = logging.getLogger("geogateway")
+
+Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
+
+
+_RECHECK_SECONDS = 1.0
+# Completions run() lets wait for their marks at most, and how long run() and
+# aclose() wait for the marks and settlements still in flight.
+_MAX_SETTLING = 256
+_SETTLE_TIMEOUT = 10.0
+
+
+class StopFlag(Protocol):
+    """What ``run(stop=...)`` polls: ``asyncio.Event`` and ``threading.Event`` both fit."""
+
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceiverStats:
+    """Counters since the receiver started."""
+
+    received: int
+    delivered: int
+    duplicates_suppressed: int
+    held: int
+    completed: int
+    abandoned: int
+
+
+class AsyncGeoReceiver(Settler, Pumps):
+    """Receives from both namespaces and delivers each ``MessageId`` once.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace.
+        entity: the queue to receive from.
+        dedup_store: a path (a persistent SQLite window, shareable between processes)
+            or a ``DedupStore``.
+        dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        prefetch: messages each namespace's pump keeps received ahead of the caller.
+        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
+        data_dir: the directory of local namespaces.
+    """
+
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        dedup_store: str | os.PathLike[str] | DedupStore,
+        dedup_window: DedupWindow | None = None,
+        prefetch: int = 100,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        poll_wait: float = 0.25,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if prefetch < 1:
+            raise ValueError("prefetch must be >= 1")
+        self.entity = check_entity(entity)
+        self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
+        self._prefetch = prefetch
+        self._poll_wait = poll_wait
+        self._transports: dict[str, Transport] = {}
+        self._owned: list[Transport] = []
+        for ns in (primary, secondary):
+            transport, owned = open_transport(ns, data_dir=data_dir)
+            self._transports[transport.namespace] = transport
+            if owned:
+                self._owned.append(transport)
+        store = (
+            dedup_store
+            if isinstance(dedup_store, DedupStore)
+            else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow())
+        )
+        self._dedup = Deduplicator(store, window=dedup_window, clock=clock)
+        self._inbox: deque[ReceivedMessage] = deque()
+        self._held: dict[str, list[ReceivedMessage]] = {}
+        self._in_flight: set[str] = set()  # delivered by this receiver, not yet settled
+        self._pending: set[str] = set()  # completed by the caller, mark not yet written
+        self._marks: DoneMarks[tuple[ReceivedMessage, bool]] = DoneMarks(
+            self._dedup, self._on_marked)
+        self._last_recheck = 0.0
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._down: set[str] = set()
+        self._read: set[str] = set()
+        self._refused: dict[str, MessageRejected] = {}
+        self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
+        self._fatal: GatewayError | None = None
+        self._pumps: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._counts = dict.fromkeys(
+            ("received", "delivered", "duplicates_suppressed", "completed", "abandoned"), 0
+        )
+
+    @property
+    def stats(self) -> ReceiverStats:
+        return ReceiverStats(held=sum(len(v) for v in self._held.values()), **self._counts)
+
+    async def __aenter__(self) -> AsyncGeoReceiver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()
+
+    # -- receiving ------------------------------------------------------------------
+
+    async def receive(
+        self, max_messages: int = 10, max_wait: float = 5.0
+    ) -> list[ReceivedMessage]:
+        """Return up to ``max_messages`` first copies, waiting up to ``max_wait`` seconds.
+
+        Settle each with :meth:`complete` or :meth:`abandon`.
+
+        A namespace that refuses to be read for good (a wrong key, no such entity)
+        is logged, reported to ``on_namespace_down`` and in :attr:`refused`, and
+        left out; the other namespace is still read.
+
+        Raises:
+            NamespaceUnavailable: both namespaces are down (an outage is never
+                reported as an empty queue).
+            MessageRejected: both namespaces refused to be read.
+        """
+        self._start_pumps()
+        # Yield at least once per call: a caller that retries at once after
+        # NamespaceUnavailable must not starve the pumps that notice the recovery.
+        await anyio.lowlevel.checkpoint()
+        deadline = time.monotonic() + max_wait
+        out: list[ReceivedMessage] = []
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            self._raise_mark_error()
+            await self._sort_inbox(out, max_messages)
+            if out:
+                return out
+            if len(self._down) == len(self._transports):
+                raise NamespaceUnavailable(
+                    "both namespaces are unavailable", namespace=",".join(sorted(self._down))
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            self._arrived.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), min(remaining, self._poll_wait))
+
+    async def _sort_inbox(self, out: list[ReceivedMessage], max_messages: int) -> None:
+        self._recheck_foreign_holds()
+        while self._inbox and len(out) < max_messages:
+            # Take no more than there is room for: a claimed copy that did not fit
+            # would be pushed back to the front, reversing the order of the rest.
+            room = max_messages - len(out)
+            take = [self._inbox.popleft() for _ in range(min(len(self._inbox), room))]
+            self._room.set()
+            ids = [m.message_id for m in take]
+            ours = self._in_flight.intersection(ids)
+            verdicts = await anyio.to_thread.run_sync(self._dedup.check_many, ids)
+            again: list[ReceivedMessage] = []
+            for received, verdict in zip(take, verdicts, strict=True):
+                if verdict is Verdict.DELIVER and len(out) < max_messages:
+                    out.append(received)
+                    self._in_flight.add(received.message_id)
+                    self._counts["delivered"] += 1
+                elif verdict is Verdict.DELIVER:
+                    # Claimed but no room: give the claim back and keep it for later.
+                    await anyio.to_thread.run_sync(self._dedup.failed, received.message_id)
+                    again.append(received)
+                elif verdict is Verdict.DUPLICATE:
+                    await self._settle_duplicate(received)
+                elif received.message_id in ours and received.message_id not in self._in_flight:
+                    # Its first copy here was settled while this batch was checked.
+                    again.append(received)
+                else:
+                    self._held.setdefault(received.message_id, []).append(received)
+            self._inbox.extendleft(reversed(again))
+
+    def _recheck_foreign_holds(self) -> None:
+        # A copy held because another *process* is handling its id is settled by
+        # nothing here; look at it again now and then (the other process may have
+        # finished, or died and let its claim expire).
+        now = time.monotonic()
+        if now - self._last_recheck < _RECHECK_SECONDS:
+            return
+        self._last_recheck = now
+        for message_id in [i for i in self._held if i not in self._in_flight]:
+            self._inbox.extendleft(reversed(self._held.pop(message_id)))
+
+    async def complete(self, message: ReceivedMessage) -> None:
+        """The handler succeeded: record the id as done, then settle every copy.
+
+        Every copy is settled only after the id's done mark committed, so even if
+        settling fails (the namespace went down, the lock expired) the redelivered
+        copy is suppressed. The marks of messages completed in a row are written
+        together, in one transaction of the dedup store: while the caller still holds
+        other messages this returns at once, and the call that completes the last
+        message out returns once every mark is written and every copy settled.
+
+        Raises:
+            GatewayError: the dedup store failed to record this or an earlier
+                completion (those messages stay unsettled and come back).
+        """
+        self._counts["completed"] += 1
+        self._queue_done(message, settle=True)
+        if self._in_flight <= self._pending:  # the caller holds no other message
+            await self._marks.wait()
+        self._raise_mark_error()
+
+    async def abandon(self, message: ReceivedMessage) -> None:
+        """The handler failed: release the id so a copy may be delivered again."""
+        await anyio.to_thread.run_sync(self._dedup.failed, message.message_id)
+        self._in_flight.discard(message.message_id)
+        self._counts["abandoned"] += 1
+        await self._settle(message, "abandon")
+        for held in reversed(self._held.pop(message.message_id, [])):
+            self._inbox.appendleft(held)
+        self._arrived.set()
+
+    async def dead_letter(
+        self, message: ReceivedMessage, *, reason: str, description: str = ""
+    ) -> None:
+        """Move the message to its namespace's dead-letter sub-queue; the id counts as done."""
+        try:
+            await asyncio.shield(self._queue_done(message, settle=False))
+        except GatewayError:
+            self._marks.take_error()  # reported here
+            raise
+        transport = self._transports[message.namespace]
+        await transport.dead_letter(message, reason=reason, description=description)
+        for held in self._held.pop(message.message_id, []):
+            await self._settle_duplicate(held)
+
+    async def run(
+        self,
+        handler: Handler,
+        *,
+        max_messages: int = 10,
+        stop: StopFlag | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """Receive and handle messages until ``stop`` is set or nothing came for
+        ``idle_timeout`` seconds. A handler that raises abandons its message.
+
+        ``handler`` may be a coroutine function or a plain one (run in a worker
+        thread). ``stop`` is anything with ``is_set()``: an ``asyncio.Event`` or a
+        ``threading.Event``. Outages of both namespaces are waited out (logged).
+        """
+        try:
+            await self._run(handler, max_messages, stop, idle_timeout)
+        finally:
+            # Return with this run's marks and settlements done (or given up on).
+            with anyio.move_on_after(_SETTLE_TIMEOUT):
+                await self._marks.wait()
+        self._raise_mark_error()
+
+    async def _run(self, handler: Handler, max_messages: int, stop: StopFlag | None,
+                   idle_timeout: float | None) -> None:
+        idle_since = time.monotonic()
+        while not (stop is not None and stop.is_set()):
+            try:
+                batch = await self.receive(max_messages=max_messages, max_wait=self._poll_wait)
+            except NamespaceUnavailable as exc:
+                logger.warning("receive: %s; retrying", exc)
+                await anyio.sleep(self._poll_wait)
+                idle_since = time.monotonic()  # an outage is not an idle queue
+                continue
+            if not batch:
+                if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                    return
+                continue
+            idle_since = time.monotonic()
+            for message in batch:
+                await self._handle(handler, message)
+
+    async def _handle(self, handler: Handler, message: ReceivedMessage) -> None:
+        try:
+            if inspect.iscoroutinefunction(handler):
+                await handler(message)
+            else:
+                result = await anyio.to_thread.run_sync(handler, message)
+                if inspect.isawaitable(result):
+                    await result
+        except Exception:
+            logger.exception("handler failed for message %s", message.message_id)
+            await self.abandon(message)
+        else:
+            # The mark and the settlement run beside the next handler call, the marks
+            # of a batch in one transaction. An SDK connection writes a settlement only
+            # between two of its receiver's socket reads, so waiting for each one would
+            # cost a read timeout per message. Settling late loses nothing: a copy
+            # redelivered meanwhile is held, then settled as a duplicate.
+            self._counts["completed"] += 1
+            self._queue_done(message, settle=True)
+            if len(self._pending) >= _MAX_SETTLING:
+                await self._marks.wait()
+
+    async def aclose(self) -> None:
+        """Wait for the marks and settlements in flight, stop the pumps, give back every
+        message not delivered, close what was opened.
+
+        Raises:
+            GatewayError: a completion that no call waited for could not be marked done.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        self._room.set()
+        with anyio.move_on_after(_SETTLE_TIMEOUT):
+            await self._marks.wait()
+        if self._pumps:
+            _, pending = await asyncio.wait(self._pumps, timeout=self._poll_wait + 2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        leftovers = list(self._inbox) + [m for ms in self._held.values() for m in ms]
+        self._inbox.clear()
+        self._held.clear()
+        for received in leftovers:
+            await self._settle(received, "abandon")
+        for transport in self._owned:
+            await transport.aclose()
+        await anyio.to_thread.run_sync(self._dedup.close)
+        self._raise_mark_error()  # a completion nobody waited for could not be marked

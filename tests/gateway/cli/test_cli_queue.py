@@ -1,0 +1,173 @@
+"""``geogateway queue``: damaged files, exit codes of replay, exported file modes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.durable_queue._damage import damaged_queue
+from tests.gateway.cli.cli_support import (
+    Run,
+    expect_one_line_error,
+    ok_json,
+    run_process,
+)
+
+pytestmark = pytest.mark.usefixtures("dirs")
+
+
+def buffer_three(run: Run, queue: Path) -> None:
+    run("namespace", "down", "primary")
+    run("namespace", "down", "secondary")
+    ok_json(run("send", "-e", "orders", "--json", "--durable-queue", str(queue), "a", "b", "c"))
+
+
+def test_replay_of_a_file_damaged_in_the_middle_fails(run: Run, dirs: dict[str, Path]) -> None:
+    # Given a queue file of 300 messages whose middle page is damaged
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When it is replayed
+    result = run("queue", "replay", "-q", str(queue))
+    # Then the exit code is non-zero, with one line naming the file
+    expect_one_line_error(result, 1, str(queue), "corrupt")
+
+
+def test_export_to_a_file_is_private(run: Run, dirs: dict[str, Path]) -> None:
+    # Given buffered messages
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    # When they are exported to a file
+    exported = dirs["tmp"] / "out.jsonl"
+    code, _, err = run("queue", "export", "-q", str(queue), "-o", str(exported))
+    # Then the file holds them and only its owner may read it
+    assert code == 0 and "exported 3" in err
+    assert len(exported.read_text().splitlines()) == 3
+    assert exported.stat().st_mode & 0o777 == 0o600
+
+
+def test_export_over_an_existing_file_makes_it_private(run: Run, dirs: dict[str, Path]) -> None:
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    exported = dirs["tmp"] / "out.jsonl"
+    exported.write_text("old\n" * 10)
+    exported.chmod(0o644)
+    assert run("queue", "export", "-q", str(queue), "-o", str(exported))[0] == 0
+    assert exported.stat().st_mode & 0o777 == 0o600
+    assert "old" not in exported.read_text()
+
+
+def test_replay_while_both_namespaces_are_down_exits_3(run: Run, dirs: dict[str, Path]) -> None:
+    # Given three buffered messages and both namespaces still down
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    # When replayed
+    result = run("queue", "replay", "-q", str(queue), "--json")
+    # Then nothing was sent, the report says so, and the exit code is 3
+    code, out, err = result
+    assert code == 3, result
+    assert json.loads(out) == [{"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
+                                "down": ["primary", "secondary"]}]
+    assert "*/orders" in err and "primary" in err and "Traceback" not in err
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+
+
+def test_replay_into_another_data_dir_is_refused(run: Run, dirs: dict[str, Path]) -> None:
+    # Given messages buffered (as a drill does) for the namespaces of the data dir
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    other = dirs["tmp"] / "other-data"
+    # When replayed into the namespaces of another data dir
+    result = run("queue", "replay", "-q", str(queue), "--data-dir", str(other))
+    # Then it is one clear error naming both, and nothing was sent
+    expect_one_line_error(result, 1, str(dirs["data"] / "primary.db"),
+                          str(other / "primary.db"))
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+    # And with the data dir they were buffered for, they replay
+    run("namespace", "up", "primary")
+    assert ok_json(run("queue", "replay", "-q", str(queue), "--json"))[0]["replayed"] == 3
+
+
+def test_stats_shows_which_namespaces_the_messages_are_for(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    stats = ok_json(run("queue", "stats", "-q", str(queue), "--json"))
+    owner = stats["destinations"][0]["owner"]
+    assert str(dirs["data"] / "primary.db") in owner and "orders" in owner
+
+
+def test_replay_of_a_destination_without_namespace_is_one_line(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    # Given a queue file written through DurableQueue directly, its destination a bare entity
+    from durable_queue import DurableQueue
+    from replication import Message
+
+    queue = dirs["tmp"] / "foreign.db"
+    q = DurableQueue(queue)
+    q.put("orders", Message(b"a", message_id="m1"))
+    q.close()
+    # When it is replayed / Then one line names the destination and the form expected
+    expect_one_line_error(run("queue", "replay", "-q", str(queue)), 1,
+                          "'orders'", "namespace/entity")
+    # And the message still waits
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 1
+
+
+def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -> None:
+    # Given a damaged queue file, and stderr that is not a terminal (a script, a log)
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When it is replayed by the installed command / Then stderr is the one error line,
+    # with no blank line left by the progress display before it
+    code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
+    assert code == 1
+    assert err.startswith("error: ") and err.count("\n") == 1, repr(err)
+
+
+@pytest.mark.parametrize(("where", "words"), [
+    ("missing/out.jsonl", ("does not exist", "create it or choose another -o")),
+    ("afile/out.jsonl", ("is not a directory", "choose another -o")),
+])
+def test_export_to_a_path_that_cannot_be_written_is_one_line(
+        run: Run, dirs: dict[str, Path], where: str, words: tuple[str, ...]) -> None:
+    # Given buffered messages, and an output path in a missing directory or under a file
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    (dirs["tmp"] / "afile").write_text("x")
+    target = dirs["tmp"] / where
+    # When they are exported there
+    result = run("queue", "export", "-q", str(queue), "-o", str(target))
+    # Then one line names the path and says what to do, and the messages still wait
+    line = expect_one_line_error(result, 1, f"cannot write {target}", *words)
+    assert "Errno" not in line
+    assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any directory")
+def test_export_into_a_directory_without_write_permission_is_one_line(
+        run: Run, dirs: dict[str, Path]) -> None:
+    # Given buffered messages and a directory its owner may not write
+    queue = dirs["tmp"] / "buffer.db"
+    buffer_three(run, queue)
+    locked = dirs["tmp"] / "locked"
+    locked.mkdir(mode=0o500)
+    # When they are exported there / Then one line says what to do
+    result = run("queue", "export", "-q", str(queue), "-o", str(locked / "out.jsonl"))
+    expect_one_line_error(result, 1, "cannot write", "permission denied",
+                          "choose another -o")
+
+
+def test_list_of_a_file_damaged_in_the_middle_fails(run: Run, dirs: dict[str, Path]) -> None:
+    # Given a queue file of 300 messages whose middle page is damaged
+    queue = dirs["tmp"] / "buffer.db"
+    damaged_queue(queue, "*/orders")
+    # When its oldest messages are listed (they sit on pages before the damage)
+    for args in ((), ("--json",), ("--destination", "*/orders"), ("--dead-letters",)):
+        result = run("queue", "list", "-q", str(queue), *args)
+        # Then the exit code is non-zero, with one line naming the file
+        expect_one_line_error(result, 1, str(queue), "corrupt")
