@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
