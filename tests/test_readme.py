@@ -42,3 +42,41 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_quick_start_runs_the_drill() -> None:
     assert "geogateway drill" in first_sh_command("## Quick start")
+
+
+#: A source path (``gateway/geo/_sender.py``) or dotted module name (``gateway.geo._sender``,
+#: maybe followed by an attribute) of the project, as the docs name them. (``durable_queue.path``
+#: is a configuration key: a dotted name out of ``gateway`` must name a private module.)
+SOURCE_PATH = re.compile(r"(?<![\w/])((?:gateway|replication|durable_queue)(?:/[A-Za-z_]+)*\.py)\b")
+DOTTED = re.compile(
+    r"(?<![\w./])(gateway(?:\.[A-Za-z_]+)+|(?:replication|durable_queue)\._[A-Za-z_.]+)")
+
+
+def named_in_docs() -> list[tuple[str, str]]:
+    found = []
+    for doc in ("README.md", "benchmarks/README.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        found += [(doc, m) for m in SOURCE_PATH.findall(text)]
+        found += [(doc, m) for m in DOTTED.findall(text)]
+    return found
+
+
+def _exists(name: str) -> bool:
+    if name.endswith(".py"):
+        return (ROOT / name).is_file()
+    # The longest prefix that is a module or package; what follows must be attributes.
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:k])
+        source = base.with_suffix(".py") if not base.is_dir() else base / "__init__.py"
+        if source.is_file():
+            text = source.read_text(encoding="utf-8")
+            return all(re.search(rf"\b{re.escape(attr)}\b", text) for attr in parts[k:k + 1])
+    return False
+
+
+def test_every_module_the_docs_name_exists() -> None:
+    named = named_in_docs()
+    assert len(named) > 10  # the check reads the docs at all
+    missing = sorted({f"{doc}: {name}" for doc, name in named if not _exists(name)})
+    assert missing == [], "the docs name modules that are gone:\n" + "\n".join(missing)
