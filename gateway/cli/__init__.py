@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import Sequence
 
 import click
 
-from gateway._support.secrets import RedactingFormatter, redact
+from gateway._support.secrets import RedactingFormatter
+from gateway.cli._common import error_line
 from replication import GatewayError
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
 __all__ = ["main"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: The subcommands: name -> (the module whose ``register(group)`` adds it, its summary).
 #: ``geogateway --help`` lists them from these summaries (a test keeps them equal to
@@ -45,61 +39,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "send": ("gateway.cli._send",
              "Send BODIES (or --count generated messages) through the gateway."),
 }
-
-_CONSOLES: dict[str, Console] = {}
-
-
-def __getattr__(name: str) -> Any:
-    # ``out`` and ``err`` (rich consoles for stdout and stderr) are made on first use:
-    # importing rich is a third of the start-up time of a command that prints one line.
-    if name in ("out", "err"):
-        if name not in _CONSOLES:
-            from rich.console import Console
-
-            _CONSOLES[name] = Console(stderr=name == "err", highlight=False, soft_wrap=True)
-        return _CONSOLES[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def error_line(message: str) -> None:
-    """Print ``error: MESSAGE`` (secrets redacted) as one line on stderr."""
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {redact(message)}", err=True)
-
-
-def warning_line(message: str) -> None:
-    """Print ``warning: MESSAGE`` (secrets redacted) as one line on stderr."""
-    click.echo(f"{click.style('warning:', fg='yellow', bold=True)} {redact(message)}", err=True)
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one line to stderr and exit (no traceback)."""
-    error_line(message)
-    raise SystemExit(code)
-
-
-def print_json(data: Any) -> None:
-    import json
-
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
-    __getattr__("out").print(table)
-
-
-def data_dir_option(func: F) -> F:
-    return click.option(
-        "--data-dir", type=click.Path(file_okay=False, path_type=Path),
-        envvar="GEOGATEWAY_DATA_DIR", show_envvar=True,
-        help="Directory of the embedded local namespaces.",
-    )(func)
 
 
 class LazyGroup(click.Group):
@@ -167,10 +106,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
     return 0
-
-
-def run(coro: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coro)
 

@@ -18,7 +18,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from gateway.cli import data_dir_option, fail, out, print_json, print_table, run
+from gateway.cli._common import data_dir_option, fail, out, print_json, print_table, run
 from gateway.consumer import (
     LEAVING_SUFFIX,
     LEFT_SUFFIX,

@@ -15,7 +15,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from gateway.cli import err, out, print_table, run
+from gateway.cli._common import err, out, print_table, run
 from gateway.drill import (
     TRANSPORTS,
     DrillReport,

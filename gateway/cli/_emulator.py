@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gateway.cli import data_dir_option, fail
+from gateway.cli._common import data_dir_option, fail
 from gateway.emulator import (
     DEFAULT_KEY,
     DEFAULT_KEY_NAME,

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gateway.cli import data_dir_option, print_json, print_table
+from gateway.cli._common import data_dir_option, print_json, print_table
 from gateway.transports import ControlFile, namespace_files, prepare_data_dir
 from replication import ConfigError
 

@@ -16,7 +16,7 @@ import click
 from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from durable_queue import DurableQueue
-from gateway.cli import data_dir_option, err, fail, out, print_json, print_table, run
+from gateway.cli._common import data_dir_option, err, fail, out, print_json, print_table, run
 from gateway.geo import GatewayConfig
 from replication import parse_destination
 

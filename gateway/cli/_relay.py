@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gateway.cli import fail
+from gateway.cli._common import fail
 
 if TYPE_CHECKING:
     import httpx

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gateway.cli import data_dir_option, out, print_json, print_table, run, warning_line
+from gateway.cli._common import data_dir_option, out, print_json, print_table, run, warning_line
 from gateway.geo import GatewayConfig, NamespaceConfig
 from replication import Message
 

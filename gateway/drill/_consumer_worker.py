@@ -36,28 +36,22 @@ import sqlite3
 import time
 from pathlib import Path
 
-from gateway.consumer import BalanceSettings, ProcessorSettings
+from gateway.consumer import ProcessorSettings
+from gateway.drill._consumer_shared import (
+    DRILL_BALANCE,
+    ENTITY,
+    connection_string_variable,
+)
 from gateway.geo import AsyncGeoPartitionReceiver, InboxHandler, NamespaceConfig
 from gateway.transports.base import PartitionEvent
 from replication import DedupStats, RetryPolicy
 
-__all__ = ["DRILL_BALANCE", "DRILL_LEASE", "DRILL_SETTINGS", "ENTITY", "PARTITIONS",
-           "PROGRESS_EVERY", "create_delivered_table", "main"]
+__all__ = ["DRILL_LEASE", "DRILL_SETTINGS", "PROGRESS_EVERY", "main"]
 
 logger = logging.getLogger("geogateway.drill")
 
-ENTITY = "drill-events"
-PARTITIONS = 4
 NAMESPACES = ("primary", "secondary")
 
-#: Fast balancing for a drill: a cycle every 0.2 s while anything moves, a heartbeat
-#: every 0.5 s, and a worker whose heartbeat is 2 s old is dead (its partitions are
-#: claimed at the next poll). A graceful stop waits at most 5 s for takers, then
-#: releases what is left, so it ends well within the drill's stop timeout (4 times
-#: that). Production keeps the defaults (12 s expiry, 30 s hand-over timeout).
-DRILL_BALANCE = BalanceSettings(interval=0.2, idle_interval=0.5, heartbeat_interval=0.5,
-                                heartbeat_expiry=2.0, fence_margin=0.3, settle_cycles=2,
-                                handover_timeout=5.0)
 #: Short reads, and a checkpoint every 20 events or second.
 DRILL_SETTINGS = ProcessorSettings(max_batch_size=50, poll_wait=0.1,
                                    checkpoint_every_events=20, checkpoint_every_seconds=1.0)
@@ -67,20 +61,6 @@ DRILL_LEASE = 3.0
 PROGRESS_EVERY = 0.2
 _RETRY = RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5, max_delay=10.0)
 
-_DELIVERED_TABLE = """
-CREATE TABLE IF NOT EXISTS drill_delivered (
-    message_id TEXT PRIMARY KEY,
-    worker TEXT NOT NULL,
-    at REAL NOT NULL,
-    count INTEGER NOT NULL DEFAULT 1
-)"""
-
-
-def create_delivered_table(conn: sqlite3.Connection) -> None:
-    """Create ``drill_delivered`` in the dedup file (after the store created it)."""
-    conn.execute(_DELIVERED_TABLE)
-
-
 def _record(worker: str) -> InboxHandler:
     def handle(event: PartitionEvent, conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -89,11 +69,6 @@ def _record(worker: str) -> InboxHandler:
             (event.message.message_id, worker, time.time()),
         )
     return handle
-
-
-def connection_string_variable(namespace: str) -> str:
-    """The environment variable that gives a worker an emulated namespace (Event Hubs)."""
-    return f"GEOGATEWAY_DRILL_{namespace.upper()}"
 
 
 def _namespace(name: str) -> str | NamespaceConfig:

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 from gateway._support.parent_watch import child_command
-from gateway.drill import PRIMARY, SECONDARY, Progress, Scenario
-from gateway.drill import _consumer_worker as worker_module
+from gateway.drill import _consumer_shared as shared
+from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
 from gateway.emulator import EmulatorProcess
 from gateway.geo import AsyncGeoSender, NamespaceConfig, NamespaceLike
@@ -68,7 +68,7 @@ _PROJECT = str(Path(__file__).resolve().parents[2])
 # A worker's graceful stop waits at most DRILL_BALANCE.handover_timeout for takers,
 # then hands over what is left (each partition after its handler call): a worker
 # still running this long after SIGTERM is stuck.
-_STOP_TIMEOUT = 4 * worker_module.DRILL_BALANCE.handover_timeout
+_STOP_TIMEOUT = 4 * shared.DRILL_BALANCE.handover_timeout
 _READY_TIMEOUT = 30.0
 
 
@@ -87,7 +87,7 @@ async def run_consumer_drill(
         return await drill.run(settle_timeout)
     async with EmulatorProcess(
         (PRIMARY, SECONDARY), data_dir=root / "namespaces",
-        event_hubs={worker_module.ENTITY: worker_module.PARTITIONS},
+        event_hubs={shared.ENTITY: shared.PARTITIONS},
         log=root / "logs" / "emulator.log",
     ) as emulator:
         drill.connection_strings = {ns: emulator.connection_string(ns)
@@ -105,12 +105,12 @@ class _ConsumerDrill:
             with LocalNamespace(name, data_dir=root / "namespaces") as namespace:
                 namespace.up()
                 namespace.set_faults(latency=0.0, lost_replies=0.0)
-                namespace.create_partitioned(worker_module.ENTITY,
-                                             partitions=worker_module.PARTITIONS)
+                namespace.create_partitioned(shared.ENTITY,
+                                             partitions=shared.PARTITIONS)
         self.dedup_path = root / "dedup.db"
         SqliteDedupStore(self.dedup_path).close()  # creates the file as a dedup store
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
-            worker_module.create_delivered_table(conn)
+            shared.create_delivered_table(conn)
             conn.commit()
         (root / "logs").mkdir(exist_ok=True)
         self.workers: dict[str, asyncio.subprocess.Process] = {}
@@ -134,7 +134,7 @@ class _ConsumerDrill:
             primary, secondary = self._namespaces()
             sender = AsyncGeoSender(
                 primary=primary, secondary=secondary,
-                entity=worker_module.ENTITY, mode=self.mode,
+                entity=shared.ENTITY, mode=self.mode,
                 durable_queue=self.root / "buffer.db", hooks=self.counters,
                 data_dir=self.root / "namespaces", state_dir=self.root / "state",
             )
@@ -169,7 +169,7 @@ class _ConsumerDrill:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PROJECT, env.get("PYTHONPATH", "")) if p)
         for ns, value in self.connection_strings.items():
-            env[worker_module.connection_string_variable(ns)] = value
+            env[shared.connection_string_variable(ns)] = value
         log = await asyncio.to_thread(open, self.root / "logs" / f"{name}.log", "ab")
         # It stops gracefully by itself should this process die (gateway._support.parent_watch).
         command, fds = child_command(["-m", "gateway.drill._consumer_worker", "--root",

@@ -27,7 +27,6 @@ listener; a POST whose outcome is unknown is not sent twice, and is counted as f
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import time
 from collections import Counter
@@ -36,6 +35,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.drill._common import (
+    PRIMARY,
+    SECONDARY,
+    Progress,
+    RelayScenario,
+    new_state_dir,
+    remove_state_dir,
+)
 from gateway.geo import GatewayHooks
 from gateway.relay import RelayRequest, RelayResponse
 from gateway.transports import ControlFile, namespace_files
@@ -47,11 +54,10 @@ if TYPE_CHECKING:
     from gateway.emulator import RelayEmulator
     from gateway.relay import AsyncGeoRelayClient
 
-__all__ = ["RelayDrillReport", "RelayScenario", "run_relay_drill"]
+__all__ = ["RelayDrillReport", "run_relay_drill"]
 
 logger = logging.getLogger("geogateway.drill")
 
-PRIMARY, SECONDARY = "primary", "secondary"
 HYBRID_CONNECTION = "drill"
 METHODS = ("GET", "PUT", "POST")
 IDEMPOTENT = frozenset({"GET", "PUT"})
@@ -61,24 +67,6 @@ _APPLIES = 0.25
 _CONNECT_TIMEOUT = 15.0
 # How long a listener has to answer (the service's 60 s would only slow a failing drill).
 _ANSWER_TIMEOUT = 10.0
-
-Progress = Callable[[str, int, int], None]
-
-
-class RelayScenario(enum.Enum):
-    """What fails while the relay drill's requests flow."""
-
-    RELAY_OUTAGE = "relay-outage"
-    RELAY_FLAPPING = "relay-flapping"
-
-    @classmethod
-    def parse(cls, value: RelayScenario | str) -> RelayScenario:
-        try:
-            return cls(value)
-        except ValueError:
-            known = ", ".join(s.value for s in cls)
-            raise ConfigError(f"unknown relay scenario {value!r}: use one of {known}") from None
-
 
 _SCRIPTS: dict[RelayScenario, list[tuple[float, str]]] = {
     RelayScenario.RELAY_OUTAGE: [(0.3, "down"), (0.6, "up")],
@@ -148,16 +136,14 @@ async def run_relay_drill(
         ConfigError: an unknown scenario, fewer than 1 request, or a port in use.
         NamespaceUnavailable: the listener could not connect to the emulator.
     """
-    from gateway.drill import _new_state_dir, _remove  # gateway.drill imports this module
-
     scenario = RelayScenario.parse(scenario)
     if not isinstance(requests, int) or requests < 1:
         raise ConfigError(f"a relay drill sends at least 1 request, not {requests!r}")
-    root = _new_state_dir(data_dir)
+    root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)
     report = await _RelayDrill(scenario, requests, root, progress).run()
-    if report.passed and not keep_state and _remove(root):
+    if report.passed and not keep_state and remove_state_dir(root):
         return report
     return replace(report, state_dir=str(root))
 

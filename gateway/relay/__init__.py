@@ -35,8 +35,9 @@ from gateway.relay.protocol import (
 if TYPE_CHECKING:
     from gateway.emulator import RelayEmulator
     from gateway.relay._client import AsyncGeoRelayClient, GeoRelayClient
-    from gateway.relay._listener import GeoRelayListener, WebSocketHandler
+    from gateway.relay._listener import GeoRelayListener
     from gateway.relay._policy import RelayClientPolicy
+    from gateway.relay._serving import WebSocketHandler
     from gateway.relay._thread import RelayThread
 
 __all__ = [
@@ -66,7 +67,7 @@ _LAZY = {"AsyncGeoRelayClient": "gateway.relay._client",
          "GeoRelayClient": "gateway.relay._client",
          "RelayClientPolicy": "gateway.relay._policy",
          "GeoRelayListener": "gateway.relay._listener",
-         "WebSocketHandler": "gateway.relay._listener",
+         "WebSocketHandler": "gateway.relay._serving",
          "RelayEmulator": "gateway.emulator",
          "RelayThread": "gateway.relay._thread"}
 

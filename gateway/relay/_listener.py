@@ -13,12 +13,13 @@ from gateway._support.service_thread import AsyncService
 from gateway.geo import GatewayHooks, emit
 from gateway.relay import protocol as p
 from gateway.relay._handler import Handler, RelayRequest, RelayResponse
+from gateway.relay._serving import WebSocketHandler, answer, rendezvous, take_websocket
 from replication import ConfigError, NamespaceUnavailable
 
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["BACKOFF", "GeoRelayListener", "WebSocketHandler"]
+__all__ = ["BACKOFF", "GeoRelayListener"]
 
 _LOG = logging.getLogger("gateway.relay")
 #: Seconds before each reconnect attempt of a control channel, as in the Relay SDKs.
@@ -26,7 +27,6 @@ BACKOFF = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
 #: A control channel open this long (seconds) counts as working: the backoff starts over.
 _STABLE = 1.0
 
-WebSocketHandler = Callable[[p.Accept, "aiohttp.ClientWebSocketResponse[bool]"], Awaitable[None]]
 ErrorCallback = Callable[[BaseException], None]
 
 
@@ -278,8 +278,6 @@ class GeoRelayListener(AsyncService):
     async def _serve_request(self, endpoint: p.RelayEndpoint,
                              ws: aiohttp.ClientWebSocketResponse[bool], lock: asyncio.Lock,
                              message: p.Request, body: bytes) -> None:
-        from gateway.relay._serving import answer, rendezvous
-
         try:
             if message.rendezvous:
                 await rendezvous(self, endpoint, message)
@@ -304,8 +302,6 @@ class GeoRelayListener(AsyncService):
                                  body=b"the request handler failed\n")
 
     async def _serve_accept(self, accept: p.Accept) -> None:
-        from gateway.relay._serving import take_websocket
-
         try:
             await take_websocket(self, accept)
         except Exception as exc:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlencode
 
 from gateway.relay import protocol as p
@@ -13,9 +14,30 @@ from gateway.relay._handler import RelayRequest, RelayResponse
 if TYPE_CHECKING:
     import aiohttp
 
-    from gateway.relay._listener import GeoRelayListener
+__all__ = ["Listener", "WebSocketHandler", "answer", "rendezvous", "take_websocket"]
 
-__all__ = ["answer", "rendezvous", "take_websocket"]
+WebSocketHandler = Callable[[p.Accept, "aiohttp.ClientWebSocketResponse[bool]"], Awaitable[None]]
+
+
+class Listener(Protocol):
+    """What answering needs of a listener (:class:`~gateway.relay.GeoRelayListener`).
+
+    A protocol, so that this module does not import the listener that calls it.
+    """
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The HTTP session for the rendezvous and WebSocket sockets."""
+        ...
+
+    @property
+    def websocket_handler(self) -> WebSocketHandler | None:
+        """Where WebSocket senders go (None: they are rejected with 501)."""
+        ...
+
+    async def respond(self, endpoint: p.RelayEndpoint, request: RelayRequest) -> RelayResponse:
+        """Run the request handler on ``request``."""
+        ...
 
 
 def _relay_request(endpoint: p.RelayEndpoint, message: p.Request, body: bytes) -> RelayRequest:
@@ -32,7 +54,7 @@ def _response_message(request_id: str, response: RelayResponse) -> p.Response:
                       response_headers=dict(response.headers), body=bool(response.body))
 
 
-async def answer(listener: GeoRelayListener, endpoint: p.RelayEndpoint,
+async def answer(listener: Listener, endpoint: p.RelayEndpoint,
                  ws: aiohttp.ClientWebSocketResponse[bool], lock: asyncio.Lock,
                  message: p.Request, body: bytes) -> None:
     """Serve an inline request; answer on the control channel, or by rendezvous when large."""
@@ -48,7 +70,7 @@ async def answer(listener: GeoRelayListener, endpoint: p.RelayEndpoint,
         await _send(ws, reply, response.body)
 
 
-async def rendezvous(listener: GeoRelayListener, endpoint: p.RelayEndpoint,
+async def rendezvous(listener: Listener, endpoint: p.RelayEndpoint,
                      message: p.Request) -> None:
     """Open the request's address, read the request there and write the response there."""
     import aiohttp
@@ -84,7 +106,7 @@ async def _closed(ws: aiohttp.ClientWebSocketResponse[bool]) -> None:
         await asyncio.wait_for(ws.receive(), 5.0)
 
 
-async def take_websocket(listener: GeoRelayListener, accept: p.Accept) -> None:
+async def take_websocket(listener: Listener, accept: p.Accept) -> None:
     """Take a WebSocket sender (to the websocket handler), or reject it with 501."""
     handler = listener.websocket_handler
     if handler is None:

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway import cli
+from gateway.cli import _common
 from gateway.consumer import (
     BlobCheckpointStore,
     Checkpoint,
@@ -54,7 +54,7 @@ def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 @pytest.fixture(autouse=True)
 def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables one line per row, whatever the terminal (rich folds at 80 columns)."""
-    monkeypatch.setattr(cli.out, "_width", 200)
+    monkeypatch.setattr(_common.out, "_width", 200)
 
 
 def group(namespace: str) -> dict[str, Any]:

@@ -1,0 +1,262 @@
+"""The queue drills: a sender and a de-duplicating receiver while namespaces fail.
+
+``primary-outage``, ``both-down``, ``flapping`` and ``lost-replies`` (see
+:func:`gateway.drill.run_drill`). Each scenario is a script of faults injected by the
+fraction of the messages sent, through the namespaces' control files (the ones
+``geogateway namespace down`` writes), so that the same script drives the embedded
+namespaces and the SDK transports on ``geogateway emulator``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+
+from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
+from gateway.drill._report import DrillCounters, DrillReport
+from gateway.emulator import EmulatorProcess
+from gateway.geo import (
+    AsyncGeoPartitionReceiver,
+    AsyncGeoReceiver,
+    AsyncGeoSender,
+    NamespaceConfig,
+    NamespaceLike,
+)
+from gateway.transports.base import PartitionEvent, ReceivedMessage
+from gateway.transports.local import LocalNamespace
+from replication import Message, Mode
+
+__all__ = ["run_queue_drill"]
+
+ENTITY = "drill"
+HUB, HUB_PARTITIONS = "drill-events", 4
+_LOCK, _MAX_DELIVERIES = 5.0, 100
+# Seconds within which `geogateway emulator` applies `namespace down/up/faults`: twice
+# its control-file poll interval.
+_EMULATOR_APPLIES = 0.25
+_QUEUE = {"lock_duration": _LOCK, "max_delivery_count": _MAX_DELIVERIES}
+
+# (fraction of messages sent, action, namespace) for each scenario.
+_SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
+    Scenario.PRIMARY_OUTAGE: [(0.3, "down", PRIMARY), (0.6, "up", PRIMARY)],
+    Scenario.BOTH_DOWN: [
+        (0.3, "down", PRIMARY), (0.35, "down", SECONDARY),
+        (0.6, "up", PRIMARY), (0.6, "up", SECONDARY),
+    ],
+    Scenario.FLAPPING: [
+        (0.2, "down", PRIMARY), (0.3, "up", PRIMARY), (0.4, "down", PRIMARY),
+        (0.5, "up", PRIMARY), (0.6, "down", PRIMARY), (0.7, "up", PRIMARY),
+    ],
+    Scenario.LOST_REPLIES: [(0.3, "lose", PRIMARY), (0.6, "heal", PRIMARY)],
+}
+
+
+async def run_queue_drill(
+    *, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
+    settle_timeout: float, progress: Progress | None, transport: str = "local",
+) -> DrillReport:
+    """Run one queue drill in ``root``; see :func:`gateway.drill.run_drill`.
+
+    With ``transport="servicebus"`` or ``"eventhubs"`` the namespaces are served by
+    ``geogateway emulator`` (a child process started and stopped here).
+    """
+    drill = _Drill(mode, scenario, messages, batch_size, root, progress, transport)
+    return await drill.run(settle_timeout)
+
+
+class _Drill:
+    def __init__(
+        self, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
+        progress: Progress | None, transport: str = "local",
+    ) -> None:
+        self.mode, self.scenario, self.total, self.batch_size = mode, scenario, messages, batch_size
+        self.root, self.transport = root, transport
+        self.entity = HUB if transport == "eventhubs" else ENTITY
+        self.progress = progress or (lambda phase, done, total: None)
+        self.namespaces = {
+            ns: LocalNamespace(ns, data_dir=root / "namespaces") for ns in (PRIMARY, SECONDARY)
+        }
+        for namespace in self.namespaces.values():
+            namespace.up()
+            namespace.set_faults(latency=0.0, lost_replies=0.0)
+            if transport == "eventhubs":
+                namespace.create_partitioned(HUB, partitions=HUB_PARTITIONS)
+            else:
+                namespace.create_queue(ENTITY, lock_duration=_LOCK,
+                                       max_delivery_count=_MAX_DELIVERIES)
+        self.counters = DrillCounters()
+        self.delivered: Counter[str] = Counter()
+        self.sent_ids: list[str] = []
+        self.failover_seconds: list[float] = []
+        # The fault whose failover is not timed yet: (namespace, since when), since
+        # None for lost replies (then the send that moves away is timed by itself).
+        self._fault: tuple[str, float | None] | None = None
+        self._down: set[str] = set()
+        self._up_at: float | None = None
+
+    async def run(self, settle_timeout: float) -> DrillReport:
+        started = time.monotonic()
+        async with contextlib.AsyncExitStack() as stack:
+            if self.transport == "local":
+                primary: NamespaceLike = f"local://{PRIMARY}"
+                secondary: NamespaceLike = f"local://{SECONDARY}"
+            else:
+                emulator = await stack.enter_async_context(EmulatorProcess(
+                    (PRIMARY, SECONDARY), data_dir=self.root / "namespaces",
+                    queues={} if self.transport == "eventhubs" else {ENTITY: _QUEUE},
+                    event_hubs={HUB: HUB_PARTITIONS} if self.transport == "eventhubs" else None,
+                    log=self.root / "emulator.log"))
+                primary, secondary = (
+                    NamespaceConfig(connection_string=emulator.connection_string(ns), name=ns,
+                                    kind=self.transport)
+                    for ns in (PRIMARY, SECONDARY))
+            suppressed, replay_seconds = await self._run(primary, secondary, settle_timeout)
+        unique = set(self.sent_ids)
+        return DrillReport(
+            scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
+            sent=len(self.sent_ids), delivered=sum(1 for i in unique if self.delivered[i]),
+            lost=sum(1 for i in unique if not self.delivered[i]),
+            duplicates_delivered=sum(c - 1 for c in self.delivered.values() if c > 1),
+            duplicates_suppressed=suppressed, buffered=self.counters.buffered,
+            replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
+            failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
+            elapsed_seconds=round(time.monotonic() - started, 3), transport=self.transport,
+        )
+
+    async def _run(self, primary: NamespaceLike, secondary: NamespaceLike,
+                   settle_timeout: float) -> tuple[int, float | None]:
+        """Send, settle and receive; return (duplicates suppressed, replay seconds)."""
+        sender = AsyncGeoSender(
+            primary=primary, secondary=secondary, entity=self.entity,
+            mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
+            data_dir=self.root / "namespaces", state_dir=self.root / "state",
+        )
+        receiver: AsyncGeoReceiver | AsyncGeoPartitionReceiver
+        if self.transport == "eventhubs":
+            receiver = AsyncGeoPartitionReceiver(
+                primary=primary, secondary=secondary, entity=self.entity,
+                checkpoint_store=self.root / "checkpoints.db",
+                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+            )
+        else:
+            receiver = AsyncGeoReceiver(
+                primary=primary, secondary=secondary, entity=self.entity,
+                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+            )
+        stop = asyncio.Event()
+        async with sender, receiver:
+            if isinstance(receiver, AsyncGeoPartitionReceiver):
+                receiving = asyncio.create_task(receiver.run(self._handle, stop=stop))
+            else:
+                receiving = asyncio.create_task(
+                    receiver.run(self._handle, max_messages=100, stop=stop))
+            try:
+                await self._send_all(sender)
+                replay_seconds = await self._settle(sender, settle_timeout)
+                # A little longer, so that a late duplicate would be caught and counted.
+                await asyncio.sleep(0.5)
+            finally:
+                stop.set()
+                await receiving
+            suppressed = (receiver.dedup_stats.duplicates
+                          if isinstance(receiver, AsyncGeoPartitionReceiver)
+                          else receiver.stats.duplicates_suppressed)
+        return suppressed, replay_seconds
+
+    async def _handle(self, message: ReceivedMessage | PartitionEvent) -> None:
+        self.delivered[message.message.message_id] += 1
+        delivered = len(self.delivered)
+        if delivered % 500 == 0 or delivered == self.total:
+            self.progress("delivered", delivered, self.total)
+
+    async def _send_all(self, sender: AsyncGeoSender) -> None:
+        script = list(_SCRIPTS[self.scenario])
+        sent = 0
+        while sent < self.total:
+            injected = False
+            while script and sent >= script[0][0] * self.total:
+                _, action, ns = script.pop(0)
+                self._inject(action, ns)
+                injected = True
+            if injected and self.transport != "local":
+                await self._until_applied()
+            batch = [
+                Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
+                for i in range(sent, min(sent + self.batch_size, self.total))
+            ]
+            started = time.monotonic()
+            result = await sender.send_batch(batch)
+            self._note_failover(result.namespaces, started)
+            self.sent_ids.extend(m.message_id for m in batch)
+            sent += len(batch)
+            if sent % 500 < self.batch_size or sent == self.total:
+                self.progress("sent", sent, self.total)
+        for _, action, ns in script:
+            self._inject(action, ns)
+
+    async def _until_applied(self) -> None:
+        # The emulator applies a change of the namespaces' control files within its
+        # poll interval; wait that out, so that the change is in effect for the next
+        # send however few messages the drill has, and time a failover from then.
+        await asyncio.sleep(_EMULATOR_APPLIES)
+        if self._fault is not None and self._fault[1] is not None:
+            self._fault = (self._fault[0], time.monotonic())
+
+    def _inject(self, action: str, ns: str) -> None:
+        namespace = self.namespaces[ns]
+        if action == "down":
+            namespace.down()
+            self._down.add(ns)
+            # A failover clock starts only while the other namespace is up to take over.
+            if self._fault is None and len(self._down) < len(self.namespaces):
+                self._fault = (ns, time.monotonic())
+            elif len(self._down) == len(self.namespaces):
+                self._fault = None
+        elif action == "up":
+            namespace.up()
+            self._down.discard(ns)
+            self._up_at = time.monotonic()
+        elif action == "lose":
+            namespace.set_faults(lost_replies=0.3)
+            if self._fault is None:
+                self._fault = (ns, None)
+        elif action == "heal":
+            namespace.set_faults(lost_replies=0.0)
+            if self._fault == (ns, None):
+                self._fault = None  # no reply was lost on the way: nothing moved
+
+    def _note_failover(self, accepted: tuple[str, ...], started: float) -> None:
+        # One failover per fault: the first send started after it that the faulty
+        # namespace did not accept and the other did. Timed from the outage, or for
+        # lost replies from the start of that send; see the module docstring.
+        if self._fault is None:
+            return
+        faulty, since = self._fault
+        if (since is not None and started < since) or not accepted or faulty in accepted:
+            return
+        self.failover_seconds.append(
+            round(time.monotonic() - (started if since is None else since), 4))
+        self._fault = None
+
+    async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:
+        for namespace in self.namespaces.values():
+            namespace.up()
+            namespace.set_faults(latency=0.0, lost_replies=0.0)
+        deadline = time.monotonic() + timeout
+        drained = False
+        self.progress("replaying", 0, 1)
+        while time.monotonic() < deadline:
+            if not drained and not sender.backlog:
+                drained = True
+                self.progress("replaying", 1, 1)
+            if drained and all(self.delivered[i] for i in self.sent_ids):
+                break
+            await asyncio.sleep(0.05)
+        # Replay time: from the namespaces' return to the last buffered message sent.
+        if not self.counters.buffered or self.counters.last_replay_at is None:
+            return None
+        since = self._up_at if self._up_at is not None else deadline - timeout
+        return round(max(0.0, self.counters.last_replay_at - since), 3)

@@ -1,0 +1,85 @@
+"""The drill runner: checks a drill's options, makes its state folder, runs its scenario."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
+from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
+from gateway.drill._queues import run_queue_drill
+from gateway.drill._report import DrillReport
+from replication import ConfigError, Mode
+
+__all__ = ["TRANSPORTS", "run_drill"]
+
+TRANSPORTS = ("local", "servicebus", "eventhubs")
+
+
+async def run_drill(
+    *,
+    mode: Mode | str | None = None,
+    scenario: Scenario | str = Scenario.PRIMARY_OUTAGE,
+    messages: int = 10_000,
+    batch_size: int = 1,
+    data_dir: str | Path | None = None,
+    settle_timeout: float = 60.0,
+    progress: Progress | None = None,
+    transport: str = "local",
+    keep_state: bool = False,
+    on_state_dir: Callable[[Path], None] | None = None,
+) -> DrillReport:
+    """Run one drill and return its report.
+
+    Args:
+        mode: passive or active replication of the sender (default: active for the
+            ``consumer-*`` scenarios, passive for the others).
+        scenario: what fails while messages flow.
+        messages: how many messages to send.
+        batch_size: messages per ``send_batch`` call.
+        data_dir: where the run's state folder is made (a new one each run, holding
+            its namespaces, queue and dedup store); the system's temporary directory
+            when not given. The folder is removed when the drill passes.
+        settle_timeout: how long to wait for replay and delivery after the last send.
+        progress: called as ``progress(phase, done, total)``.
+        transport: ``"local"`` (the embedded namespaces), or ``"servicebus"`` /
+            ``"eventhubs"`` (the Azure SDK transports, against the emulator).
+        keep_state: keep the state folder even when the drill passes.
+        on_state_dir: called with the state folder once it exists, before anything
+            runs (e.g. to print it).
+
+    Raises:
+        ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
+            no partitioned entities).
+    """
+    scenario = Scenario.parse(scenario)
+    consumers = scenario in CONSUMER_SCENARIOS
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
+    if consumers and transport == "servicebus":
+        raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
+                          "--transport local or eventhubs")
+    if mode is None:
+        mode = Mode.ACTIVE if consumers else Mode.PASSIVE
+    mode = Mode.parse(mode)
+    if messages < 1 or batch_size < 1:
+        raise ValueError("messages and batch_size must be >= 1")
+    root = new_state_dir(data_dir)
+    if on_state_dir is not None:
+        on_state_dir(root)
+    if consumers:
+        report = await run_consumer_drill(
+            mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
+            root=root, settle_timeout=settle_timeout,
+            progress=progress or (lambda phase, done, total: None), transport=transport,
+        )
+    else:
+        report = await run_queue_drill(
+            mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
+            root=root, settle_timeout=settle_timeout, progress=progress, transport=transport,
+        )
+    # An error above leaves the folder for a look at its files and logs.
+    if report.passed and not keep_state and remove_state_dir(root):
+        return report
+    return dataclasses.replace(report, state_dir=str(root))
