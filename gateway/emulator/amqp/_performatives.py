@@ -17,14 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeAlias
 
-from gateway.emulator.amqp._codec import (
+from gateway.emulator.amqp._decode import DecodeError, decode
+from gateway.emulator.amqp._encode import (
     _BB,
     _BH,
     _PLACEHOLDER,
-    Array,
-    DecodeError,
-    Described,
-    Symbol,
     _enc_array,
     _enc_binary,
     _enc_described,
@@ -34,8 +31,8 @@ from gateway.emulator.amqp._codec import (
     _enc_uint,
     _enc_ulong,
     _finish_compound,
-    decode,
 )
+from gateway.emulator.amqp._types import Array, Described, Symbol
 
 __all__ = [
     "AMQP_PERFORMATIVES",
