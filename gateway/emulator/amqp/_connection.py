@@ -18,6 +18,7 @@ import time
 
 from gateway.emulator._auth import Grant, entity_path
 from gateway.emulator.amqp._codec import Symbol
+from gateway.emulator.amqp._composites import Error
 from gateway.emulator.amqp._frames import (
     AMQP_HEADER,
     FRAME_AMQP,
@@ -36,7 +37,6 @@ from gateway.emulator.amqp._performatives import (
     Detach,
     Disposition,
     End,
-    Error,
     Flow,
     Open,
     Performative,

@@ -13,18 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.emulator.amqp._codec import Symbol
+from gateway.emulator.amqp._composites import DeliveryState, Error, Source, Target
 from gateway.emulator.amqp._interfaces import NodeConnection
-from gateway.emulator.amqp._performatives import (
-    Attach,
-    DeliveryState,
-    Detach,
-    Error,
-    Flow,
-    Performative,
-    Source,
-    Target,
-    Transfer,
-)
+from gateway.emulator.amqp._performatives import Attach, Detach, Flow, Performative, Transfer
 
 __all__ = ["Delivery", "IncomingLink", "Link", "LinkSession", "OutgoingLink", "Terminus"]
 

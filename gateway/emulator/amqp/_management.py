@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.emulator._auth import AuthError, check_token, entity_path
 from gateway.emulator.amqp._codec import DecodeError, Symbol
+from gateway.emulator.amqp._composites import Accepted, Error, Rejected
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._message import (
@@ -26,7 +27,6 @@ from gateway.emulator.amqp._message import (
     decode_message,
     encode_message,
 )
-from gateway.emulator.amqp._performatives import Accepted, Error, Rejected
 from replication import GatewayError
 
 __all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "put_token", "status"]

@@ -20,11 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from gateway.emulator.amqp._codec import DecodeError, Symbol
-from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
-from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
-from gateway.emulator.amqp._performatives import (
+from gateway.emulator.amqp._composites import (
     Accepted,
     DeliveryState,
     Error,
@@ -32,6 +28,10 @@ from gateway.emulator.amqp._performatives import (
     Rejected,
     Released,
 )
+from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
+from gateway.emulator.amqp._interfaces import NodeNamespace
+from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
+from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
 from gateway.emulator.amqp._servicebus_management import LOCK_LOST, NOT_DEFERRED, manage_queue
 from gateway.emulator.amqp._wait import wait_first
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued

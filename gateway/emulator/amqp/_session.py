@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from gateway.emulator.amqp._composites import DeliveryState
 from gateway.emulator.amqp._frames import encode_transfer_frames
 from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace, ProtocolError
 from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
 from gateway.emulator.amqp._performatives import (
     Attach,
     Begin,
-    DeliveryState,
     Detach,
     Disposition,
     Flow,
