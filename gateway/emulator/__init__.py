@@ -21,10 +21,12 @@ namespace's control file (down/up, latency, lost replies). Not emulated (refused
 with ``amqp:not-implemented``, never faked): topics and subscriptions, session
 receivers, deferral, transactions.
 
-Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer and its server),
-``relay/`` the Azure Relay Hybrid Connections emulator (:class:`RelayEmulator`);
-``_config`` and ``_auth`` are shared by both, ``_process`` runs ``geogateway emulator``
-as a child process for drills, tests and benchmarks (:class:`EmulatorProcess`).
+Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer, then its links, sessions
+and connections, the nodes they reach, the router, the namespaces and the server, each
+importing only the layers below it), ``relay/`` the Azure Relay Hybrid Connections
+emulator (:class:`RelayEmulator`); ``_config`` and ``_auth`` are shared by both,
+``_process`` runs ``geogateway emulator`` as a child process for drills, tests and
+benchmarks (:class:`EmulatorProcess`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,17 @@
-"""The AMQP 1.0 namespace emulator: the wire (codec, frames, performatives, the message
-format), the server (namespaces, connections, sessions, links, the router) and the
-nodes it serves (Service Bus queues, event hubs, ``$cbs`` and ``$management``)."""
+"""The AMQP 1.0 namespace emulator, in layers that import only the layers below them.
+
+- The wire: typed values, encoder and decoder (``_types``, ``_encode``, ``_decode``,
+  imported together from ``_codec``), the performatives and the composites they carry
+  (``_performatives``, ``_composites``, ``_performative_codec``), frames and the
+  message format.
+- Links, sessions and connections. They see what is above them only through the
+  protocols of ``_interfaces`` (and ``LinkSession`` in ``_links``,
+  ``SessionConnection`` in ``_session``).
+- The nodes a link attaches to: Service Bus queues, event hubs, ``$cbs`` and
+  ``$management``.
+- The router, which binds each new link to its node; the namespace, a listening
+  socket over one local namespace's file; the server, several namespaces at once.
+"""
 
 from gateway.emulator.amqp._server import Emulator, EmulatorThread
 

@@ -15,10 +15,10 @@ import contextlib
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from gateway.emulator._auth import Grant, entity_path
 from gateway.emulator.amqp._codec import Symbol
+from gateway.emulator.amqp._composites import Error
 from gateway.emulator.amqp._frames import (
     AMQP_HEADER,
     FRAME_AMQP,
@@ -29,6 +29,7 @@ from gateway.emulator.amqp._frames import (
     FrameReader,
     encode_frame,
 )
+from gateway.emulator.amqp._interfaces import ProtocolError
 from gateway.emulator.amqp._performatives import (
     Attach,
     Begin,
@@ -36,7 +37,6 @@ from gateway.emulator.amqp._performatives import (
     Detach,
     Disposition,
     End,
-    Error,
     Flow,
     Open,
     Performative,
@@ -45,12 +45,9 @@ from gateway.emulator.amqp._performatives import (
     SaslOutcome,
     Transfer,
 )
-from gateway.emulator.amqp._session import Session
+from gateway.emulator.amqp._session import Session, SessionNamespace
 
-if TYPE_CHECKING:
-    from gateway.emulator.amqp._namespace import Namespace
-
-__all__ = ["MAX_FRAME_SIZE", "Connection", "ProtocolError"]
+__all__ = ["MAX_FRAME_SIZE", "Connection"]
 
 _LOG = logging.getLogger("gateway.emulator")
 
@@ -62,18 +59,10 @@ _SESSION_FRAMES = (Begin, Attach, Flow, Transfer, Disposition, Detach, End)
 _ids = itertools.count(1)
 
 
-class ProtocolError(Exception):
-    """A peer broke the protocol; the connection closes with ``condition``."""
-
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-
-
 class Connection:
     """The server side of one AMQP connection of a namespace."""
 
-    def __init__(self, namespace: Namespace, reader: asyncio.StreamReader,
+    def __init__(self, namespace: SessionNamespace, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         self.namespace = namespace
         self.id = next(_ids)

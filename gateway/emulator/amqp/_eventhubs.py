@@ -22,10 +22,11 @@ import logging
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.emulator.amqp._codec import Array, Described, Int, Long, Timestamp
 from gateway.emulator.amqp._convert import event_message, to_local
+from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._message import (
@@ -35,13 +36,11 @@ from gateway.emulator.amqp._message import (
     encode_message,
     split_batch,
 )
-from gateway.emulator.amqp._servicebus import QueueWriter, _first
+from gateway.emulator.amqp._servicebus import QueueWriter
+from gateway.emulator.amqp._wait import wait_first
 from gateway.transports import LEASE, EntityKind
 from gateway.transports.base import EventPosition, PartitionEvent
 from replication import GatewayError, Message, MessageRejected, OwnershipLost
-
-if TYPE_CHECKING:
-    from gateway.emulator.amqp._namespace import Namespace
 
 __all__ = ["HubWriter", "PartitionReader", "manage_hub", "parse_position"]
 
@@ -100,7 +99,7 @@ class HubWriter(QueueWriter):
 class PartitionReader(Terminus):
     """A receiver link on one partition of an event hub, for one consumer group."""
 
-    def __init__(self, namespace: Namespace, hub: str, group: str, partition_id: str,
+    def __init__(self, namespace: NodeNamespace, hub: str, group: str, partition_id: str,
                  position: EventPosition, epoch: int | None) -> None:
         self.namespace = namespace
         self.hub, self.group, self.partition_id = hub, group, partition_id
@@ -172,7 +171,7 @@ class PartitionReader(Terminus):
                 waits = [self._wake.wait()]
                 if link.credit > 0:
                     waits.append(link.session.window_open.wait())
-                await _first(waits, _RENEW if self._leased else None)
+                await wait_first(waits, _RENEW if self._leased else None)
                 # No credit, so no reads: renew the lease, the link is still open.
                 due = self._leased and time.monotonic() - self._renewed >= _RENEW
                 if due and await self._fenced(link, 0) is None:
@@ -187,7 +186,7 @@ class PartitionReader(Terminus):
             if not events:
                 link.drained()
                 self._wake.clear()
-                await _first([changed.wait(), self._wake.wait()], _IDLE_POLL)
+                await wait_first([changed.wait(), self._wake.wait()], _IDLE_POLL)
                 continue
             await ns.delay()
             runtime = await self._runtime_info() if self._tracks(link) else None
@@ -237,7 +236,7 @@ class PartitionReader(Terminus):
         }
 
 
-async def manage_hub(namespace: Namespace, request: AmqpMessage) -> Reply:
+async def manage_hub(namespace: NodeNamespace, request: AmqpMessage) -> Reply:
     """The Event Hubs ``READ`` operations on an event hub or one of its partitions."""
     operation, kind = app_property(request, "operation"), app_property(request, "type")
     name = app_property(request, "name")

@@ -12,13 +12,12 @@ import struct
 from dataclasses import dataclass
 
 from gateway.emulator.amqp._codec import DecodeError, Described, decode
+from gateway.emulator.amqp._performative_codec import encode_performative_into, from_described
 from gateway.emulator.amqp._performatives import (
     AMQP_PERFORMATIVES,
     SASL_PERFORMATIVES,
     Performative,
     Transfer,
-    encode_performative_into,
-    from_described,
 )
 
 __all__ = [

@@ -10,30 +10,53 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gateway.emulator.amqp._codec import Symbol
-from gateway.emulator.amqp._performatives import (
-    Attach,
-    DeliveryState,
-    Detach,
-    Error,
-    Flow,
-    Source,
-    Target,
-    Transfer,
-)
+from gateway.emulator.amqp._composites import DeliveryState, Error, Source, Target
+from gateway.emulator.amqp._interfaces import NodeConnection
+from gateway.emulator.amqp._performatives import Attach, Detach, Flow, Performative, Transfer
 
-if TYPE_CHECKING:
-    from gateway.emulator.amqp._session import Session
-
-__all__ = ["Delivery", "IncomingLink", "Link", "OutgoingLink", "Terminus"]
+__all__ = ["Delivery", "IncomingLink", "Link", "LinkSession", "OutgoingLink", "Terminus"]
 
 #: Credit an incoming link grants, topped up when half of it is used.
 _CREDIT = 1000
 # Refuse a delivery assembled from more than this many bytes (64 MiB): far above any
 # entity's limit, it only bounds memory against a hostile peer.
 _MAX_DELIVERY = 64 << 20
+
+
+class LinkSession(Protocol):
+    """What a link needs of its session (``_session.Session``).
+
+    Its terminus reaches the connection through it too (tokens, back-pressure).
+    """
+
+    @property
+    def connection(self) -> NodeConnection: ...
+
+    @property
+    def remote_incoming_window(self) -> int: ...
+
+    @property
+    def window_open(self) -> asyncio.Event: ...
+
+    @property
+    def unsettled(self) -> dict[int, tuple[OutgoingLink, object]]: ...
+
+    def send(self, body: Performative) -> None: ...
+
+    def links(self) -> list[Link]: ...
+
+    def link_flow(self, handle: int, delivery_count: int, link_credit: int, *,
+                  drain: bool = False, echo: bool = False) -> None: ...
+
+    def transfer(self, link: OutgoingLink, tag: bytes, payload: bytes, *, settled: bool,
+                 message_format: int = 0, token: object = None) -> int: ...
+
+    def settle(self, delivery_id: int, state: DeliveryState | None, *, role: bool) -> None: ...
+
+    def detached(self, link: Link) -> None: ...
 
 
 @dataclass(kw_only=True)
@@ -70,7 +93,7 @@ class Terminus:
 class Link:
     """The server side of one link. ``attach`` is the peer's Attach."""
 
-    def __init__(self, session: Session, handle: int, attach: Attach) -> None:
+    def __init__(self, session: LinkSession, handle: int, attach: Attach) -> None:
         self.session = session
         self.handle = handle
         self.attach = attach
@@ -168,7 +191,7 @@ class Link:
 class IncomingLink(Link):
     """A link on which the peer sends us messages."""
 
-    def __init__(self, session: Session, handle: int, attach: Attach) -> None:
+    def __init__(self, session: LinkSession, handle: int, attach: Attach) -> None:
         super().__init__(session, handle, attach)
         self.delivery_count = attach.initial_delivery_count or 0
         self.credit = 0
@@ -248,7 +271,7 @@ class IncomingLink(Link):
 class OutgoingLink(Link):
     """A link on which we send messages to the peer, within its credit."""
 
-    def __init__(self, session: Session, handle: int, attach: Attach) -> None:
+    def __init__(self, session: LinkSession, handle: int, attach: Attach) -> None:
         super().__init__(session, handle, attach)
         self.delivery_count = 0
         self.credit = 0

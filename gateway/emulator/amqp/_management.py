@@ -13,10 +13,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.emulator._auth import AuthError, check_token, entity_path
 from gateway.emulator.amqp._codec import DecodeError, Symbol
+from gateway.emulator.amqp._composites import Accepted, Error, Rejected
+from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._message import (
     NO_VALUE,
@@ -25,11 +27,7 @@ from gateway.emulator.amqp._message import (
     decode_message,
     encode_message,
 )
-from gateway.emulator.amqp._performatives import Accepted, Error, Rejected
 from replication import GatewayError
-
-if TYPE_CHECKING:
-    from gateway.emulator.amqp._namespace import Namespace
 
 __all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "put_token", "status"]
 
@@ -78,7 +76,7 @@ class Requests(Terminus):
 
     credit_delay = _LATER
 
-    def __init__(self, namespace: Namespace, handler: Handler) -> None:
+    def __init__(self, namespace: NodeNamespace, handler: Handler) -> None:
         self.namespace = namespace
         self.handler = handler
 

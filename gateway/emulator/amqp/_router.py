@@ -20,6 +20,7 @@ from gateway.emulator.amqp._eventhubs import (
     manage_hub,
     parse_position,
 )
+from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
 from gateway.emulator.amqp._management import Handler, Replies, Requests, put_token
 from gateway.emulator.amqp._servicebus import QueueReader, QueueWriter, manage_queue
@@ -30,7 +31,6 @@ from replication import GatewayError
 if TYPE_CHECKING:
     from gateway.emulator.amqp._management import Reply
     from gateway.emulator.amqp._message import AmqpMessage
-    from gateway.emulator.amqp._namespace import Namespace
 
 __all__ = ["Router"]
 
@@ -52,7 +52,7 @@ def _path(address: str) -> str:
 class Router:
     """Binds each new link of a namespace to its node, or refuses it."""
 
-    def __init__(self, namespace: Namespace) -> None:
+    def __init__(self, namespace: NodeNamespace) -> None:
         self.namespace = namespace
 
     def attach(self, link: Link) -> None:

@@ -17,13 +17,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from gateway.emulator.amqp._codec import DecodeError, Symbol
-from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
-from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
-from gateway.emulator.amqp._performatives import (
+from gateway.emulator.amqp._composites import (
     Accepted,
     DeliveryState,
     Error,
@@ -31,13 +28,15 @@ from gateway.emulator.amqp._performatives import (
     Rejected,
     Released,
 )
+from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
+from gateway.emulator.amqp._interfaces import NodeNamespace
+from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
+from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
 from gateway.emulator.amqp._servicebus_management import LOCK_LOST, NOT_DEFERRED, manage_queue
+from gateway.emulator.amqp._wait import wait_first
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import GatewayError, Message
-
-if TYPE_CHECKING:
-    from gateway.emulator.amqp._namespace import Namespace
 
 __all__ = ["LOCK_LOST", "QueueReader", "QueueWriter", "decode_delivery", "manage_queue",
            "rejected"]
@@ -65,7 +64,7 @@ def decode_delivery(delivery: Delivery) -> list[AmqpMessage]:
 class QueueWriter(Terminus):
     """A sender link to a queue (or an event hub, or one of its partitions)."""
 
-    def __init__(self, namespace: Namespace, entity: str, max_message_size: int,
+    def __init__(self, namespace: NodeNamespace, entity: str, max_message_size: int,
                  partition_id: str | None = None) -> None:
         self.namespace = namespace
         self.entity = entity
@@ -107,7 +106,7 @@ class QueueWriter(Terminus):
             link.settle(delivery, state)
 
 
-async def _later(namespace: Namespace, fn: Callable[..., None], *args: Any) -> None:
+async def _later(namespace: NodeNamespace, fn: Callable[..., None], *args: Any) -> None:
     """Call ``fn`` after the injected latency."""
     await namespace.delay()
     fn(*args)
@@ -119,7 +118,7 @@ _ACTIONS = {Accepted: "complete", Released: "release", Modified: "abandon", Reje
 class QueueReader(Terminus):
     """A receiver link on a queue or its dead-letter sub-queue."""
 
-    def __init__(self, namespace: Namespace, entity: str, link: OutgoingLink) -> None:
+    def __init__(self, namespace: NodeNamespace, entity: str, link: OutgoingLink) -> None:
         self.namespace = namespace
         self.entity = entity
         self.mode = ReceiveMode.RECEIVE_AND_DELETE if link.settled_mode else ReceiveMode.PEEK_LOCK
@@ -151,7 +150,7 @@ class QueueReader(Terminus):
                 waits = [self._wake.wait()]
                 if link.credit > 0:  # the session window is closed
                     waits.append(link.session.window_open.wait())
-                await _first(waits, None)
+                await wait_first(waits, None)
                 continue
             changed = ns.changed(self.entity)
             try:
@@ -164,7 +163,7 @@ class QueueReader(Terminus):
             if not received:
                 link.drained()
                 self._wake.clear()
-                await _first([changed.wait(), self._wake.wait()], _IDLE_POLL)
+                await wait_first([changed.wait(), self._wake.wait()], _IDLE_POLL)
                 continue
             await ns.delay()
             self._send(link, received)
@@ -233,13 +232,3 @@ class QueueReader(Terminus):
 def _answer(link: OutgoingLink, replies: list[tuple[int, DeliveryState]]) -> None:
     for delivery_id, state in replies:
         link.settled(delivery_id, state)
-
-
-async def _first(waits: list[Any], timeout: float | None) -> None:
-    """Wait until the first of ``waits`` (coroutines) finishes, or ``timeout``."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()

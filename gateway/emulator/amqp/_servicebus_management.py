@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.emulator.amqp._codec import Array, DecodeError, Long, Timestamp
 from gateway.emulator.amqp._convert import queue_payload, tag_token, to_queued
+from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._message import AmqpMessage
 
 if TYPE_CHECKING:
-    from gateway.emulator.amqp._namespace import Namespace
     from gateway.transports import Queued
 
 __all__ = ["LOCK_LOST", "NOT_DEFERRED", "manage_queue"]
@@ -37,7 +37,7 @@ _DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "suspended": "
 _DEFERRAL = {"com.microsoft:receive-by-sequence-number"}
 
 
-async def manage_queue(namespace: Namespace, entity: str, request: AmqpMessage, *,
+async def manage_queue(namespace: NodeNamespace, entity: str, request: AmqpMessage, *,
                        max_message_size: int | None = None) -> Reply:
     """One Service Bus management operation on ``entity`` (a queue or its DLQ).
 
@@ -62,7 +62,7 @@ async def manage_queue(namespace: Namespace, entity: str, request: AmqpMessage, 
                                    "geogateway emulator", NOT_IMPLEMENTED))
 
 
-async def _renew(namespace: Namespace, entity: str, args: dict[str, Any]) -> Reply:
+async def _renew(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
     tokens = [tag_token(t) for t in _items(args.get("lock-tokens"))]
     until = await namespace.run(namespace.store.renew_locks, entity, tokens, time.time())
     if any(u is None for u in until):
@@ -71,7 +71,7 @@ async def _renew(namespace: Namespace, entity: str, args: dict[str, Any]) -> Rep
     return Reply(properties=status(200, "OK"), value={"expirations": Array(stamps, "timestamp")})
 
 
-async def _peek(namespace: Namespace, entity: str, args: dict[str, Any]) -> Reply:
+async def _peek(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
     start = int(args.get("from-sequence-number") or 0)
     count = max(1, int(args.get("message-count") or 1))
     peeked = await namespace.run(namespace.store.peek_sections, entity, from_sequence=start,
@@ -85,7 +85,7 @@ async def _peek(namespace: Namespace, entity: str, args: dict[str, Any]) -> Repl
     return Reply(properties=status(200, "OK"), value={"messages": messages})
 
 
-async def _dispose(namespace: Namespace, entity: str, args: dict[str, Any]) -> Reply:
+async def _dispose(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
     action = _DISPOSITIONS.get(str(args.get("disposition-status")))
     if action is None:
         return Reply(properties=status(501, NOT_DEFERRED, NOT_IMPLEMENTED))
@@ -99,7 +99,7 @@ async def _dispose(namespace: Namespace, entity: str, args: dict[str, Any]) -> R
     return Reply(properties=status(200, "OK"), value={})
 
 
-async def _schedule(namespace: Namespace, entity: str, args: dict[str, Any],
+async def _schedule(namespace: NodeNamespace, entity: str, args: dict[str, Any],
                     max_message_size: int | None) -> Reply:
     queued: list[Queued] = []
     for item in _items(args.get("messages")):
@@ -122,7 +122,7 @@ async def _schedule(namespace: Namespace, entity: str, args: dict[str, Any],
                  value={"sequence-numbers": Array(tuple(Long(s) for s in seqs), "long")})
 
 
-async def _cancel(namespace: Namespace, entity: str, args: dict[str, Any]) -> Reply:
+async def _cancel(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
     seqs = [int(s) for s in _items(args.get("sequence-numbers"))]
     missing = await namespace.run(namespace.store.cancel_scheduled, entity, seqs, time.time())
     if missing:

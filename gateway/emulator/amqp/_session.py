@@ -10,14 +10,15 @@ refuses a peer for overrunning it.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from gateway.emulator.amqp._composites import DeliveryState
 from gateway.emulator.amqp._frames import encode_transfer_frames
+from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace, ProtocolError
 from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
 from gateway.emulator.amqp._performatives import (
     Attach,
     Begin,
-    DeliveryState,
     Detach,
     Disposition,
     Flow,
@@ -25,19 +26,43 @@ from gateway.emulator.amqp._performatives import (
     Transfer,
 )
 
-if TYPE_CHECKING:
-    from gateway.emulator.amqp._connection import Connection
-
-__all__ = ["Session"]
+__all__ = ["LinkRouter", "Session", "SessionConnection", "SessionNamespace"]
 
 _WINDOW = 1 << 16
 _HANDLE_MAX = 1023
 
 
+class LinkRouter(Protocol):
+    """What a session needs of its namespace's router (``_router.Router``)."""
+
+    def attach(self, link: Link) -> None: ...
+
+
+class SessionNamespace(NodeNamespace, Protocol):
+    """What a session needs of its namespace: the router that binds each new link."""
+
+    @property
+    def router(self) -> LinkRouter: ...
+
+
+class SessionConnection(NodeConnection, Protocol):
+    """What a session needs of its connection (``_connection.Connection``)."""
+
+    @property
+    def namespace(self) -> SessionNamespace: ...
+
+    @property
+    def peer_max_frame_size(self) -> int: ...
+
+    def send(self, channel: int, body: Performative | None) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
 class Session:
     """The server side of one session of a connection."""
 
-    def __init__(self, connection: Connection, channel: int, remote_channel: int,
+    def __init__(self, connection: SessionConnection, channel: int, remote_channel: int,
                  begin: Begin) -> None:
         self.connection = connection
         self.channel = channel
@@ -66,10 +91,6 @@ class Session:
 
     def handle(self, body: Performative, payload: bytes) -> None:
         """Handle one frame of this session (not Begin or End)."""
-        from gateway.emulator.amqp._connection import (
-            ProtocolError,  # import cycle: connection -> session
-        )
-
         if isinstance(body, Transfer):
             self._on_transfer(body, payload)
             return
@@ -91,8 +112,6 @@ class Session:
                 link.on_peer_detach(body.closed)
 
     def _attach(self, body: Attach) -> Link:
-        from gateway.emulator.amqp._connection import ProtocolError
-
         handle = next((h for h in range(_HANDLE_MAX + 1) if h not in self._handles), None)
         if handle is None:
             raise ProtocolError("amqp:resource-limit-exceeded", "no free link handle")
@@ -103,8 +122,6 @@ class Session:
         return link
 
     def _on_transfer(self, body: Transfer, payload: bytes) -> None:
-        from gateway.emulator.amqp._connection import ProtocolError
-
         self.next_incoming_id += 1
         self.incoming_window -= 1
         link = self._links.get(body.handle)

@@ -522,7 +522,9 @@ def test_corrupted_encodings_raise_nothing_but_decode_error(value, data):
         assert str(exc), "a DecodeError says what is wrong"
 
 
-@pytest.mark.parametrize("module", ["_codec", "_frames", "_performatives", "_message"])
+@pytest.mark.parametrize("module", ["_types", "_encode", "_decode", "_codec", "_composites",
+                                    "_performatives", "_performative_codec", "_frames",
+                                    "_message"])
 def test_the_wire_modules_import_no_azure_module(module):
     # Given the source of a wire module / Then it imports only the standard library and
     # its sibling modules of the AMQP emulator

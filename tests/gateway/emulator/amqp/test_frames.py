@@ -29,6 +29,16 @@ from gateway.emulator.amqp._codec import (
     UShort,
     encode,
 )
+from gateway.emulator.amqp._composites import (
+    Accepted,
+    Error,
+    Modified,
+    Received,
+    Rejected,
+    Released,
+    Source,
+    Target,
+)
 from gateway.emulator.amqp._frames import (
     AMQP_HEADER,
     DECODE_ERROR,
@@ -43,32 +53,26 @@ from gateway.emulator.amqp._frames import (
     encode_frame,
     encode_transfer_frames,
 )
+from gateway.emulator.amqp._performative_codec import (
+    encode_performative_into,
+    from_described,
+    to_described,
+)
 from gateway.emulator.amqp._performatives import (
-    Accepted,
     Attach,
     Begin,
     Close,
     Detach,
     Disposition,
     End,
-    Error,
     Flow,
-    Modified,
     Open,
-    Received,
-    Rejected,
-    Released,
     SaslChallenge,
     SaslInit,
     SaslMechanisms,
     SaslOutcome,
     SaslResponse,
-    Source,
-    Target,
     Transfer,
-    encode_performative_into,
-    from_described,
-    to_described,
 )
 
 ERROR = Error(condition="amqp:not-found", description="no such entity", info={"k": "v"})

@@ -12,6 +12,7 @@ import pytest
 from azure.eventhub import EventHubSharedKeyCredential
 
 from gateway.emulator import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator
+from gateway.emulator.amqp._composites import Accepted, Error, Rejected, Source, Target
 from gateway.emulator.amqp._frames import (
     AMQP_HEADER,
     FRAME_AMQP,
@@ -23,21 +24,16 @@ from gateway.emulator.amqp._frames import (
 )
 from gateway.emulator.amqp._message import AmqpMessage, Properties, decode_message, encode_message
 from gateway.emulator.amqp._performatives import (
-    Accepted,
     Attach,
     Begin,
     Detach,
     Disposition,
-    Error,
     Flow,
     Open,
     Performative,
-    Rejected,
     SaslInit,
     SaslMechanisms,
     SaslOutcome,
-    Source,
-    Target,
     Transfer,
 )
 from gateway.transports import LocalTransport
