@@ -15,7 +15,8 @@ from durable_queue._records import (
     StoredMessage,
 )
 from durable_queue._replayer import Replayer
-from durable_queue._sqlite import busy_retrying, is_busy, open_private_store, transaction
+from durable_queue._sqlite import open_private_store
+from durable_queue._sqlite_tx import busy_retrying, is_busy, transaction
 
 __all__ = [
     "DeadLetteredMessage",

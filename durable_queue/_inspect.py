@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, TextIO
+from pathlib import Path
+from typing import Any, Protocol, TextIO
 
 import sqlite_utils
 
@@ -17,10 +18,26 @@ from durable_queue._bindings import binding
 from durable_queue._records import DestinationStats, QueueStats
 from durable_queue._sqlite import _quick_check, file_bytes
 
-if TYPE_CHECKING:
-    from durable_queue._queue import DurableQueue
+__all__ = ["Inspected", "check", "export", "stats"]
 
-__all__ = ["check", "export", "stats"]
+
+class Inspected(Protocol):
+    """What ``stats`` reports of a queue besides its rows: its file, caps and commits.
+
+    ``DurableQueue`` has these; naming them here keeps this module below the queue.
+    """
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def max_messages(self) -> int | None: ...
+
+    @property
+    def max_bytes(self) -> int | None: ...
+
+    @property
+    def commits(self) -> int: ...
 
 _PER_DESTINATION = """
 SELECT destination, count(*) AS count, sum(size) AS bytes, min(enqueued_at) AS oldest,
@@ -40,7 +57,7 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
 
 
-def stats(conn: sqlite3.Connection, queue: DurableQueue) -> QueueStats:
+def stats(conn: sqlite3.Connection, queue: Inspected) -> QueueStats:
     """Per-destination and total counts of the queue behind ``conn``."""
     db = _database(conn)
     merged: dict[str, dict[str, Any]] = {}

@@ -3,55 +3,22 @@
 from __future__ import annotations
 
 import os
-import sqlite3
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from durable_queue import _bindings, _inspect
+from durable_queue import _bindings, _checks, _dead_letters, _inspect, _leases
 from durable_queue._group_commit import GroupCommitter
 from durable_queue._records import DeadLetteredMessage, QueueStats, StoredMessage
-from durable_queue._rows import dead_from_row, message_from_row, stored_from_rows
+from durable_queue._rows import COLUMNS, stored_from_rows
 from durable_queue._sqlite import file_bytes
 from durable_queue._store import Row, Store
-from replication import ConfigError, Message, QueueFull
+from replication import Message
 
 __all__ = ["DurableQueue"]
 
-_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-_COLUMNS = "id, destination, message_id, partition_key, properties, body, enqueued_at"
-_SELECT = f"SELECT {_COLUMNS}, attempts, size FROM messages"
-_DEAD_SELECT = f"SELECT {_COLUMNS}, attempts, size, reason, dead_lettered_at FROM dead_letters"
-_ACQUIRE = """
-INSERT INTO leases (destination, owner, expires_at) VALUES (?, ?, ?)
-ON CONFLICT (destination) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
-WHERE leases.owner = excluded.owner OR leases.expires_at <= ?
-"""
-
-
-def _option(name: str, value: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive int or None, not {value!r}")
-    return value
-
-
-def _ids(items: Sequence[StoredMessage] | Sequence[int]) -> list[int]:
-    return [item.id if isinstance(item, StoredMessage) else int(item) for item in items]
-
-
-def _check_destination(destination: str) -> None:
-    if not isinstance(destination, str) or not destination:
-        raise ValueError(f"destination must be a non-empty str, not {destination!r}")
-
-
-def _check_limit(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, not {value!r}")
+_SELECT = f"SELECT {COLUMNS}, attempts, size FROM messages"
 
 
 class DurableQueue:
@@ -88,21 +55,17 @@ class DurableQueue:
         busy_timeout: float = 30.0,
         shrink: bool = True,
     ) -> None:
-        self.max_messages = _option("max_messages", max_messages)
-        self.max_bytes = _option("max_bytes", max_bytes)
-        if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
-            raise ConfigError(f"synchronous must be one of {_SYNCHRONOUS}, not {synchronous!r}")
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
-            raise ConfigError(f"busy_timeout must be a number of seconds, not {busy_timeout!r}")
-        if not busy_timeout > 0:
-            raise ConfigError(f"busy_timeout must be positive, not {busy_timeout!r}")
+        self.max_messages = _checks.cap("max_messages", max_messages)
+        self.max_bytes = _checks.cap("max_bytes", max_bytes)
+        level = _checks.synchronous(synchronous)
+        timeout = _checks.busy_timeout(busy_timeout)
         self.path = Path(os.fspath(path))
         self._store = Store(
             self.path,
             max_messages=self.max_messages,
             max_bytes=self.max_bytes,
-            synchronous=synchronous.upper(),
-            busy_timeout=float(busy_timeout),
+            synchronous=level,
+            busy_timeout=timeout,
             shrink=bool(shrink),
         )
         self._group: GroupCommitter[Row, int] = GroupCommitter(self._store.commit_puts)
@@ -126,7 +89,7 @@ class DurableQueue:
             The message's row id (increasing, never reused).
         """
         if type(destination) is not str or not destination:
-            _check_destination(destination)
+            _checks.destination(destination)
         if not isinstance(message, Message):
             raise TypeError(f"message must be a Message, not {type(message).__name__}")
         return self._group.submit((destination, message))
@@ -145,7 +108,7 @@ class DurableQueue:
         Returns:
             Their row ids, in order.
         """
-        _check_destination(destination)
+        _checks.destination(destination)
         rows = [(destination, m) for m in messages]
         if any(not isinstance(m, Message) for _, m in rows):
             raise TypeError("messages must all be Message instances")
@@ -170,7 +133,7 @@ class DurableQueue:
         Returns:
             Oldest first.
         """
-        _check_limit("limit", limit)
+        _checks.limit("limit", limit)
         if destination is None:
             sql, params = f"{_SELECT} ORDER BY id LIMIT ?", (limit,)
             return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
@@ -189,8 +152,8 @@ class DurableQueue:
         Returns:
             Oldest first.
         """
-        _check_destination(destination)
-        _check_limit("max_messages", max_messages)
+        _checks.destination(destination)
+        _checks.limit("max_messages", max_messages)
         sql = f"{_SELECT} WHERE destination = ? ORDER BY id LIMIT ?"
         params = (destination, max_messages)
         return self._store.read(lambda c: stored_from_rows(c.execute(sql, params)))
@@ -207,7 +170,7 @@ class DurableQueue:
         Raises:
             DurableQueueError: the file cannot be written.
         """
-        ids = _ids(items)
+        ids = _checks.ids(items)
         if ids:
             self._store.write(lambda c: self._store.remove_ids(c, ids))
             if shrink:
@@ -230,7 +193,7 @@ class DurableQueue:
             items: the messages (or row ids) whose delivery failed.
             error: why, kept with each message (last one wins).
         """
-        params = [(error, i) for i in _ids(items)]
+        params = [(error, i) for i in _checks.ids(items)]
         if params:
             sql = "UPDATE messages SET attempts = attempts + 1, last_error = ? WHERE id = ?"
             self._store.write(lambda c: c.executemany(sql, params))
@@ -245,16 +208,7 @@ class DurableQueue:
             reason: why it was rejected, kept with it.
         """
         row_id = item.id if isinstance(item, StoredMessage) else int(item)
-        copy = f"""
-            INSERT INTO dead_letters ({_COLUMNS}, attempts, size, reason, dead_lettered_at)
-            SELECT {_COLUMNS}, attempts + 1, size, ?, ? FROM messages WHERE id = ?
-        """
-
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(copy, (str(reason), time.time(), row_id))
-            self._store.remove(conn, "WHERE id = ?", (row_id,))
-
-        self._store.write(work)
+        self._store.write(lambda c: _dead_letters.move(c, self._store, row_id, str(reason)))
 
     def dead_letters(
         self, destination: str | None = None, *, limit: int = 100
@@ -265,10 +219,9 @@ class DurableQueue:
             destination: only this destination; ``None``: all.
             limit: at most this many.
         """
-        _check_limit("limit", limit)
-        where, params = _where(destination)
-        sql, args = f"{_DEAD_SELECT} {where} ORDER BY id LIMIT ?", (*params, limit)
-        return self._store.read(lambda c: [dead_from_row(r) for r in c.execute(sql, args)])
+        _checks.limit("limit", limit)
+        where, params = _checks.where(destination)
+        return self._store.read(lambda c: _dead_letters.listing(c, where, params, limit))
 
     def requeue_dead_letters(self, destination: str | None = None) -> int:
         """Move dead-lettered messages back to the tail of their destination.
@@ -282,18 +235,8 @@ class DurableQueue:
         Returns:
             How many were moved.
         """
-        where, params = _where(destination)
-
-        def work(conn: sqlite3.Connection) -> int:
-            rows = conn.execute(f"{_DEAD_SELECT} {where} ORDER BY id", params).fetchall()
-            results, _ = self._store.insert(conn, [(r[1], message_from_row(r[2:6])) for r in rows])
-            for result in results:
-                if isinstance(result, QueueFull):
-                    raise result
-            conn.executemany("DELETE FROM dead_letters WHERE id = ?", [(r[0],) for r in rows])
-            return len(rows)
-
-        return self._store.write(work)
+        where, params = _checks.where(destination)
+        return self._store.write(lambda c: _dead_letters.requeue(c, self._store, where, params))
 
     # -- leases (used by Replayer) --------------------------------------------
 
@@ -309,19 +252,18 @@ class DurableQueue:
         Returns:
             Whether ``owner`` holds the lease now.
         """
-        params = (destination, owner, now + seconds, now)
-        return bool(self._store.write(lambda c: c.execute(_ACQUIRE, params).rowcount))
+        until = now + seconds
+        return self._store.write(
+            lambda c: _leases.acquire(c, destination, owner, until=until, now=now)
+        )
 
     def release_lease(self, destination: str, owner: str) -> None:
         """Give up the lease on ``destination`` if ``owner`` holds it."""
-        sql = "DELETE FROM leases WHERE destination = ? AND owner = ?"
-        self._store.write(lambda c: c.execute(sql, (destination, owner)))
+        self._store.write(lambda c: _leases.release(c, destination, owner))
 
     def lease_owner(self, destination: str, *, now: float) -> str | None:
         """Who holds an unexpired lease on ``destination`` at ``now``, if anyone."""
-        sql = "SELECT owner FROM leases WHERE destination = ? AND expires_at > ?"
-        row = self._store.read(lambda c: c.execute(sql, (destination, now)).fetchone())
-        return None if row is None else str(row[0])
+        return self._store.read(lambda c: _leases.holder(c, destination, now=now))
 
     # -- whose messages -------------------------------------------------------
 
@@ -341,14 +283,14 @@ class DurableQueue:
             The owner recorded before, or ``None`` (none: a new destination, or a
             file written before owners were recorded).
         """
-        _check_destination(destination)
+        _checks.destination(destination)
         if not isinstance(owner, str) or not owner:
             raise ValueError(f"owner must be a non-empty str, not {owner!r}")
         return self._store.write(lambda c: _bindings.bind(c, self.path, destination, owner))
 
     def binding(self, destination: str) -> str | None:
         """The owner recorded for ``destination`` (``None``: none recorded)."""
-        _check_destination(destination)
+        _checks.destination(destination)
         return self._store.read(lambda c: _bindings.binding(c, destination))
 
     # -- inspecting -----------------------------------------------------------
@@ -419,7 +361,7 @@ class DurableQueue:
         Returns:
             How many were deleted.
         """
-        where, params = _where(destination)
+        where, params = _checks.where(destination)
         removed = self._store.write(lambda c: self._store.remove(c, where, params))
         self._store.shrink()
         return removed
@@ -456,9 +398,3 @@ class DurableQueue:
     def __repr__(self) -> str:
         return f"DurableQueue({str(self.path)!r})"
 
-
-def _where(destination: str | None) -> tuple[str, tuple[str, ...]]:
-    if destination is None:
-        return "", ()
-    _check_destination(destination)
-    return "WHERE destination = ?", (destination,)

@@ -20,7 +20,11 @@ from typing import Any
 from durable_queue._records import DeadLetteredMessage, StoredMessage
 from replication import Message
 
-__all__ = ["FAST", "dead_from_row", "message_from_row", "stored_from_rows"]
+__all__ = ["COLUMNS", "FAST", "dead_from_row", "message_from_row", "stored_from_rows"]
+
+#: The stored columns of a message, in the order the functions below read them
+#: (after them: ``attempts, size``, and for dead letters ``reason, dead_lettered_at``).
+COLUMNS = "id, destination, message_id, partition_key, properties, body, enqueued_at"
 
 _FIELDS = [f.name for f in fields(Message)]
 _NO_PROPERTIES = Message(body=b"").properties  # the shared empty default

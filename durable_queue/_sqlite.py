@@ -1,4 +1,4 @@
-"""The queue file: opening, schema, permissions and sqlite3 error mapping.
+"""The queue file: opening, schema, identity and permissions (``_sqlite_tx`` maps errors).
 
 Counting without a hot counter row
 ----------------------------------
@@ -26,31 +26,23 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import tenacity
 
 from durable_queue._bindings import BINDINGS_SCHEMA
+from durable_queue._sqlite_tx import busy_retrying, corrupt_message, is_busy, mapped_errors
 from replication import ConfigError, DurableQueueError, GatewayError, QueueCorrupt
-
-T = TypeVar("T")
 
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
-    "busy_retrying",
     "connect_private",
-    "corrupt_message",
     "file_bytes",
-    "is_busy",
-    "mapped_errors",
     "open_connection",
     "open_private_store",
     "secure_files",
-    "transaction",
-    "translate",
 ]
 
 # "GGDQ": marks a file as a geogateway durable queue (PRAGMA application_id).
@@ -117,63 +109,6 @@ CREATE TABLE leases (
 )
 
 _MAGIC = b"SQLite format 3\x00"
-_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
-_BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
-
-
-def corrupt_message(path: Path, detail: str) -> str:
-    """The one-line ``QueueCorrupt`` text: what is wrong and what to do."""
-    return (
-        f"queue file {path} is corrupt ({detail}); it was left untouched: move it aside "
-        f"to start with an empty queue, and salvage its messages from a copy with "
-        f"`sqlite3 COPY \".recover\" | sqlite3 RECOVERED.db`"
-    )
-
-
-def _code(exc: sqlite3.Error) -> int | None:
-    # sqlite_errorcode exists from Python 3.11; 3.10 falls back to the text below.
-    code = getattr(exc, "sqlite_errorcode", None)
-    return None if code is None else int(code) & 0xFF
-
-
-def is_busy(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLite's "database is locked" (busy), worth retrying."""
-    if not isinstance(exc, sqlite3.OperationalError):
-        return False
-    code = _code(exc)
-    if code is not None:
-        return code in _BUSY_CODES
-    text = str(exc)
-    return "locked" in text or "busy" in text
-
-
-def _is_corrupt(exc: sqlite3.Error) -> bool:
-    code = _code(exc)
-    if code is not None:
-        return code in _CORRUPT_CODES
-    text = str(exc)
-    return "malformed" in text or "not a database" in text
-
-
-def translate(exc: sqlite3.Error, path: Path) -> DurableQueueError:
-    """Map a sqlite3 error onto the project's error tree."""
-    if _is_corrupt(exc):
-        return QueueCorrupt(corrupt_message(path, str(exc)))
-    if is_busy(exc):
-        return DurableQueueError(
-            f"queue file {path} stayed locked by another process past the busy timeout; "
-            f"retry, or raise busy_timeout"
-        )
-    return DurableQueueError(f"queue file {path}: {exc}")
-
-
-@contextlib.contextmanager
-def mapped_errors(path: Path) -> Iterator[None]:
-    """Re-raise any sqlite3 error inside the block as a ``DurableQueueError``."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise translate(exc, path) from exc
 
 
 def _check_header(path: Path) -> None:
@@ -328,42 +263,6 @@ def _prepare(
         if is_busy(exc):
             raise GatewayError(f"{kind} {path} stayed locked: {exc}") from exc
         raise corrupt(exc) from exc
-
-
-def transaction(
-    conn: sqlite3.Connection,
-    work: Callable[[sqlite3.Connection], T],
-    *,
-    begin: str = "BEGIN IMMEDIATE",
-) -> T:
-    """Run ``work`` in one transaction on an autocommit connection; roll back on error.
-
-    The project's SQLite stores (this queue, the dedup store, the local namespaces)
-    all write through this and :func:`busy_retrying`.
-    """
-    conn.execute(begin)
-    try:
-        result = work(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
-
-
-def busy_retrying(timeout: float) -> tenacity.Retrying:
-    """Retry on SQLITE_BUSY until ``timeout`` seconds have passed.
-
-    ``busy_timeout`` already makes SQLite wait; this covers the cases where it
-    returns SQLITE_BUSY at once (WAL recovery, a racing schema creation).
-    """
-    return tenacity.Retrying(
-        stop=tenacity.stop_after_delay(timeout),
-        wait=tenacity.wait_random_exponential(multiplier=0.005, max=0.25),
-        retry=tenacity.retry_if_exception(is_busy),
-        reraise=True,
-    )
 
 
 def file_bytes(path: Path) -> int:

@@ -11,13 +11,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_queue import _shrink
-from durable_queue._sqlite import (
-    busy_retrying,
-    is_busy,
-    open_connection,
-    transaction,
-    translate,
-)
+from durable_queue._sqlite import open_connection
+from durable_queue._sqlite_tx import busy_retrying, is_busy, transaction, translate
 from replication import DurableQueueError, Message, QueueFull
 
 __all__ = ["Row", "Store"]

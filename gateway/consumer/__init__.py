@@ -13,13 +13,13 @@ from gateway.consumer._balance import (
     live_instances,
 )
 from gateway.consumer._ownership import OwnershipManager
-from gateway.consumer._processor import (
-    AsyncPartitionProcessor,
+from gateway.consumer._partition import (
     CloseReason,
     PartitionContext,
     ProcessorSettings,
     StartingPosition,
 )
+from gateway.consumer._processor import AsyncPartitionProcessor
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._sqlite_store import SdkCheckpointStore, SqliteCheckpointStore
 from gateway.consumer._store import CheckpointStore, InMemoryCheckpointStore

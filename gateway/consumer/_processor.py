@@ -17,130 +17,40 @@ an event does so itself (catch, record, return). Store errors of the balancing l
 (claims, heartbeats, listings) reach ``on_error(None, err)``, as in the Azure SDK;
 a failed partition read, checkpoint write or checkpoint read reaches
 ``on_error(ctx, err)`` and is retried.
+
+This module is the lifecycle: joining and leaving the group, starting, handing over
+and losing partitions. Each owned partition's reading loop is in ``_reading``; the
+settings and what handlers see (``PartitionContext``) are in ``_partition``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._ownership import OwnershipManager
+from gateway.consumer._partition import (
+    BatchHandler,
+    CloseReason,
+    EventHandler,
+    PartitionContext,
+    ProcessorSettings,
+    StartingPosition,
+)
+from gateway.consumer._reading import PartitionReader, ReadingSetup, guard
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef
 from gateway.consumer._store import CheckpointStore
 from gateway.transports.base import EventPosition, PartitionEvent, Transport
-from replication import ConfigError, GatewayError, OwnershipLost
+from replication import ConfigError
 
-__all__ = [
-    "AsyncPartitionProcessor",
-    "CloseReason",
-    "PartitionContext",
-    "ProcessorSettings",
-]
+__all__ = ["AsyncPartitionProcessor"]
 
 logger = logging.getLogger("geogateway.consumer")
-
-StartingPosition = EventPosition | Callable[[str], EventPosition]
-
-
-class CloseReason(enum.Enum):
-    """Why a partition stopped being processed here."""
-
-    SHUTDOWN = "shutdown"  # stop() handed it over (after a checkpoint)
-    OWNERSHIP_LOST = "ownership_lost"  # another instance took it over
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProcessorSettings:
-    """How partitions are read and checkpointed.
-
-    Args:
-        max_batch_size: events per ``on_event_batch`` call (and per read).
-        max_wait_time: when set, the handler is also called when no event came for
-            this many seconds (``on_event(ctx, None)`` / ``on_event_batch(ctx, [])``).
-        prefetch: events read ahead per partition.
-        checkpoint_every_events: checkpoint after this many events (None: never by count).
-        checkpoint_every_seconds: checkpoint when the last one is this old (None: never).
-        poll_wait: how long one read waits for events.
-        handler_backoff: the first pause before a failed event (or batch) is handed
-            to the handler again; it doubles on each failure in a row.
-        max_handler_backoff: the longest such pause.
-    """
-
-    max_batch_size: int = 100
-    max_wait_time: float | None = None
-    prefetch: int = 300
-    checkpoint_every_events: int | None = 100
-    checkpoint_every_seconds: float | None = 5.0
-    poll_wait: float = 0.5
-    handler_backoff: float = 0.1
-    max_handler_backoff: float = 5.0
-
-    def __post_init__(self) -> None:
-        for name in ("max_batch_size", "prefetch", "checkpoint_every_events"):
-            value = getattr(self, name)
-            if value is None and name == "checkpoint_every_events":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
-        for name in ("max_wait_time", "checkpoint_every_seconds", "poll_wait",
-                     "handler_backoff", "max_handler_backoff"):
-            value = getattr(self, name)
-            if value is None and name in ("max_wait_time", "checkpoint_every_seconds"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
-
-
-class PartitionContext:
-    """What a handler knows about its partition, and how it checkpoints."""
-
-    def __init__(self, processor: AsyncPartitionProcessor, partition_id: str) -> None:
-        self._processor = processor
-        self.partition_id = partition_id
-        self.fully_qualified_namespace = processor.group.fully_qualified_namespace
-        self.eventhub_name = processor.group.eventhub_name
-        self.consumer_group = processor.group.consumer_group
-        self.last_event: PartitionEvent | None = None
-
-    async def update_checkpoint(self, event: PartitionEvent | None = None) -> None:
-        """Checkpoint at ``event`` (default: the last event handled), fenced.
-
-        Raises:
-            OwnershipLost: this instance does not own the partition any more.
-        """
-        event = event or self.last_event
-        if event is not None:
-            await self._processor.checkpoint(self.partition_id, event)
-
-    def __repr__(self) -> str:
-        return (f"PartitionContext({self.fully_qualified_namespace}/{self.eventhub_name}/"
-                f"{self.consumer_group}/{self.partition_id})")
-
-
-EventHandler = Callable[[PartitionContext, PartitionEvent | None], Awaitable[None]]
-BatchHandler = Callable[[PartitionContext, list[PartitionEvent]], Awaitable[None]]
-
-
-class _Reader:
-    """The state of one owned partition."""
-
-    def __init__(self, context: PartitionContext) -> None:
-        self.context = context
-        self.task: asyncio.Task[None] | None = None
-        self.stopping = False
-        self.since_checkpoint = 0
-        self.checkpointed_at = 0.0
-        self.checkpointed: PartitionEvent | None = None
-        self.closed = False
-        self.halted = asyncio.Event()  # set with stopping: ends a pause at once
 
 
 class AsyncPartitionProcessor:
@@ -195,14 +105,16 @@ class AsyncPartitionProcessor:
             consumer_group=consumer_group,
         )
         self.settings = settings or ProcessorSettings()
-        self._on_event = on_event
-        self._on_batch = on_event_batch
-        self._on_init = on_partition_initialize
         self._on_close = on_partition_close
         self._on_error = on_error
         self._start: StartingPosition = starting_position or EventPosition.earliest()
         self._clock = clock
-        self._readers: dict[str, _Reader] = {}
+        self._reading = ReadingSetup(
+            transport=transport, entity=entity, consumer_group=consumer_group,
+            settings=self.settings, clock=clock, on_event=on_event, on_batch=on_event_batch,
+            on_init=on_partition_initialize, report=self._error, checkpoint=self.checkpoint,
+        )
+        self._readers: dict[str, PartitionReader] = {}
         self._checkpoints: dict[str, Checkpoint] = {}
         self.manager = OwnershipManager(
             store, self.group, self._partition_ids,
@@ -279,14 +191,12 @@ class AsyncPartitionProcessor:
         return await self.transport.get_partition_ids(self.entity)
 
     async def _start_partition(self, partition_id: str) -> None:
-        reader = _Reader(PartitionContext(self, partition_id))
-        reader.checkpointed_at = self._clock()
+        reader = PartitionReader(PartitionContext(self, partition_id), self._reading,
+                                 position=self._position, close=self._close)
         self._readers[partition_id] = reader
         position = await self._position(partition_id)
         owner_level = await self._owner_level(partition_id)
-        reader.task = asyncio.get_running_loop().create_task(
-            self._read(reader, position, owner_level)
-        )
+        reader.task = asyncio.get_running_loop().create_task(reader.read(position, owner_level))
 
     async def _owner_level(self, partition_id: str) -> int:
         # The time of our claim on the checkpoint store's one clock (Blob Storage's,
@@ -306,7 +216,7 @@ class AsyncPartitionProcessor:
         reader = self._readers.get(partition_id)
         if reader is None:
             return
-        await self._halt(reader)
+        await reader.halt()
         last = reader.context.last_event
         if last is not None and last is not reader.checkpointed:
             try:
@@ -319,10 +229,10 @@ class AsyncPartitionProcessor:
     async def _lose(self, partition_id: str) -> None:
         reader = self._readers.get(partition_id)
         if reader is not None:
-            await self._halt(reader)
+            await reader.halt()
             await self._close(reader, CloseReason.OWNERSHIP_LOST)
 
-    # -- reading --------------------------------------------------------------------
+    # -- where to read, errors, closing ---------------------------------------------
 
     async def _position(self, partition_id: str) -> EventPosition | None:
         """Where to read from; None when the store failed (the reader asks again)."""
@@ -338,128 +248,6 @@ class AsyncPartitionProcessor:
         start = self._start
         return start(partition_id) if callable(start) else start
 
-    async def _read(
-        self, reader: _Reader, position: EventPosition | None, owner_level: int
-    ) -> None:
-        ctx = reader.context
-        settings = self.settings
-        while position is None:
-            # The checkpoint could not be read: never guess, ask the store again.
-            if not await self._pause(reader, settings.poll_wait):
-                return
-            position = await self._position(ctx.partition_id)
-        if self._on_init is not None:
-            await self._guard(ctx, self._on_init(ctx))
-        idle_since = self._clock()
-        try:
-            while not reader.stopping:
-                wait = settings.poll_wait
-                if settings.max_wait_time is not None:
-                    wait = min(wait, settings.max_wait_time)
-                try:
-                    events = await self.transport.read_partition(
-                        self.entity, ctx.partition_id, position=position,
-                        max_events=max(settings.prefetch, settings.max_batch_size),
-                        max_wait=wait, owner_level=owner_level,
-                        consumer_group=self.group.consumer_group,
-                    )
-                except (OwnershipLost, asyncio.CancelledError):
-                    raise
-                except Exception as exc:
-                    # An outage (TransportError) or any other read error: reported,
-                    # then read again; a reader never dies silently.
-                    await self._error(ctx, exc)
-                    await asyncio.sleep(settings.poll_wait)
-                    continue
-                if events:
-                    idle_since = self._clock()
-                    position = EventPosition(sequence_number=events[-1].sequence_number)
-                    await self._dispatch(reader, events)
-                elif (settings.max_wait_time is not None
-                      and self._clock() - idle_since >= settings.max_wait_time):
-                    idle_since = self._clock()
-                    await self._dispatch(reader, [])
-        except OwnershipLost:
-            # A reader with a higher owner level took the partition: stop here.
-            await self._close(reader, CloseReason.OWNERSHIP_LOST)
-
-    async def _dispatch(self, reader: _Reader, events: list[PartitionEvent]) -> None:
-        ctx, settings = reader.context, self.settings
-        if not events:
-            await self._guard(ctx, self._call(ctx, None, []))
-            return
-        step = settings.max_batch_size if self._on_batch is not None else 1
-        for start in range(0, len(events), step):
-            chunk = events[start:start + step]
-            if not await self._handle(reader, chunk):
-                return  # the rest is read again by the next owner, from the checkpoint
-            ctx.last_event = chunk[-1]
-            reader.since_checkpoint += len(chunk)
-            if self._checkpoint_due(reader):
-                await self._checkpoint_now(ctx, chunk[-1])
-
-    async def _handle(self, reader: _Reader, chunk: list[PartitionEvent]) -> bool:
-        """Call the handler with ``chunk`` until it succeeds (at-least-once).
-
-        Returns:
-            True once handled; False if the partition stops first (the chunk is
-            then not handled, and not checkpointed).
-        """
-        ctx, settings = reader.context, self.settings
-        pause = min(settings.handler_backoff, settings.max_handler_backoff)
-        while not reader.stopping:
-            try:
-                await self._call(ctx, chunk[0], chunk)
-                return True
-            except (OwnershipLost, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                await self._error(ctx, exc)
-            if not await self._pause(reader, pause):
-                break
-            pause = min(pause * 2, settings.max_handler_backoff)
-        return False
-
-    async def _checkpoint_now(self, ctx: PartitionContext, event: PartitionEvent) -> None:
-        try:
-            await self.checkpoint(ctx.partition_id, event)
-        except (OwnershipLost, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            # Not written: the count goes on, so the next event tries again.
-            await self._error(ctx, exc)
-
-    async def _pause(self, reader: _Reader, seconds: float) -> bool:
-        """Wait ``seconds`` unless the reader is halted; False if it was."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(reader.halted.wait(), seconds)
-        return not reader.stopping
-
-    def _call(
-        self, ctx: PartitionContext, event: PartitionEvent | None, chunk: list[PartitionEvent]
-    ) -> Awaitable[None]:
-        if self._on_batch is not None:
-            return self._on_batch(ctx, chunk)
-        assert self._on_event is not None
-        return self._on_event(ctx, event)
-
-    def _checkpoint_due(self, reader: _Reader) -> bool:
-        every_n = self.settings.checkpoint_every_events
-        every_t = self.settings.checkpoint_every_seconds
-        return (every_n is not None and reader.since_checkpoint >= every_n) or (
-            every_t is not None and self._clock() - reader.checkpointed_at >= every_t
-        )
-
-    async def _guard(self, ctx: PartitionContext, call: Awaitable[Any]) -> None:
-        try:
-            await call
-        except (OwnershipLost, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            # A failing init, close or idle call does not stop the partition (nor is
-            # there an event to retry): on_error hears of it, as in the SDK.
-            await self._error(ctx, exc)
-
     async def _store_error(self, exc: BaseException) -> None:
         await self._error(None, exc)
 
@@ -472,30 +260,10 @@ class AsyncPartitionProcessor:
         except Exception:
             logger.exception("on_error failed")
 
-    async def _halt(self, reader: _Reader) -> None:
-        """Stop the reader and wait until it has ended (its handler call finished).
-
-        Waiting does not tie the reader's fate to the caller's: when the caller (the
-        ownership loop) is cancelled meanwhile, as ``stop()`` does, the reader is not
-        cancelled with it, and the cancellation reaches the caller, so the loop ends
-        and ``stop()`` hands the partition over once the reader is done.
-        """
-        reader.stopping = True
-        reader.halted.set()
-        task = reader.task
-        if task is None or task is asyncio.current_task():
-            return
-        if not task.done():
-            await asyncio.wait((task,))
-        if not task.cancelled():
-            error = task.exception()
-            if error is not None and not isinstance(error, GatewayError):
-                raise error
-
-    async def _close(self, reader: _Reader, reason: CloseReason) -> None:
+    async def _close(self, reader: PartitionReader, reason: CloseReason) -> None:
         if reader.closed:
             return
         reader.closed = True
         self._readers.pop(reader.context.partition_id, None)
         if self._on_close is not None:
-            await self._guard(reader.context, self._on_close(reader.context, reason))
+            await guard(self._error, reader.context, self._on_close(reader.context, reason))

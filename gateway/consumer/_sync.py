@@ -22,13 +22,13 @@ import anyio.to_thread
 
 from gateway._support.portal import PortalDriver
 from gateway.consumer._balance import BalanceSettings
-from gateway.consumer._processor import (
-    AsyncPartitionProcessor,
+from gateway.consumer._partition import (
     CloseReason,
     PartitionContext,
     ProcessorSettings,
     StartingPosition,
 )
+from gateway.consumer._processor import AsyncPartitionProcessor
 from gateway.consumer._records import ConsumerGroupRef
 from gateway.consumer._store import CheckpointStore
 from gateway.transports.base import PartitionEvent, Transport

@@ -20,11 +20,8 @@ if _TYPE_CHECKING:
     )
     from gateway.geo._factory import NamespaceLike
     from gateway.geo._hooks import GatewayHooks, emit
-    from gateway.geo._partitions import (
-        AsyncGeoPartitionReceiver,
-        GeoPartitionReceiver,
-        InboxHandler,
-    )
+    from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
+    from gateway.geo._partitions_sync import GeoPartitionReceiver
     from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
     from gateway.geo._sender import AsyncGeoSender, SendResult
 
@@ -36,7 +33,7 @@ _LAZY = {
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
     "GatewayHooks": "gateway.geo._hooks",
-    "GeoPartitionReceiver": "gateway.geo._partitions",
+    "GeoPartitionReceiver": "gateway.geo._partitions_sync",
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
     "InboxHandler": "gateway.geo._partitions",

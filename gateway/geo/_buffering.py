@@ -1,14 +1,37 @@
-"""What the sender checks before it buffers a message: that the namespaces of its
-destination would ever take it, and whose messages the destination holds."""
+"""The sender's side of the durable queue: buffering into it, what it still holds for
+the sender's entity, and draining one destination back in order.
+
+Before it buffers a message the sender checks that the namespaces of its destination
+would ever take it, and records in the file whose messages the destination holds.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+import anyio
+
+from durable_queue import DurableQueue, Replayer
+from gateway.geo._hooks import GatewayHooks, emit
 from gateway.transports.base import Transport
-from replication import ANY_NAMESPACE, Message, MessageRejected, parse_destination
+from replication import (
+    ANY_NAMESPACE,
+    ConfigError,
+    Message,
+    MessageRejected,
+    NamespaceUnavailable,
+    QueueCorrupt,
+    destination,
+    parse_destination,
+)
 
-__all__ = ["check_size", "owner_of"]
+__all__ = ["BacklogCleared", "Buffer", "check_size", "owner_of"]
+
+logger = logging.getLogger("geogateway")
 
 
 def _namespaces(transports: Mapping[str, Transport], dest: str) -> tuple[list[str], str]:
@@ -44,3 +67,162 @@ def check_size(transports: Mapping[str, Transport], dest: str, batch: Sequence[M
                 f"{limit}-byte limit of {' and '.join(names)}; it was not sent or "
                 f"buffered: make it smaller"
             )
+
+
+class BacklogCleared(Exception):
+    """A send waited to join a backlog that the replayer emptied meanwhile."""
+
+
+class Buffer:
+    """The durable queue as one sender uses it (or no queue: ``queue`` is ``None``).
+
+    ``pending`` holds the destinations of the sender's entity that still hold
+    messages: a send goes behind them (FIFO) until a drain empties them. A
+    destination whose drain found the file damaged, or holding other namespaces'
+    messages, is kept in ``broken``: buffering behind it raises that error.
+
+    Args:
+        queue: a path (opened here, closed by ``close``) or a ``DurableQueue``.
+        transports: the sender's namespaces, by name.
+        entity: the sender's entity.
+        hooks: observability callbacks (``on_buffered``).
+    """
+
+    def __init__(
+        self,
+        queue: str | os.PathLike[str] | DurableQueue | None,
+        *,
+        transports: Mapping[str, Transport],
+        entity: str,
+        hooks: Sequence[GatewayHooks],
+    ) -> None:
+        self._owned = queue is not None and not isinstance(queue, DurableQueue)
+        self.queue = (
+            DurableQueue(queue)
+            if queue is not None and not isinstance(queue, DurableQueue)
+            else queue
+        )
+        self._transports = transports
+        self._hooks = hooks
+        self.pending: set[str] = set()
+        if self.queue is not None:
+            mine = {destination(ns, entity) for ns in (*transports, ANY_NAMESPACE)}
+            self.pending = {d for d in self.queue.destinations() if d in mine}
+        self._gates: dict[str, asyncio.Lock] = {}
+        # Destinations whose replay hit a damaged queue file (or messages buffered
+        # for other namespaces): sends that would be buffered behind them raise it.
+        self.broken: dict[str, QueueCorrupt | ConfigError] = {}
+        # Destinations whose owner (these namespaces) is recorded in the queue file.
+        self._claimed: set[str] = set()
+        self._owner = f"sender-{uuid.uuid4().hex[:12]}"
+
+    async def put(
+        self,
+        dest: str,
+        batch: Sequence[Message],
+        *,
+        cause: BaseException | None,
+        while_backlog: bool = False,
+    ) -> None:
+        """Write ``batch`` to ``dest``; returns once it is on disk.
+
+        Args:
+            dest: the durable queue destination.
+            batch: the messages.
+            cause: why they are buffered (the last send error), for the message of
+                the error raised when there is no queue.
+            while_backlog: buffered only to stay behind a backlog: raise
+                ``BacklogCleared`` if ``dest`` was emptied meanwhile.
+
+        Raises:
+            NamespaceUnavailable: there is no durable queue.
+            MessageRejected: a message is larger than ``dest``'s namespaces take.
+            QueueCorrupt, ConfigError: ``dest`` is in ``broken``.
+            QueueFull: the durable queue is full.
+        """
+        if self.queue is None:
+            reason = f" (last error: {cause})" if cause is not None else ""
+            raise NamespaceUnavailable(
+                f"no namespace accepted the message{reason} and no durable queue is "
+                "configured to hold it",
+                namespace=ANY_NAMESPACE,
+            ) from cause
+        check_size(self._transports, dest, batch)
+        broken = self.broken.get(dest)
+        if broken is not None:
+            # Buffering behind a backlog that can never drain would lose the message
+            # in all but name: the caller must know now.
+            raise type(broken)(f"not buffered: {broken}") from broken
+        queue = self.queue
+        await self._claim(queue, dest)
+        async with self._gate(dest):
+            if while_backlog and dest not in self.pending:
+                raise BacklogCleared()
+            await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
+            self.pending.add(dest)
+        emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    async def drain(
+        self,
+        dest: str,
+        send: Callable[[Sequence[Message]], Awaitable[None]],
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, float, BaseException | None]:
+        """Send what ``dest`` holds with ``send``, oldest first, under the file's lease.
+
+        When it is caught up, what arrived meanwhile is drained with new puts held
+        back, and ``dest`` leaves ``pending``: sends go direct again.
+
+        Raises:
+            ConfigError: the file holds ``dest``'s messages for other namespaces.
+            DurableQueueError: the queue could not be read or written.
+
+        Returns:
+            How many were sent, in how many seconds, and the error that stopped the
+            drain early (``None``: none; nothing is sent while another process
+            holds the lease).
+        """
+        assert self.queue is not None
+        await self._claim(self.queue, dest)
+        replayer = Replayer(self.queue, dest, owner=self._owner)
+        if not replayer.acquire():
+            return 0, 0.0, None  # another sender process is draining this destination
+        try:
+            result = await replayer.adrain(send, progress=progress)
+            replayed, seconds = result.replayed, result.seconds
+            if result.stopped_by is None and result.remaining == 0:
+                async with self._gate(dest):
+                    result = await replayer.adrain(send)
+                    replayed, seconds = replayed + result.replayed, seconds + result.seconds
+                    if result.stopped_by is None and result.remaining == 0:
+                        self.pending.discard(dest)
+        finally:
+            replayer.release()
+        return replayed, seconds, result.stopped_by
+
+    def close(self) -> None:
+        """Close the queue if it was opened here."""
+        if self.queue is not None and self._owned:
+            self.queue.close()
+
+    async def _claim(self, queue: DurableQueue, dest: str) -> None:
+        """Record in the queue file that ``dest`` holds messages for these namespaces,
+        once per sender; refuse (``ConfigError``) when it holds other namespaces'."""
+        if dest in self._claimed:
+            return
+        owner = owner_of(self._transports, dest)
+        before = await anyio.to_thread.run_sync(queue.bind, dest, owner)
+        if before is None and dest in self.pending:
+            logger.warning(
+                "queue file %s did not record which namespaces the messages of %s are "
+                "for (an older geogateway wrote it); recorded %s", queue.path, dest, owner)
+        self._claimed.add(dest)
+
+    def _gate(self, dest: str) -> asyncio.Lock:
+        # Puts into a destination and the replayer's final "it is empty now" check
+        # exclude each other, so the hand-over from buffering back to direct sends
+        # happens at a moment when nothing is on its way into the queue.
+        gate = self._gates.get(dest)
+        if gate is None:
+            gate = self._gates[dest] = asyncio.Lock()
+        return gate

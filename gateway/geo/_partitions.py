@@ -40,35 +40,20 @@ processes sharing the file) are serialized by SQLite's write lock: keep them sho
 
 A namespace that is down does not stop the other: its readers log the
 ``TransportError`` (``on_error``, the ``on_namespace_down`` hook) and retry.
-``GeoPartitionReceiver`` is the sync twin, a thin driver over the same core.
+``GeoPartitionReceiver`` (``_partitions_sync``) is the sync twin, a thin driver over
+the same core; ``_partitions_dedup`` delivers each event once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import inspect
 import logging
 import os
-import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, cast
 
-import anyio.to_thread
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
-
-from gateway._support.portal import PortalDriver
 from gateway.consumer import (
     AsyncPartitionProcessor,
     BalanceSettings,
@@ -80,6 +65,7 @@ from gateway.consumer import (
 )
 from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, PartitionHandler
 from gateway.geo._receiver import StopFlag
 from gateway.stores import SqliteDedupStore
 from gateway.transports.base import PartitionEvent, Transport
@@ -91,43 +77,24 @@ from replication import (
     DedupWindow,
     RetryPolicy,
     TransportError,
-    Verdict,
 )
 
 __all__ = [
     "DEFAULT_HANDLER_RETRY",
     "AsyncGeoPartitionReceiver",
-    "GeoPartitionReceiver",
     "InboxHandler",
     "PartitionHandler",
 ]
 
 logger = logging.getLogger("geogateway.consumer")
 
-#: A handler of one event: a coroutine function, or a plain one (run in a thread).
-PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
-#: An inbox handler (``transactional=True``): a plain function of the event and the
-#: dedup store's connection, run in a worker thread inside the transaction that marks
-#: the event's id done; it writes its effect through ``conn`` and must not commit.
-InboxHandler = Callable[[PartitionEvent, sqlite3.Connection], None]
 ErrorCallback = Callable[[PartitionContext | None, BaseException], Awaitable[None]]
 
 #: Three attempts, 0.1 s to 1 s apart, at most 5 s in all.
 DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff=1.0,
                                     max_delay=5.0)
 
-_FIRST_HOLD_PAUSE = 0.02
-_MAX_HOLD_PAUSE = 0.5
 _RUN_POLL = 0.05
-
-
-class _HoldAbandoned(asyncio.CancelledError):
-    """Raised from the handler of a held copy when the receiver stops.
-
-    A cancellation, not an error: the processor lets it end the reader without
-    counting the event as handled, so the hand-over checkpoint stays before it and
-    the next owner reads it again.
-    """
 
 
 class AsyncGeoPartitionReceiver:
@@ -210,20 +177,11 @@ class AsyncGeoPartitionReceiver:
         self._balance = balance
         self._starting_position = starting_position
         self._instance = instance_id if instance_id is not None else uuid.uuid4().hex[:12]
-        self._retrying = AsyncRetrying(
-            stop=stop_after_attempt(handler_retry.attempts)
-            | stop_after_delay(handler_retry.max_delay),
-            wait=wait_random_exponential(multiplier=handler_retry.initial_backoff,
-                                         max=handler_retry.max_backoff),
-            retry=retry_if_exception_type(Exception),
-            reraise=True,
-            before_sleep=_log_retry,
-        )
         self._on_error = on_error
-        self._handler: PartitionHandler | InboxHandler | None = None
-        self._transactional = False
         self._processors: list[AsyncPartitionProcessor] = []
         self._stopping = asyncio.Event()
+        self._delivery = DedupDelivery(self._dedup, handler_retry=handler_retry,
+                                       hooks=self._hooks, stopping=self._stopping)
         self._down: set[str] = set()
         self._busy = 0
         self._last_activity = time.monotonic()
@@ -283,8 +241,7 @@ class AsyncGeoPartitionReceiver:
             if not self._dedup.transactional:
                 raise ConfigError("transactional=True needs a dedup store with "
                                   "finish_with_effect, such as SqliteDedupStore")
-        self._handler = handler
-        self._transactional = transactional
+        self._delivery.use(handler, transactional=transactional)
         self._stopping.clear()
         self._last_activity = time.monotonic()
         # A processor cannot be restarted after stop(): build new ones each time.
@@ -375,7 +332,10 @@ class AsyncGeoPartitionReceiver:
         self._busy += 1
         pause = 0.0
         try:
-            await self._process(event)
+            if event.namespace in self._down:
+                self._down.discard(event.namespace)
+                emit(self._hooks, "on_namespace_up", namespace=event.namespace)
+            await self._delivery.deliver(event)
         except Exception:
             # The processor offers the event again after its backoff: not idle.
             pause = (self._settings or ProcessorSettings()).max_handler_backoff
@@ -383,59 +343,6 @@ class AsyncGeoPartitionReceiver:
         finally:
             self._busy -= 1
             self._last_activity = time.monotonic() + pause
-
-    async def _process(self, event: PartitionEvent) -> None:
-        if event.namespace in self._down:
-            self._down.discard(event.namespace)
-            emit(self._hooks, "on_namespace_up", namespace=event.namespace)
-        message_id = event.message.message_id
-        verdict = await self._wait_turn(message_id)
-        if verdict is Verdict.DUPLICATE:
-            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
-            return
-        ran = True
-        try:
-            if self._transactional:
-                ran = await self._retrying(self._call_inbox, event)
-            else:
-                await self._retrying(self._call_handler, event)
-        except Exception:
-            # Release the claim: the copy in the other namespace may be delivered.
-            await anyio.to_thread.run_sync(self._dedup.failed, message_id)
-            raise  # to the processor: on_error, then the event is offered again
-        if not self._transactional:
-            await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
-        elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
-            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
-
-    async def _call_inbox(self, event: PartitionEvent) -> bool:
-        handler = cast(InboxHandler, self._handler)
-        effect = functools.partial(handler, event)
-        return await anyio.to_thread.run_sync(
-            self._dedup.succeeded_with, event.message.message_id, effect)
-
-    async def _wait_turn(self, message_id: str) -> Verdict:
-        pause = _FIRST_HOLD_PAUSE
-        while True:
-            # The store is SQLite: keep its I/O off the event loop.
-            verdict = await anyio.to_thread.run_sync(self._dedup.check, message_id)
-            if verdict is not Verdict.HOLD:
-                return verdict
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), pause)
-            if self._stopping.is_set():
-                raise _HoldAbandoned(f"stopped while {message_id} was held")
-            pause = min(pause * 1.5, _MAX_HOLD_PAUSE)
-
-    async def _call_handler(self, event: PartitionEvent) -> None:
-        handler = cast(PartitionHandler, self._handler)
-        assert handler is not None
-        if inspect.iscoroutinefunction(handler):
-            await handler(event)
-            return
-        result = await anyio.to_thread.run_sync(handler, event)
-        if inspect.isawaitable(result):
-            await result
 
     async def _error(
         self, namespace: str, ctx: PartitionContext | None, exc: BaseException
@@ -450,79 +357,3 @@ class AsyncGeoPartitionReceiver:
             logger.error("%s: %s", ctx or namespace, exc, exc_info=exc)
         if self._on_error is not None:
             await self._on_error(ctx, exc)
-
-
-def _log_retry(state: RetryCallState) -> None:
-    outcome = state.outcome
-    exc = outcome.exception() if outcome is not None else None
-    logger.warning("handler failed (attempt %d): %s; retrying", state.attempt_number, exc)
-
-
-async def _open(kwargs: dict[str, Any]) -> AsyncGeoPartitionReceiver:
-    return AsyncGeoPartitionReceiver(**kwargs)
-
-
-class GeoPartitionReceiver(PortalDriver):
-    """Sync twin; takes the same arguments as :class:`AsyncGeoPartitionReceiver`.
-
-    The processors run on the receiver's own event loop thread, and a plain handler
-    runs in a worker thread. Use as a context manager or call :meth:`close`.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        try:
-            self._core = self._call(_open, kwargs)
-        except BaseException:
-            self._close_portal(_noop)
-            raise
-
-    @property
-    def owned(self) -> dict[str, frozenset[str]]:
-        """The partitions read here now, by namespace."""
-        return self._call(self._owned)
-
-    @property
-    def dedup_stats(self) -> DedupStats:
-        return self._core.dedup_stats
-
-    def start(self, handler: Callable[[PartitionEvent], None] | InboxHandler, *,
-              transactional: bool = False) -> None:
-        """Handle events in the background; see :meth:`AsyncGeoPartitionReceiver.start`."""
-        self._call(functools.partial(self._core.start, handler, transactional=transactional))
-
-    def stop(self, *, handover_timeout: float | None = None) -> None:
-        """Leave both groups gracefully (hand over: checkpoint, release); :meth:`start`
-        may follow. See :meth:`AsyncGeoPartitionReceiver.stop`."""
-        self._call(functools.partial(self._core.stop, handover_timeout=handover_timeout))
-
-    def run(
-        self,
-        handler: Callable[[PartitionEvent], None] | InboxHandler,
-        *,
-        stop: threading.Event | None = None,
-        idle_timeout: float | None = None,
-        transactional: bool = False,
-    ) -> None:
-        """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
-
-        The handler runs in a worker thread, one event per partition at a time; see
-        :meth:`AsyncGeoPartitionReceiver.run`.
-        """
-        self._call(self._run, handler, stop, idle_timeout, transactional)
-
-    async def _run(self, handler: Callable[[PartitionEvent], None] | InboxHandler,
-                   stop: threading.Event | None, idle_timeout: float | None,
-                   transactional: bool) -> None:
-        await self._core.run(handler, stop=stop, idle_timeout=idle_timeout,
-                             transactional=transactional)
-
-    async def _owned(self) -> dict[str, frozenset[str]]:
-        return self._core.owned
-
-    def close(self) -> None:
-        self._close_portal(self._core.aclose)
-
-
-async def _noop() -> None:
-    return None

@@ -1,62 +1,43 @@
-"""The sender core (async). ``GeoSender`` in ``gateway._support.portal`` drives this same core.
+"""The sender core (async). ``GeoSender`` in ``gateway.geo._client`` drives this same core.
 
-Decisions come from the pure functions in :mod:`replication`; this module does
-the I/O they ask for: sends with tenacity retries, durable-queue writes, probes
-and replays.
+Decisions come from the pure functions in :mod:`replication`; this module routes each
+send (passive failover, active fan-out) over the pieces that do the I/O: the two
+namespaces (``_namespaces``: retried sends, roles, probes), the durable queue
+(``_buffering``) and the background recovery rounds (``_recovery``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
-import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 
 import anyio
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
-from durable_queue import DurableQueue, Replayer
-from gateway.geo._buffering import check_size, owner_of
-from gateway.geo._factory import NamespaceLike, check_entity, default_state_dir, open_transport
-from gateway.geo._hooks import GatewayHooks, emit
-from gateway.stores import RoleStore
-from gateway.transports.base import Transport
+from durable_queue import DurableQueue
+from gateway.geo._buffering import BacklogCleared, Buffer
+from gateway.geo._factory import NamespaceLike, check_entity
+from gateway.geo._hooks import GatewayHooks
+from gateway.geo._namespaces import NamespacePair
+from gateway.geo._recovery import Recovery
 from replication import (
     ANY_NAMESPACE,
-    ConfigError,
-    DurableQueueError,
-    GatewayError,
     Message,
     MessageRejected,
     Mode,
     NamespaceUnavailable,
-    QueueCorrupt,
     ReplicationPolicy,
     RoleState,
     TransportError,
     destination,
     parse_destination,
     plan_send,
-    replayable,
-    should_fail_back,
 )
-
-# How long aclose() waits for links being opened ahead of sends.
-_PREPARE_WAIT = 5.0
 
 __all__ = ["AsyncGeoSender", "MessageLike", "SendResult"]
 
@@ -77,10 +58,6 @@ class SendResult:
     namespaces: tuple[str, ...]
     buffered: tuple[str, ...]
     failed_over: bool = False
-
-
-class _BacklogCleared(Exception):
-    """A send waited to join a backlog that the replayer emptied meanwhile."""
 
 
 def _coerce(message: MessageLike) -> Message:
@@ -132,49 +109,20 @@ class AsyncGeoSender:
         )
         self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
-        self._clock = clock
         self._sleep = sleep or anyio.sleep
-        self._owned: list[Transport] = []
-        self._transports: dict[str, Transport] = {}
-        for ns in (primary, secondary):
-            transport, owned = open_transport(ns, data_dir=data_dir)
-            if transport.namespace in self._transports:
-                raise ValueError(f"primary and secondary are both {transport.namespace!r}")
-            self._transports[transport.namespace] = transport
-            if owned:
-                self._owned.append(transport)
-        names = list(self._transports)
-        self._roles_store = RoleStore(
-            Path(state_dir or default_state_dir()) / f"roles-{names[0]}-{names[1]}.json"
+        self._namespaces = NamespacePair(
+            primary, secondary, entity=self.entity, retry=self.policy.retry,
+            hooks=self._hooks, data_dir=data_dir, state_dir=state_dir,
+            clock=clock, sleep=self._sleep,
         )
-        self._roles = self._roles_store.load(names[0], names[1])
-        self._queue_owned = durable_queue is not None and not isinstance(
-            durable_queue, DurableQueue
-        )
-        self._queue = (
-            DurableQueue(durable_queue)
-            if durable_queue is not None and not isinstance(durable_queue, DurableQueue)
-            else durable_queue
-        )
-        self._down: dict[str, float] = {}
-        self._backlog: set[str] = self._existing_backlog()
-        self._gates: dict[str, asyncio.Lock] = {}
-        # One recovery round at a time (the background task and replay() calls):
-        # two rounds would drain the same destination at once and send it twice.
-        self._recovering: asyncio.Lock | None = None
-        # Destinations whose replay hit a damaged queue file (or messages buffered
-        # for other namespaces): sends that would be buffered behind them raise it.
-        self._broken: dict[str, QueueCorrupt | ConfigError] = {}
-        # Destinations whose owner (these namespaces) is recorded in the queue file.
-        self._claimed: set[str] = set()
-        self._owner = f"sender-{uuid.uuid4().hex[:12]}"
-        self._recovery = recovery
+        self._buffer = Buffer(durable_queue, transports=self._namespaces.transports,
+                              entity=self.entity, hooks=self._hooks)
+        self._recovery = Recovery(self._namespaces, self._buffer,
+                                  failback=self.policy.failback, hooks=self._hooks)
+        self._recover = recovery
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
         self._task: asyncio.Task[None] | None = None
-        # Opening links ahead of sends (prepare_send); awaited, not cancelled, by aclose():
-        # an SDK client cancelled halfway through opening can leave its socket open.
-        self._preparing: set[asyncio.Task[None]] = set()
         self._warmed = False
         self._closed = False
 
@@ -183,17 +131,17 @@ class AsyncGeoSender:
     @property
     def roles(self) -> RoleState:
         """Which namespace is active now."""
-        return self._roles
+        return self._namespaces.roles
 
     @property
     def down(self) -> frozenset[str]:
         """Namespaces currently marked down (skipped until a probe succeeds)."""
-        return frozenset(self._down)
+        return frozenset(self._namespaces.down)
 
     @property
     def backlog(self) -> frozenset[str]:
         """Durable queue destinations of this entity that still hold messages."""
-        return frozenset(self._backlog)
+        return frozenset(self._buffer.pending)
 
     async def __aenter__(self) -> AsyncGeoSender:
         await self.start()
@@ -214,11 +162,11 @@ class AsyncGeoSender:
         if self._closed:
             return
         loop = asyncio.get_running_loop()
-        if self._recovery and self._task is None:
+        if self._recover and self._task is None:
             self._task = loop.create_task(self._recovery_loop())
         if not self._warmed:
             self._warmed = True
-            self._prepare_soon(*self._transports)
+            self._namespaces.prepare_soon(*self._namespaces.transports)
 
     async def send(self, message: MessageLike) -> SendResult:
         """Send one message. See :meth:`send_batch`."""
@@ -244,16 +192,16 @@ class AsyncGeoSender:
         while True:
             plan = plan_send(
                 mode=self.policy.mode,
-                roles=self._roles,
+                roles=self._namespaces.roles,
                 entity=self.entity,
-                down=self._down,
-                backlog=self._backlog,
+                down=self._namespaces.down,
+                backlog=self._buffer.pending,
             )
             try:
                 if self.policy.mode is Mode.PASSIVE:
                     return await self._send_passive(batch, plan.attempt, plan.buffer)
                 return await self._send_active(batch, plan.attempt, plan.buffer)
-            except _BacklogCleared:
+            except BacklogCleared:
                 continue  # the replayer caught up while we waited: plan again
 
     async def replay(self, *, progress: Callable[[str, int], None] | None = None) -> int:
@@ -275,7 +223,7 @@ class AsyncGeoSender:
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
-        return await self._recover_once(progress, raise_errors=True)
+        return await self._recovery.round(progress, raise_errors=True)
 
     async def aclose(self) -> None:
         """Stop the recovery task, then close what this sender opened."""
@@ -287,14 +235,8 @@ class AsyncGeoSender:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._preparing:
-            _, late = await asyncio.wait(self._preparing, timeout=_PREPARE_WAIT)
-            for task in late:
-                task.cancel()
-        for transport in self._owned:
-            await transport.aclose()
-        if self._queue is not None and self._queue_owned:
-            self._queue.close()
+        await self._namespaces.aclose()
+        self._buffer.close()
 
     # -- sending --------------------------------------------------------------------
 
@@ -302,7 +244,7 @@ class AsyncGeoSender:
         self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
     ) -> SendResult:
         ids = tuple(m.message_id for m in batch)
-        accepted, failed_over, last = await self._send_any(batch, attempt)
+        accepted, failed_over, last = await self._namespaces.send_any(batch, attempt)
         if accepted is not None:
             return SendResult(
                 message_ids=ids, namespaces=(accepted,), buffered=(), failed_over=failed_over
@@ -311,28 +253,10 @@ class AsyncGeoSender:
         # Planned to buffer only because of a backlog (nothing was attempted)? When
         # nothing was attempted because both namespaces are down and there is no
         # backlog (a put failed with QueueFull), buffer now: replanning would spin.
-        await self._buffer(
-            dest, batch, cause=last, while_backlog=not attempt and dest in self._backlog
+        await self._buffer.put(
+            dest, batch, cause=last, while_backlog=not attempt and dest in self._buffer.pending
         )
         return SendResult(message_ids=ids, namespaces=(), buffered=(dest,))
-
-    async def _send_any(
-        self, batch: Sequence[Message], attempt: Sequence[str]
-    ) -> tuple[str | None, bool, TransportError | None]:
-        """Try namespaces in order until one takes the batch; swap roles if needed."""
-        last: TransportError | None = None
-        for ns in attempt:
-            try:
-                await self._send_to(ns, batch)
-            except TransportError as exc:
-                self._mark_down(ns, exc)
-                last = exc
-                continue
-            failed_over = ns != self._roles.active
-            if failed_over:
-                self._set_roles(self._roles.swap(self._clock()))
-            return ns, failed_over, last
-        return None, False, last
 
     async def _send_active(
         self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
@@ -342,18 +266,18 @@ class AsyncGeoSender:
         attempt, buffered = list(attempt), []
         for dest in buffer:
             ns, _ = parse_destination(dest)
-            if ns in self._down:
+            if ns in self._namespaces.down:
                 continue  # buffered below, with the copies that fail now
             try:
-                await self._buffer(dest, batch, cause=None, while_backlog=True)
+                await self._buffer.put(dest, batch, cause=None, while_backlog=True)
                 buffered.append(dest)
-            except _BacklogCleared:
+            except BacklogCleared:
                 attempt.append(ns)
         buffer = [d for d in buffer if d not in buffered]
 
         async def one(ns: str) -> None:
             try:
-                await self._send_to(ns, batch)
+                await self._namespaces.send_to(ns, batch)
                 errors[ns] = None
             except (TransportError, MessageRejected) as exc:
                 errors[ns] = exc
@@ -369,139 +293,23 @@ class AsyncGeoSender:
         last: TransportError | None = None
         for ns, exc in errors.items():
             if isinstance(exc, TransportError):
-                self._mark_down(ns, exc)
+                self._namespaces.mark_down(ns, exc)
                 to_buffer.append(destination(ns, self.entity))
                 last = exc
-        if self._queue is None and not accepted:
+        if self._buffer.queue is None and not accepted:
             raise last or NamespaceUnavailable(
                 "both namespaces are down and no durable queue is configured",
                 namespace=ANY_NAMESPACE,
             )
         for dest in to_buffer:
-            if self._queue is None:
+            if self._buffer.queue is None:
                 logger.warning("copy for %s not buffered: no durable queue configured", dest)
                 continue
-            await self._buffer(dest, batch, cause=last)
+            await self._buffer.put(dest, batch, cause=last)
             buffered.append(dest)
         return SendResult(message_ids=ids, namespaces=accepted, buffered=tuple(buffered))
 
-    async def _send_to(self, namespace: str, batch: Sequence[Message]) -> None:
-        """Send with the retry policy: ``attempts`` tries at most, none begun after
-        ``max_delay``, a random exponential backoff between them."""
-        transport = self._transports[namespace]
-        retry = self.policy.retry
-        started = time.monotonic()
-        try:
-            # Most sends succeed at once: only one that failed pays for tenacity.
-            await transport.send(self.entity, batch)
-            return
-        except TransportError:
-            if retry.attempts <= 1 or time.monotonic() - started >= retry.max_delay:
-                raise
-        # The first backoff here, the later ones tenacity's: initial * 2**(n-1) before
-        # attempt n + 1, as one AsyncRetrying over all the attempts would wait.
-        await self._sleep(random.uniform(0, min(retry.initial_backoff, retry.max_backoff)))
-        left = retry.max_delay - (time.monotonic() - started)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(retry.attempts - 1) | stop_after_delay(max(0.0, left)),
-            wait=wait_random_exponential(multiplier=2 * retry.initial_backoff,
-                                         max=retry.max_backoff),
-            retry=retry_if_exception_type(TransportError),
-            reraise=True,
-            sleep=self._sleep,
-        )
-        await retrying(transport.send, self.entity, batch)
-
-    async def _buffer(
-        self,
-        dest: str,
-        batch: Sequence[Message],
-        *,
-        cause: BaseException | None,
-        while_backlog: bool = False,
-    ) -> None:
-        if self._queue is None:
-            reason = f" (last error: {cause})" if cause is not None else ""
-            raise NamespaceUnavailable(
-                f"no namespace accepted the message{reason} and no durable queue is "
-                "configured to hold it",
-                namespace=ANY_NAMESPACE,
-            ) from cause
-        check_size(self._transports, dest, batch)
-        broken = self._broken.get(dest)
-        if broken is not None:
-            # Buffering behind a backlog that can never drain would lose the message
-            # in all but name: the caller must know now.
-            raise type(broken)(f"not buffered: {broken}") from broken
-        queue = self._queue
-        await self._claim(queue, dest)
-        async with self._gate(dest):
-            if while_backlog and dest not in self._backlog:
-                raise _BacklogCleared()
-            await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
-            self._backlog.add(dest)
-        emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
-
-    async def _claim(self, queue: DurableQueue, dest: str) -> None:
-        """Record in the queue file that ``dest`` holds messages for these namespaces,
-        once per sender; refuse (``ConfigError``) when it holds other namespaces'."""
-        if dest in self._claimed:
-            return
-        owner = owner_of(self._transports, dest)
-        before = await anyio.to_thread.run_sync(queue.bind, dest, owner)
-        if before is None and dest in self._backlog:
-            logger.warning(
-                "queue file %s did not record which namespaces the messages of %s are "
-                "for (an older geogateway wrote it); recorded %s", queue.path, dest, owner)
-        self._claimed.add(dest)
-
-    def _gate(self, dest: str) -> asyncio.Lock:
-        # Puts into a destination and the replayer's final "it is empty now" check
-        # exclude each other, so the hand-over from buffering back to direct sends
-        # happens at a moment when nothing is on its way into the queue.
-        gate = self._gates.get(dest)
-        if gate is None:
-            gate = self._gates[dest] = asyncio.Lock()
-        return gate
-
-    # -- health, roles and recovery -------------------------------------------------
-
-    def _mark_down(self, namespace: str, error: BaseException) -> None:
-        if namespace not in self._down:
-            self._down[namespace] = self._clock()
-            logger.warning("namespace %s is down: %s", namespace, error)
-            emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)
-
-    def _set_roles(self, roles: RoleState) -> None:
-        before = self._roles
-        self._roles = roles
-        self._roles_store.save(roles)
-        logger.warning("failover: %s -> %s", before.active, roles.active)
-        emit(
-            self._hooks, "on_failover",
-            from_namespace=before.active, to_namespace=roles.active, at=roles.changed_at,
-        )
-
-    def _existing_backlog(self) -> set[str]:
-        if self._queue is None:
-            return set()
-        mine = {destination(ns, self.entity) for ns in (*self._transports, ANY_NAMESPACE)}
-        return {d for d in self._queue.destinations() if d in mine}
-
-    def _prepare_soon(self, *namespaces: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._prepare(*namespaces))
-        self._preparing.add(task)
-        task.add_done_callback(self._preparing.discard)
-
-    async def _prepare(self, *namespaces: str) -> None:
-        # Best effort: a namespace that cannot be prepared now is found out by a send.
-        async def one(ns: str) -> None:
-            try:
-                await self._transports[ns].prepare_send(self.entity)
-            except GatewayError as exc:
-                logger.info("could not open %s ahead of a send: %s", ns, exc)
-
-        await asyncio.gather(*(one(ns) for ns in namespaces if ns not in self._down))
+    # -- recovery -------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
         # Checked each round, not left to the cancellation alone: an SDK call can
@@ -509,96 +317,7 @@ class AsyncGeoSender:
         # flag ends the loop that aclose() waits for.
         while not self._closed:
             try:
-                await self._recover_once()
+                await self._recovery.round()
             except Exception:  # keep recovering; the next round may succeed
                 logger.exception("recovery round failed")
             await self._sleep(self.policy.probe_interval)
-
-    async def _recover_once(
-        self, progress: Callable[[str, int], None] | None = None, *, raise_errors: bool = False
-    ) -> int:
-        if self._recovering is None:
-            self._recovering = asyncio.Lock()
-        async with self._recovering:
-            await self._probe_down()
-            replayed = 0
-            ready = replayable(sorted(self._backlog), namespaces=self._transports,
-                               down=self._down)
-            for dest in ready:
-                if dest in self._broken and not raise_errors:
-                    continue  # reported once; only an explicit replay() tries again
-                try:
-                    replayed += await self._replay(dest, progress)
-                except (DurableQueueError, ConfigError) as exc:
-                    self._replay_failed(dest, exc, raised=raise_errors)
-                    if raise_errors:
-                        raise
-                else:
-                    self._broken.pop(dest, None)
-            if should_fail_back(failback=self.policy.failback, roles=self._roles,
-                                down=self._down):
-                self._set_roles(self._roles.fail_back(self._clock()))
-            return replayed
-
-    async def _probe_down(self) -> None:
-        for ns in list(self._down):
-            try:
-                await self._transports[ns].probe()
-            except TransportError:
-                continue
-            if self._down.pop(ns, None) is None:
-                continue  # marked up meanwhile
-            logger.warning("namespace %s is back", ns)
-            emit(self._hooks, "on_namespace_up", namespace=ns)
-            self._prepare_soon(ns)
-
-    def _replay_failed(
-        self, dest: str, error: DurableQueueError | ConfigError, *, raised: bool
-    ) -> None:
-        if isinstance(error, (QueueCorrupt, ConfigError)):
-            self._broken[dest] = error
-        # In the background nobody else hears of it: an error line. A replay() call
-        # raises it to its caller as well, so the log line is a warning there.
-        level = logging.WARNING if raised else logging.ERROR
-        logger.log(level, "replay of %s stopped: %s", dest, error)
-        emit(self._hooks, "on_replay_failed", destination=dest, error=error)
-
-    async def _replay(
-        self, dest: str, progress: Callable[[str, int], None] | None = None
-    ) -> int:
-        assert self._queue is not None
-        namespace, _ = parse_destination(dest)
-        await self._claim(self._queue, dest)
-        replayer = Replayer(self._queue, dest, owner=self._owner)
-        if not replayer.acquire():
-            return 0  # another sender process is draining this destination
-        try:
-            if namespace == ANY_NAMESPACE:
-                async def send(batch: Sequence[Message]) -> None:
-                    order = [ns for ns in self._roles.order if ns not in self._down]
-                    accepted, _, last = await self._send_any(batch, order)
-                    if accepted is None:
-                        raise last or NamespaceUnavailable(
-                            "no namespace is up", namespace=ANY_NAMESPACE
-                        )
-            else:
-                async def send(batch: Sequence[Message]) -> None:
-                    await self._send_to(namespace, batch)
-            report = None if progress is None else functools.partial(progress, dest)
-            result = await replayer.adrain(send, progress=report)
-            replayed, seconds = result.replayed, result.seconds
-            if result.stopped_by is None and result.remaining == 0:
-                # Caught up: drain what arrived meanwhile with new puts held back,
-                # then let sends go direct again.
-                async with self._gate(dest):
-                    result = await replayer.adrain(send)
-                    replayed, seconds = replayed + result.replayed, seconds + result.seconds
-                    if result.stopped_by is None and result.remaining == 0:
-                        self._backlog.discard(dest)
-        finally:
-            replayer.release()
-        if isinstance(result.stopped_by, TransportError) and namespace != ANY_NAMESPACE:
-            self._mark_down(namespace, result.stopped_by)
-        if replayed:
-            emit(self._hooks, "on_replayed", destination=dest, count=replayed, seconds=seconds)
-        return replayed

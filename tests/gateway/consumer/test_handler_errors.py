@@ -15,11 +15,8 @@ import pytest
 
 from gateway.consumer import SqliteCheckpointStore
 from gateway.consumer._balance import BalanceSettings
-from gateway.consumer._processor import (
-    AsyncPartitionProcessor,
-    PartitionContext,
-    ProcessorSettings,
-)
+from gateway.consumer._partition import PartitionContext, ProcessorSettings
+from gateway.consumer._processor import AsyncPartitionProcessor
 from gateway.consumer._records import Checkpoint, Heartbeat, Ownership
 from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import PartitionEvent

@@ -10,12 +10,8 @@ import pytest
 
 from gateway.consumer import InMemoryCheckpointStore, SqliteCheckpointStore
 from gateway.consumer._balance import BalanceSettings
-from gateway.consumer._processor import (
-    AsyncPartitionProcessor,
-    CloseReason,
-    PartitionContext,
-    ProcessorSettings,
-)
+from gateway.consumer._partition import CloseReason, PartitionContext, ProcessorSettings
+from gateway.consumer._processor import AsyncPartitionProcessor
 from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import EventPosition, PartitionEvent
 from replication import ConfigError, Message, OwnershipLost

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.consumer import InMemoryCheckpointStore
-from gateway.consumer._processor import CloseReason
+from gateway.consumer._partition import CloseReason
 from gateway.transports import LocalNamespace, LocalTransport
 from tests.gateway.consumer.test_processor import HUB, Recorder, processor, send, until
 

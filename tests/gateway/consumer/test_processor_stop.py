@@ -14,11 +14,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gateway.consumer._balance import BalanceSettings
-from gateway.consumer._processor import (
-    AsyncPartitionProcessor,
-    PartitionContext,
-    ProcessorSettings,
-)
+from gateway.consumer._partition import PartitionContext, ProcessorSettings
+from gateway.consumer._processor import AsyncPartitionProcessor
 from gateway.consumer._store import InMemoryCheckpointStore
 from gateway.consumer._virtual import run_virtual
 from gateway.transports.base import EventPosition, PartitionEvent, Transport

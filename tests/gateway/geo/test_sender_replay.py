@@ -168,7 +168,7 @@ async def test_messages_buffered_for_one_data_dir_are_not_replayed_into_another(
                 state_dir=state_dir, durable_queue=path, recovery=False)
     async with AsyncGeoSender(data_dir=drill, **opts) as sender:  # type: ignore[arg-type]
         for ns in ("primary", "secondary"):
-            sender._mark_down(ns, RuntimeError("down for the test"))
+            sender._namespaces.mark_down(ns, RuntimeError("down for the test"))
         assert (await sender.send(Message(b"a", message_id="a"))).buffered == ("*/orders",)
     # When a sender on the same names in another data dir replays the file
     hooks = ReplayFailures()
@@ -311,7 +311,7 @@ async def test_close_ends_a_recovery_round_whose_probe_swallows_the_cancellation
     primary.__class__ = SwallowsCancel
     sender = make_sender(recovery=True)
     await sender.start()
-    sender._mark_down("primary", NamespaceUnavailable("down", namespace="primary"))
+    sender._namespaces.mark_down("primary", NamespaceUnavailable("down", namespace="primary"))
     await wait_for(lambda: getattr(primary, "probing", 0) > 0)
     task = sender._task
     assert task is not None

@@ -1,0 +1,152 @@
+"""Delivering one event of the geo partition receiver once across both namespaces:
+the de-duplicator's verdict, waiting on a held copy, the retried handler, the inbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
+
+import anyio.to_thread
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from gateway.geo._hooks import GatewayHooks, emit
+from gateway.transports.base import PartitionEvent
+from replication import Deduplicator, RetryPolicy, Verdict
+
+__all__ = ["DedupDelivery", "InboxHandler", "PartitionHandler"]
+
+logger = logging.getLogger("geogateway.consumer")
+
+#: A handler of one event: a coroutine function, or a plain one (run in a thread).
+PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
+#: An inbox handler (``transactional=True``): a plain function of the event and the
+#: dedup store's connection, run in a worker thread inside the transaction that marks
+#: the event's id done; it writes its effect through ``conn`` and must not commit.
+InboxHandler = Callable[[PartitionEvent, sqlite3.Connection], None]
+
+_FIRST_HOLD_PAUSE = 0.02
+_MAX_HOLD_PAUSE = 0.5
+
+
+class _HoldAbandoned(asyncio.CancelledError):
+    """Raised from the handler of a held copy when the receiver stops.
+
+    A cancellation, not an error: the processor lets it end the reader without
+    counting the event as handled, so the hand-over checkpoint stays before it and
+    the next owner reads it again.
+    """
+
+
+class DedupDelivery:
+    """Runs the handler of ``AsyncGeoPartitionReceiver`` at most once per ``MessageId``
+    (see that module's docstring for DELIVER, DUPLICATE and HOLD).
+
+    Args:
+        dedup: the de-duplicator both namespaces' processors share.
+        handler_retry: attempts and backoff of a failing handler.
+        hooks: ``on_duplicate`` is called for each copy skipped.
+        stopping: set when the receiver stops: a held copy is then abandoned.
+    """
+
+    def __init__(
+        self,
+        dedup: Deduplicator,
+        *,
+        handler_retry: RetryPolicy,
+        hooks: Sequence[GatewayHooks],
+        stopping: asyncio.Event,
+    ) -> None:
+        self._dedup = dedup
+        self._hooks = hooks
+        self._stopping = stopping
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(handler_retry.attempts)
+            | stop_after_delay(handler_retry.max_delay),
+            wait=wait_random_exponential(multiplier=handler_retry.initial_backoff,
+                                         max=handler_retry.max_backoff),
+            retry=retry_if_exception_type(Exception),
+            reraise=True,
+            before_sleep=_log_retry,
+        )
+        self._handler: PartitionHandler | InboxHandler | None = None
+        self._transactional = False
+
+    def use(self, handler: PartitionHandler | InboxHandler, *, transactional: bool) -> None:
+        """Deliver to ``handler`` from now on (an inbox handler when ``transactional``)."""
+        self._handler = handler
+        self._transactional = transactional
+
+    async def deliver(self, event: PartitionEvent) -> None:
+        """Handle ``event`` unless its ``MessageId`` is done; wait while it is held.
+
+        Raises:
+            Exception: the handler's error after every attempt failed; the claim was
+                released, so the other namespace's copy may be delivered.
+        """
+        message_id = event.message.message_id
+        verdict = await self._wait_turn(message_id)
+        if verdict is Verdict.DUPLICATE:
+            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            return
+        ran = True
+        try:
+            if self._transactional:
+                ran = await self._retrying(self._call_inbox, event)
+            else:
+                await self._retrying(self._call_handler, event)
+        except Exception:
+            # Release the claim: the copy in the other namespace may be delivered.
+            await anyio.to_thread.run_sync(self._dedup.failed, message_id)
+            raise  # to the processor: on_error, then the event is offered again
+        if not self._transactional:
+            await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+        elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
+            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+
+    async def _call_inbox(self, event: PartitionEvent) -> bool:
+        handler = cast(InboxHandler, self._handler)
+        effect = functools.partial(handler, event)
+        return await anyio.to_thread.run_sync(
+            self._dedup.succeeded_with, event.message.message_id, effect)
+
+    async def _wait_turn(self, message_id: str) -> Verdict:
+        pause = _FIRST_HOLD_PAUSE
+        while True:
+            # The store is SQLite: keep its I/O off the event loop.
+            verdict = await anyio.to_thread.run_sync(self._dedup.check, message_id)
+            if verdict is not Verdict.HOLD:
+                return verdict
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), pause)
+            if self._stopping.is_set():
+                raise _HoldAbandoned(f"stopped while {message_id} was held")
+            pause = min(pause * 1.5, _MAX_HOLD_PAUSE)
+
+    async def _call_handler(self, event: PartitionEvent) -> None:
+        handler = cast(PartitionHandler, self._handler)
+        assert handler is not None
+        if inspect.iscoroutinefunction(handler):
+            await handler(event)
+            return
+        result = await anyio.to_thread.run_sync(handler, event)
+        if inspect.isawaitable(result):
+            await result
+
+
+def _log_retry(state: RetryCallState) -> None:
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    logger.warning("handler failed (attempt %d): %s; retrying", state.attempt_number, exc)
