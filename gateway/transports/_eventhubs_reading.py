@@ -17,8 +17,7 @@ import anyio
 from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient, PartitionContext
 
-from gateway.transports._sdk_common import (
-    CLOSE_TIMEOUT,
+from gateway.transports._sdk_convert import (
     body_bytes,
     epoch_seconds,
     parse_offset,
@@ -26,6 +25,7 @@ from gateway.transports._sdk_common import (
     starting_position,
     text_or_none,
 )
+from gateway.transports._sdk_transport import CLOSE_TIMEOUT
 from gateway.transports.base import EventPosition, PartitionEvent
 from replication import Message
 

@@ -93,18 +93,16 @@ from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 from gateway.transports._eventhubs_errors import map_error as _map
 from gateway.transports._eventhubs_errors import outcome as _outcome
 from gateway.transports._eventhubs_reading import PartitionReader
-from gateway.transports._sdk_common import (
-    GRACE,
-    Outcome,
+from gateway.transports._sdk_config import (
     SdkOptions,
-    SdkTransport,
-    amqp_properties,
-    check_entity,
     check_namespace_host,
     connection_string_parts,
     default_credential,
     host_of,
 )
+from gateway.transports._sdk_convert import amqp_properties
+from gateway.transports._sdk_errors import Outcome
+from gateway.transports._sdk_transport import GRACE, SdkTransport, check_entity
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from replication import (
     ConfigError,

@@ -116,22 +116,22 @@ from azure.servicebus.exceptions import (
     MessageSizeExceededError,
 )
 
-from gateway.transports._sdk_common import (
-    GRACE,
-    Outcome,
+from gateway.transports._sdk_config import (
     SdkOptions,
-    SdkTransport,
-    amqp_properties,
-    body_bytes,
-    check_entity,
     check_namespace_host,
     connection_string_parts,
     default_credential,
-    epoch_seconds,
     host_of,
+)
+from gateway.transports._sdk_convert import (
+    amqp_properties,
+    body_bytes,
+    epoch_seconds,
     properties_from,
     text_or_none,
 )
+from gateway.transports._sdk_errors import Outcome
+from gateway.transports._sdk_transport import GRACE, SdkTransport, check_entity
 from gateway.transports._servicebus_errors import map_error as _map
 from gateway.transports._servicebus_errors import outcome as _outcome
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode

@@ -46,7 +46,7 @@ from azure.eventhub.exceptions import (
 
 from gateway.emulator import Emulator
 from gateway.transports import EventPosition, LocalNamespace, ReceivedMessage
-from gateway.transports._sdk_common import parse_offset, starting_position
+from gateway.transports._sdk_convert import parse_offset, starting_position
 from gateway.transports.eventhubs import (
     EventHubsOptions,
     EventHubsTransport,
