@@ -1,5 +1,4 @@
-"""The Event Hubs transport's options, and the producer clients that its sending and
-reading halves share (reading asks one for a partition's properties)."""
+"""The Event Hubs transport's options, and the producer clients its two halves share."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ __all__ = ["EventHubsBase", "EventHubsOptions"]
 
 @dataclass(frozen=True, kw_only=True)
 class EventHubsOptions(SdkOptions):
-    """Options of :class:`EventHubsTransport` (see :class:`SdkOptions` for the rest).
+    """Options of :class:`~.eventhubs.EventHubsTransport` (see :class:`SdkOptions` for the rest).
 
     Args:
         prefetch: events the SDK asks for ahead on each partition link.

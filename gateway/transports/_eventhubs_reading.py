@@ -1,4 +1,4 @@
-"""Pull-style reading of event hub partitions on top of the SDK's push-style receive.
+"""Reading event hub partitions: pull-style, on top of the SDK's push-style receive.
 
 :class:`PartitionReader` runs one background ``receive_batch`` of a partition and
 buffers what it delivers; :class:`EventHubsReading` keeps one reader per partition

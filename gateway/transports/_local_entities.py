@@ -1,5 +1,7 @@
-"""The entities of a local namespace: their settings, and the catalogue that creates
-them and looks them up (with a cache) inside the store's transactions.
+"""The entities of a local namespace: their settings, and the catalogue that keeps them.
+
+The catalogue creates entities and looks them up (with a cache) inside the store's
+transactions.
 
 Pure SQL over a connection that :class:`~._local_db.Database` has put in a
 transaction, as in ``_local_queues`` and ``_local_events``.

@@ -1,5 +1,8 @@
-"""Administration and control of a local namespace: its entities, and taking it down
-and up or injecting faults for every client, in every process."""
+"""Administration and control of a local namespace: entities, outages and faults.
+
+Taking the namespace down and up, or injecting faults, acts on every client in
+every process.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""How an SDK transport is configured: its options, the TLS context, the default
-credential, and the parts of a connection string."""
+"""How an SDK transport is configured: options, TLS context, credential, connection strings."""
 
 from __future__ import annotations
 

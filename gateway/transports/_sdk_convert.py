@@ -1,5 +1,8 @@
-"""Conversions between the SDKs' values (datetimes, string offsets, AMQP property
-values, body sections) and the project's records."""
+"""Conversions between the SDKs' values and the project's records (times, offsets, properties).
+
+Datetimes, string offsets, AMQP property values and body sections become what
+:class:`~replication.Message` and the transport records hold, and back.
+"""
 
 from __future__ import annotations
 

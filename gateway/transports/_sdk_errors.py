@@ -1,6 +1,9 @@
-"""What an SDK failure means to the gateway: an :class:`Outcome` from an AMQP condition,
-a status code or a built-in exception, and :func:`build_error` to turn it into a
-:mod:`gateway.errors` error whose message is one redacted line."""
+"""What an SDK failure means to the gateway, and the project's error that says so.
+
+An :class:`Outcome` comes from an AMQP condition, a status code or a built-in
+exception; :func:`build_error` turns it into a :mod:`gateway.errors` error whose
+message is one redacted line.
+"""
 
 from __future__ import annotations
 

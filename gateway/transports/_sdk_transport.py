@@ -1,5 +1,7 @@
-"""What the Service Bus and Event Hubs transports share, without importing ``azure``:
-names, SDK calls bounded in time with their errors mapped, closing SDK handlers.
+"""The base of the Service Bus and Event Hubs transports (it imports no ``azure``).
+
+It names the namespace, bounds each SDK call in time and maps its errors, and
+closes SDK handlers.
 
 The rest of what they share is beside this module: their options and connection
 strings (``_sdk_config``), the classification of SDK errors (``_sdk_errors``) and
@@ -102,7 +104,6 @@ class SdkTransport(Transport):
             except Exception as exc:  # the handler is dropped either way; say why it failed
                 logger.debug("closing %s of %s failed: %s", what, self.namespace,
                              self._map(exc, f"close {what}"))
-
 
     async def _close_all(self, handlers: Iterable[tuple[str, _Closable]]) -> None:
         """Close handlers concurrently (each within ``CLOSE_TIMEOUT``)."""

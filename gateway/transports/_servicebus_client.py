@@ -1,5 +1,4 @@
-"""The Service Bus transport's options, and the SDK client that its sending and
-receiving halves share."""
+"""The Service Bus transport's options, and the SDK client its two halves share."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ __all__ = ["ServiceBusBase", "ServiceBusOptions"]
 
 @dataclass(frozen=True, kw_only=True)
 class ServiceBusOptions(SdkOptions):
-    """Options of :class:`ServiceBusTransport` (see :class:`SdkOptions` for the rest).
+    """Options of :class:`~.servicebus.ServiceBusTransport` (see :class:`SdkOptions` for the rest).
 
     Args:
         max_lock_renewal_duration: seconds the lock of a peek-locked message is

@@ -1,5 +1,4 @@
-"""Receiving from Service Bus: one SDK receiver per entity and receive mode, and the
-peek-locked deliveries, whose locks are renewed until they are settled."""
+"""Receiving from Service Bus: receivers, peek-locked deliveries, their renewal and settling."""
 
 from __future__ import annotations
 

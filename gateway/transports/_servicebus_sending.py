@@ -1,5 +1,4 @@
-"""Sending to Service Bus: one SDK sender per entity, messages packed into as few SDK
-batches as the link allows."""
+"""Sending to Service Bus: an SDK sender per entity, messages packed into SDK batches."""
 
 from __future__ import annotations
 
