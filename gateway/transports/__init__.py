@@ -24,7 +24,9 @@ if _TYPE_CHECKING:
         namespace_files,
         prepare_data_dir,
     )
+    from gateway.transports._local_entities import EntityInfo, EntityKind
     from gateway.transports._local_events import LEASE
+    from gateway.transports._local_namespace import LocalNamespace, NamespaceStatus, PartitionInfo
     from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued, Store
     from gateway.transports.base import (
         EventPosition,
@@ -34,15 +36,7 @@ if _TYPE_CHECKING:
         Transport,
     )
     from gateway.transports.faults import FaultyTransport
-    from gateway.transports.local import (
-        EntityInfo,
-        EntityKind,
-        LocalNamespace,
-        LocalTransport,
-        NamespaceStatus,
-        PartitionInfo,
-        default_data_dir,
-    )
+    from gateway.transports.local import LocalTransport, default_data_dir
 
 # Imported on first use (PEP 562), so that a submodule (the control file of a local
 # namespace, say) can be imported without the SQLite store and anyio behind the rest.
@@ -55,15 +49,15 @@ _LAZY = {
     "Store": "gateway.transports._local_store",
     "namespace_files": "gateway.transports._local_control",
     "prepare_data_dir": "gateway.transports._local_control",
-    "EntityInfo": "gateway.transports.local",
-    "EntityKind": "gateway.transports.local",
+    "EntityInfo": "gateway.transports._local_entities",
+    "EntityKind": "gateway.transports._local_entities",
     "EventPosition": "gateway.transports.base",
     "FaultyTransport": "gateway.transports.faults",
-    "LocalNamespace": "gateway.transports.local",
+    "LocalNamespace": "gateway.transports._local_namespace",
     "LocalTransport": "gateway.transports.local",
-    "NamespaceStatus": "gateway.transports.local",
+    "NamespaceStatus": "gateway.transports._local_namespace",
     "PartitionEvent": "gateway.transports.base",
-    "PartitionInfo": "gateway.transports.local",
+    "PartitionInfo": "gateway.transports._local_namespace",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "Transport": "gateway.transports.base",

@@ -20,7 +20,7 @@ from azure.eventhub.exceptions import (
 )
 
 from gateway.transports._core_errors import core_outcome
-from gateway.transports._sdk_common import (
+from gateway.transports._sdk_errors import (
     Outcome,
     build_error,
     builtin_outcome,

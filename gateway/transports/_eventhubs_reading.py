@@ -1,14 +1,16 @@
-"""Pull-style reading of one event hub partition on top of the SDK's push-style receive.
+"""Reading event hub partitions: pull-style, on top of the SDK's push-style receive.
 
 :class:`PartitionReader` runs one background ``receive_batch`` of a partition and
-buffers what it delivers, so that :meth:`EventHubsTransport.read_partition
-<gateway.transports.eventhubs.EventHubsTransport.read_partition>` can take events when
-the caller asks (see that module's docstring for when a reader is reused).
+buffers what it delivers; :class:`EventHubsReading` keeps one reader per partition
+and implements :meth:`EventHubsTransport.read_partition
+<gateway.transports.eventhubs.EventHubsTransport.read_partition>`, which takes events
+when the caller asks (see that module's docstring for when a reader is reused).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -17,8 +19,8 @@ import anyio
 from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient, PartitionContext
 
-from gateway.transports._sdk_common import (
-    CLOSE_TIMEOUT,
+from gateway.transports._eventhubs_client import EventHubsBase
+from gateway.transports._sdk_convert import (
     body_bytes,
     epoch_seconds,
     parse_offset,
@@ -26,10 +28,17 @@ from gateway.transports._sdk_common import (
     starting_position,
     text_or_none,
 )
+from gateway.transports._sdk_transport import CLOSE_TIMEOUT, check_entity
 from gateway.transports.base import EventPosition, PartitionEvent
-from replication import Message
+from replication import (
+    ConfigError,
+    GatewayError,
+    Message,
+    NamespaceUnavailable,
+    TransportError,
+)
 
-__all__ = ["PartitionReader", "incoming_event"]
+__all__ = ["EventHubsReading", "PartitionReader", "incoming_event"]
 
 logger = logging.getLogger("gateway.transports.eventhubs")
 
@@ -166,3 +175,99 @@ class PartitionReader:
         self.task.cancel()
         with anyio.move_on_after(CLOSE_TIMEOUT):
             await asyncio.wait([self.task])
+
+
+class EventHubsReading(EventHubsBase):
+    """The reading half of :class:`~.eventhubs.EventHubsTransport`: one
+    :class:`PartitionReader` per (event hub, consumer group, partition), and
+    :meth:`read_partition` on top of them (see that module's docstring)."""
+
+    _readers: dict[tuple[str, str, str], PartitionReader]
+    _stopping: set[asyncio.Task[None]]  # readers stopping in the background
+
+    def _init_reading(self) -> None:
+        self._readers = {}
+        self._stopping = set()
+
+    async def read_partition(self, entity: str, partition_id: str, *, position: EventPosition,
+                             max_events: int = 100, max_wait: float = 0.0,
+                             owner_level: int | None = None,
+                             consumer_group: str = "$Default") -> list[PartitionEvent]:
+        """Read events of one partition after ``position``, waiting up to ``max_wait``.
+
+        ``EventPosition.earliest()`` reads from the first event; ``latest=True`` only
+        events sent after the receive starts; ``offset``, ``sequence_number`` and
+        ``enqueued_time`` after that value (from it with ``inclusive``). Continuing
+        reads share one background receive (see the module docstring).
+
+        Raises:
+            OwnershipLost: a reader with a higher owner level took the partition.
+            MessageRejected: no such event hub or partition, or access is refused.
+            NamespaceUnavailable: the namespace is down.
+            ConfigError: ``max_events`` below 1.
+        """
+        if max_events < 1:
+            raise ConfigError(f"max_events must be at least 1, got {max_events}")
+        check_entity(entity)
+        self._last_entity = entity
+        key = (entity, consumer_group, str(partition_id))
+        reader = self._readers.get(key)
+        if reader is not None and not reader.continues(position, owner_level):
+            self._drop_reader(key, reader)
+            reader = None
+        if reader is None:
+            try:
+                client = self._new_consumer(entity, consumer_group)
+            except (ValueError, TypeError) as exc:  # e.g. not the connection string's hub
+                raise self._map(exc, f"open {entity!r}") from exc
+            reader = PartitionReader(client, entity=entity, partition_id=str(partition_id),
+                                     position=position, owner_level=owner_level,
+                                     prefetch=self.options.prefetch,
+                                     buffer_size=self.options.buffer_size,
+                                     namespace=self.namespace)
+            self._readers[key] = reader
+        action = f"read partition {partition_id} of {entity!r}"
+        async with reader.lock:
+            return await self._take(key, reader, action, max_events=max_events,
+                                    deadline=time.monotonic() + max(0.0, float(max_wait)))
+
+    async def _take(self, key: tuple[str, str, str], reader: PartitionReader, action: str, *,
+                    max_events: int, deadline: float) -> list[PartitionEvent]:
+        interval = self.options.idle_check_interval
+        while True:
+            now = time.monotonic()
+            # Wait in slices, so that a silent outage is noticed within idle_check_interval.
+            wait = max(0.0, min(deadline - now, reader.heard + interval - now))
+            try:
+                events = await reader.take(max_events, wait)
+            except Exception as exc:
+                self._drop_reader(key, reader)
+                raise self._map(exc, action) from exc
+            now = time.monotonic()
+            if events:
+                return events
+            if now - reader.heard >= interval:
+                await self._check(key, reader, action)
+            if now >= deadline:
+                return []
+
+    async def _check(self, key: tuple[str, str, str], reader: PartitionReader, action: str) -> None:
+        # The SDK's receive retries a lost connection silently: ask the namespace itself.
+        properties = functools.partial(self._producer(reader.entity).get_partition_properties,
+                                       reader.partition_id)
+        try:
+            await self._call(action, properties, seconds=self.options.probe_timeout)
+        except GatewayError as exc:
+            self._drop_reader(key, reader)
+            if isinstance(exc, TransportError):
+                raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc
+            raise
+        reader.heard = time.monotonic()
+
+    def _drop_reader(self, key: tuple[str, str, str], reader: PartitionReader) -> None:
+        """Forget ``reader`` and stop it in the background (aclose waits for it)."""
+        if self._readers.get(key) is reader:
+            del self._readers[key]
+        task = asyncio.get_running_loop().create_task(reader.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)

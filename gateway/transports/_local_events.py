@@ -1,4 +1,5 @@
-"""Partitioned entities of the local namespace: append, read from a position, fencing.
+"""Partitioned entities of the local namespace: append, read from a position, the ends of
+a partition, fencing.
 
 Pure SQL over a connection that :class:`~._local_db.Database` has put in a
 transaction. Each partition keeps ``next_seq`` (sequence numbers 0, 1, 2, ...)
@@ -21,6 +22,7 @@ import socket
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.transports.base import EventPosition, PartitionEvent
@@ -29,11 +31,14 @@ from replication import Message, OwnershipLost
 __all__ = [
     "LEASE",
     "Leases",
+    "PartitionState",
     "append",
+    "append_to",
     "check_owner",
     "claim_owner",
     "latest_sequence",
     "partition_for",
+    "partition_state",
     "release_owners",
     "select",
 ]
@@ -90,12 +95,55 @@ def append(
     )
 
 
+def append_to(conn: sqlite3.Connection, entity: str, partition: int,
+              messages: Sequence[Message], now: float) -> None:
+    """Append ``messages`` to one partition, whatever their keys (the emulator's
+    sends to a partition id)."""
+    seq, offset = conn.execute(
+        "SELECT next_seq, next_offset FROM partitions WHERE entity = ? AND partition = ?",
+        (entity, partition)).fetchone()
+    rows: list[tuple[Any, ...]] = []
+    for m in messages:
+        props = json.dumps(dict(m.properties)) if m.properties else None
+        rows.append((entity, partition, seq, offset, m.message_id, m.body, m.partition_key,
+                     props, now))
+        seq, offset = seq + 1, offset + max(1, len(m.body))  # as append() does
+    conn.executemany(_INSERT, rows)
+    conn.execute("UPDATE partitions SET next_seq = ?, next_offset = ? "
+                 "WHERE entity = ? AND partition = ?", (seq, offset, entity, partition))
+
+
 def latest_sequence(conn: sqlite3.Connection, entity: str, partition: int) -> int:
     """The sequence number the next event of the partition will get."""
     row = conn.execute(
         "SELECT next_seq FROM partitions WHERE entity = ? AND partition = ?", (entity, partition)
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionState:
+    """The first and last events of one partition; the ``last_*`` are None while it is empty."""
+
+    first_sequence_number: int
+    last_sequence_number: int | None
+    last_offset: int | None
+    last_enqueued_time: float | None
+
+
+def partition_state(conn: sqlite3.Connection, entity: str, partition: int) -> PartitionState:
+    """The first and last events of one partition."""
+    first = conn.execute("SELECT MIN(seq) FROM events WHERE entity = ? AND partition = ?",
+                         (entity, partition)).fetchone()[0]
+    row = conn.execute(
+        'SELECT seq, "offset", enqueued_time FROM events WHERE entity = ? AND '
+        "partition = ? ORDER BY seq DESC LIMIT 1", (entity, partition)).fetchone()
+    if row is None:
+        return PartitionState(first_sequence_number=latest_sequence(conn, entity, partition),
+                              last_sequence_number=None, last_offset=None,
+                              last_enqueued_time=None)
+    return PartitionState(first_sequence_number=first, last_sequence_number=row[0],
+                          last_offset=row[1], last_enqueued_time=row[2])
 
 
 def _where(position: EventPosition) -> tuple[str, float]:

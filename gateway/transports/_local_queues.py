@@ -1,5 +1,5 @@
 """Queues of the local namespace: insert, claim what is due, expire, settle, dead-letter,
-schedule and cancel.
+renew locks, peek, schedule and cancel.
 
 Pure SQL over a connection that :class:`~._local_db.Database` has put in a
 transaction. A queue message is a row of ``messages``; besides the gateway's
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.transports.base import ReceivedMessage
+from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import Message
 
 __all__ = [
@@ -32,9 +32,12 @@ __all__ = [
     "Queued",
     "available",
     "cancel_scheduled",
+    "claim",
     "dead_letter",
     "insert",
+    "peek",
     "received",
+    "renew_locks",
     "settle",
 ]
 
@@ -187,3 +190,88 @@ def settle(conn: sqlite3.Connection, entity: str, lock_token: str, action: str, 
         conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
                      "delivery_count = delivery_count - ? WHERE seq = ?", (uncount, seq))
     return True
+
+
+def claim(conn: sqlite3.Connection, entity: str, *, namespace: str, max_messages: int,
+          mode: ReceiveMode, now: float, lock_duration: float, max_delivery_count: int,
+          dead_letter_expired: bool) -> list[tuple[ReceivedMessage, bytes | None]]:
+    """Claim up to ``max_messages`` available messages of a queue (or its dead-letter
+    sub-queue), with their AMQP sections.
+
+    On the way, a message whose time to live is over is expired, and one delivered
+    ``max_delivery_count`` times already is dead-lettered (not in a sub-queue).
+    Peek-lock locks what it returns until ``now + lock_duration``; receive-and-delete
+    deletes it.
+    """
+    counts_deliveries = not entity.endswith(DEAD_LETTER_SUFFIX)
+    peek = mode is ReceiveMode.PEEK_LOCK
+    out: list[tuple[ReceivedMessage, bytes | None]] = []
+    while len(out) < max_messages:
+        rows = available(conn, entity, now, max_messages - len(out))
+        if not rows:
+            break
+        exhausted: list[tuple[int, str | None]] = []
+        expired_rows: list[tuple[int, str | None]] = []
+        batch: list[tuple[ReceivedMessage, bytes | None]] = []
+        for row in rows:
+            seq, props, count = row[0], row[4], row[6]
+            if counts_deliveries and expired(row, now):
+                expired_rows.append((seq, props))
+            elif counts_deliveries and count >= max_delivery_count:
+                exhausted.append((seq, props))
+            else:
+                batch.append(received(
+                    row, namespace=namespace, entity=entity,
+                    lock_token=new_lock_token() if peek else None,
+                    delivery_count=count + 1,
+                    locked_until=now + lock_duration if peek else None))
+        dead_letter(
+            conn, entity, exhausted, MAX_DELIVERY_REASON,
+            f"Message could not be consumed after {max_delivery_count} delivery attempts.",
+        )
+        _expire(conn, entity, expired_rows, dead_letter_expired)
+        claimed = [r for r, _ in batch]
+        if peek:
+            conn.executemany(
+                "UPDATE messages SET delivery_count = ?, lock_token = ?, locked_until = ? "
+                "WHERE seq = ?",
+                [(r.delivery_count, r.lock_token, r.locked_until, r.sequence_number)
+                 for r in claimed],
+            )
+        else:
+            conn.executemany("DELETE FROM messages WHERE seq = ?",
+                             [(r.sequence_number,) for r in claimed])
+        out.extend(batch)
+    return out
+
+
+def _expire(conn: sqlite3.Connection, entity: str, rows: list[tuple[int, str | None]],
+            dead_letter_expired: bool) -> None:
+    if dead_letter_expired:
+        dead_letter(conn, entity, rows, EXPIRED_REASON, EXPIRED_DESCRIPTION)
+    else:
+        conn.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq, _ in rows])
+
+
+def renew_locks(conn: sqlite3.Connection, entity: str, lock_tokens: Sequence[str],
+                until: float, now: float) -> list[float | None]:
+    """Extend each lock that still holds to ``until``; None for a lost lock."""
+    out: list[float | None] = []
+    for token in lock_tokens:
+        cur = conn.execute(
+            "UPDATE messages SET locked_until = ? WHERE lock_token = ? AND entity = ? "
+            "AND locked_until > ?", (until, token, entity, now))
+        out.append(until if cur.rowcount else None)
+    return out
+
+
+def peek(conn: sqlite3.Connection, entity: str, *, namespace: str, from_sequence: int,
+         max_messages: int) -> list[tuple[ReceivedMessage, bytes | None]]:
+    """Up to ``max_messages`` messages from ``from_sequence`` on (locked, scheduled or
+    not), unchanged, with their AMQP sections."""
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM messages WHERE entity = ? AND seq >= ? "
+        "ORDER BY seq LIMIT ?", (entity, from_sequence, max_messages)).fetchall()
+    return [received(row, namespace=namespace, entity=entity,
+                     lock_token=None, delivery_count=row[6], locked_until=None)
+            for row in rows]

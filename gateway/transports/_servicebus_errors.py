@@ -35,7 +35,7 @@ from azure.servicebus.exceptions import (
 )
 
 from gateway.transports._core_errors import core_outcome
-from gateway.transports._sdk_common import (
+from gateway.transports._sdk_errors import (
     Outcome,
     build_error,
     builtin_outcome,

@@ -30,7 +30,8 @@ such a reconnect (sequence numbers already buffered) are dropped.
 it is not a whole number (possible on namespaces with geo-replication): position
 by sequence number then.
 
-Errors are mapped at this boundary (:func:`_map`), most specific first::
+Errors are mapped at this boundary (:func:`~._eventhubs_errors.map_error`), most specific
+first::
 
     SDK exception                                       geogateway error
     --------------------------------------------------  ---------------------------------
@@ -77,44 +78,29 @@ Connection strings and keys never appear in reprs, logs or error messages.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, cast
 
 import anyio
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.eventhub import EventData, EventDataBatch, parse_connection_string
+from azure.eventhub import parse_connection_string
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 
+from gateway.transports._eventhubs_client import EventHubsOptions
 from gateway.transports._eventhubs_errors import map_error as _map
-from gateway.transports._eventhubs_errors import outcome as _outcome
-from gateway.transports._eventhubs_reading import PartitionReader
-from gateway.transports._sdk_common import (
-    GRACE,
-    Outcome,
-    SdkOptions,
-    SdkTransport,
-    amqp_properties,
-    check_entity,
+from gateway.transports._eventhubs_reading import EventHubsReading
+from gateway.transports._eventhubs_sending import EventHubsSending
+from gateway.transports._sdk_config import (
     check_namespace_host,
     connection_string_parts,
     default_credential,
     host_of,
 )
-from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
-from replication import (
-    ConfigError,
-    GatewayError,
-    Message,
-    MessageRejected,
-    NamespaceUnavailable,
-    OperationTimeout,
-    TransportError,
-)
+from gateway.transports._sdk_transport import check_entity
+from gateway.transports.base import ReceivedMessage, ReceiveMode
+from replication import ConfigError, MessageRejected, NamespaceUnavailable, TransportError
 
 __all__ = ["EventHubsOptions", "EventHubsTransport"]
 
@@ -122,80 +108,9 @@ logger = logging.getLogger(__name__)
 Credential = AsyncTokenCredential | AzureSasCredential | AzureNamedKeyCredential
 
 
-@dataclass(frozen=True, kw_only=True)
-class EventHubsOptions(SdkOptions):
-    """Options of :class:`EventHubsTransport` (see :class:`SdkOptions` for the rest).
-
-    Args:
-        prefetch: events the SDK asks for ahead on each partition link.
-        buffer_size: events a background partition receive holds for
-            ``read_partition`` before it pauses.
-        idle_check_interval: after this many seconds without news from the
-            namespace, a ``read_partition`` that found nothing asks the namespace
-            for the partition's properties (the SDK's receive retries a lost
-            connection silently, so an outage would otherwise look like an idle
-            partition).
-    """
-
-    prefetch: int = 300
-    buffer_size: int = 1000
-    idle_check_interval: float = 1.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("prefetch", "buffer_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a whole number >= 1, not {value!r}")
-        value = self.idle_check_interval
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ConfigError(f"idle_check_interval must be a number of seconds > 0, "
-                              f"not {value!r}")
-
-
-# -- events -----------------------------------------------------------------------------
-
-
-def _outgoing(message: Message) -> EventData:
-    event = EventData(message.body)
-    event.message_id = message.message_id
-    properties = amqp_properties(message.properties)
-    if properties:
-        event.properties = properties  # type: ignore[assignment]
-    return event
-
-
-def _by_key(messages: Sequence[Message]) -> dict[str | None, list[Message]]:
-    groups: dict[str | None, list[Message]] = {}
-    for message in messages:
-        groups.setdefault(message.partition_key, []).append(message)
-    return groups
-
-
-async def _batches(producer: EventHubProducerClient,
-                   messages: Sequence[Message]) -> list[EventDataBatch]:
-    """Pack ``messages`` into batches: one partition key per batch, in order per key.
-
-    Raises (SDK):
-        ValueError: one event does not fit in an empty batch.
-    """
-    batches: list[EventDataBatch] = []
-    for key, group in _by_key(messages).items():
-        batch = await producer.create_batch(partition_key=key)
-        batches.append(batch)
-        for message in group:
-            try:
-                batch.add(_outgoing(message))
-            except ValueError:
-                if len(batch) == 0:
-                    raise  # too large on its own
-                batch = await producer.create_batch(partition_key=key)
-                batches.append(batch)
-                batch.add(_outgoing(message))
-    return batches
-
-
-class EventHubsTransport(SdkTransport):
+# Sending and reading share only the options and the producers (EventHubsBase), so each
+# half lives in a module of its own; here are construction, management calls and closing.
+class EventHubsTransport(EventHubsSending, EventHubsReading):
     """A :class:`Transport` on an Event Hubs namespace (see the module docstring).
 
     Args:
@@ -276,85 +191,12 @@ class EventHubsTransport(SdkTransport):
         self.options = options
         self._new_producer = producer
         self._new_consumer = consumer
-        self._producers: dict[str, EventHubProducerClient] = {}
-        # One send (or prepare_send) at a time per producer: the SDK's producer opens
-        # its connection and links on first use, and two first uses at once open two.
-        self._send_locks: dict[str, asyncio.Lock] = {}
-        self._readers: dict[tuple[str, str, str], PartitionReader] = {}
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._producers = {}
+        self._init_sending()
+        self._init_reading()
 
     async def __aenter__(self) -> EventHubsTransport:
         return self
-
-    # -- plumbing -----------------------------------------------------------------------
-
-    def _outcome(self, exc: BaseException) -> Outcome:
-        return _outcome(exc)
-
-    def _producer(self, entity: str) -> EventHubProducerClient:
-        producer = self._producers.get(entity)
-        if producer is None:
-            try:
-                producer = self._new_producer(entity)
-            except (ValueError, TypeError) as exc:
-                raise self._map(exc, f"open {entity!r}") from exc
-            self._producers[entity] = producer
-        return producer
-
-    def _bound(self) -> float:
-        return self.options.operation_timeout + GRACE
-
-    # -- Transport ------------------------------------------------------------------------
-
-    def _send_lock(self, entity: str) -> asyncio.Lock:
-        lock = self._send_locks.get(entity)
-        if lock is None:
-            lock = self._send_locks[entity] = asyncio.Lock()
-        return lock
-
-    async def prepare_send(self, entity: str) -> None:
-        """Open the connection and the round-robin sender link to ``entity`` (and learn
-        its maximum message size), so the next send does not wait for them."""
-        check_entity(entity)
-        async with self._send_lock(entity):
-            producer = self._producer(entity)
-            await self._call(f"open a producer for {entity!r}", producer.create_batch,
-                             seconds=self._bound())
-
-    async def send(self, entity: str, messages: Sequence[Message]) -> None:
-        """Send messages to an event hub (see the module docstring for batching).
-
-        Raises:
-            NamespaceUnavailable: the namespace is down; nothing was sent.
-            OperationTimeout: no answer in ``operation_timeout``, or a later batch
-                failed after earlier ones landed.
-            MessageRejected: a message is too large, the event hub does not exist,
-                or access is refused; nothing was sent.
-        """
-        check_entity(entity)
-        if not messages:
-            return
-        self._last_entity = entity
-        action = f"send to {entity!r}"
-        async with self._send_lock(entity):
-            await self._send(entity, action, messages)
-
-    async def _send(self, entity: str, action: str, messages: Sequence[Message]) -> None:
-        producer = self._producer(entity)
-        batches = await self._call(action, lambda: _batches(producer, messages),
-                                   seconds=self._bound())
-        for index, batch in enumerate(batches):
-            send = functools.partial(producer.send_batch, batch,
-                                     timeout=self.options.operation_timeout)
-            try:
-                await self._call(action, send, seconds=self._bound())
-            except TransportError as exc:
-                if index == 0:
-                    raise
-                raise OperationTimeout(
-                    f"{action} on namespace {self.namespace!r} failed after {index} of "
-                    f"{len(batches)} batches landed: a retry may deliver duplicates ({exc})",
-                    namespace=self.namespace) from exc
 
     async def receive(self, entity: str, *, max_messages: int = 1, max_wait: float = 0.0,
                       mode: ReceiveMode = ReceiveMode.PEEK_LOCK) -> list[ReceivedMessage]:
@@ -394,89 +236,6 @@ class EventHubsTransport(SdkTransport):
         return await self._call(f"list partitions of {entity!r}", producer.get_partition_ids,
                                 seconds=self._bound())
 
-    async def read_partition(self, entity: str, partition_id: str, *, position: EventPosition,
-                             max_events: int = 100, max_wait: float = 0.0,
-                             owner_level: int | None = None,
-                             consumer_group: str = "$Default") -> list[PartitionEvent]:
-        """Read events of one partition after ``position``, waiting up to ``max_wait``.
-
-        ``EventPosition.earliest()`` reads from the first event; ``latest=True`` only
-        events sent after the receive starts; ``offset``, ``sequence_number`` and
-        ``enqueued_time`` after that value (from it with ``inclusive``). Continuing
-        reads share one background receive (see the module docstring).
-
-        Raises:
-            OwnershipLost: a reader with a higher owner level took the partition.
-            MessageRejected: no such event hub or partition, or access is refused.
-            NamespaceUnavailable: the namespace is down.
-            ConfigError: ``max_events`` below 1.
-        """
-        if max_events < 1:
-            raise ConfigError(f"max_events must be at least 1, got {max_events}")
-        check_entity(entity)
-        self._last_entity = entity
-        key = (entity, consumer_group, str(partition_id))
-        reader = self._readers.get(key)
-        if reader is not None and not reader.continues(position, owner_level):
-            self._drop_reader(key, reader)
-            reader = None
-        if reader is None:
-            try:
-                client = self._new_consumer(entity, consumer_group)
-            except (ValueError, TypeError) as exc:  # e.g. not the connection string's hub
-                raise self._map(exc, f"open {entity!r}") from exc
-            reader = PartitionReader(client, entity=entity, partition_id=str(partition_id),
-                                     position=position, owner_level=owner_level,
-                                     prefetch=self.options.prefetch,
-                                     buffer_size=self.options.buffer_size,
-                                     namespace=self.namespace)
-            self._readers[key] = reader
-        action = f"read partition {partition_id} of {entity!r}"
-        async with reader.lock:
-            return await self._take(key, reader, action, max_events=max_events,
-                                    deadline=time.monotonic() + max(0.0, float(max_wait)))
-
-    async def _take(self, key: tuple[str, str, str], reader: PartitionReader, action: str, *,
-                    max_events: int, deadline: float) -> list[PartitionEvent]:
-        interval = self.options.idle_check_interval
-        while True:
-            now = time.monotonic()
-            # Wait in slices, so that a silent outage is noticed within idle_check_interval.
-            wait = max(0.0, min(deadline - now, reader.heard + interval - now))
-            try:
-                events = await reader.take(max_events, wait)
-            except Exception as exc:
-                self._drop_reader(key, reader)
-                raise self._map(exc, action) from exc
-            now = time.monotonic()
-            if events:
-                return events
-            if now - reader.heard >= interval:
-                await self._check(key, reader, action)
-            if now >= deadline:
-                return []
-
-    async def _check(self, key: tuple[str, str, str], reader: PartitionReader, action: str) -> None:
-        # The SDK's receive retries a lost connection silently: ask the namespace itself.
-        properties = functools.partial(self._producer(reader.entity).get_partition_properties,
-                                       reader.partition_id)
-        try:
-            await self._call(action, properties, seconds=self.options.probe_timeout)
-        except GatewayError as exc:
-            self._drop_reader(key, reader)
-            if isinstance(exc, TransportError):
-                raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc
-            raise
-        reader.heard = time.monotonic()
-
-    def _drop_reader(self, key: tuple[str, str, str], reader: PartitionReader) -> None:
-        """Forget ``reader`` and stop it in the background (aclose waits for it)."""
-        if self._readers.get(key) is reader:
-            del self._readers[key]
-        task = asyncio.get_running_loop().create_task(reader.stop())
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
-
     async def probe(self) -> None:
         """Return when the namespace answers a management request (event hub properties).
 
@@ -513,5 +272,3 @@ class EventHubsTransport(SdkTransport):
             await asyncio.wait(stopping)
         credential, self._owned_credential = self._owned_credential, None
         await self._close_all([("credential", credential)] if credential else [])
-
-

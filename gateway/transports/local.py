@@ -23,10 +23,8 @@ from __future__ import annotations
 import functools
 import os
 import random
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -40,9 +38,10 @@ from gateway.transports._local_control import (
     ControlState,
     default_data_dir,
     namespace_files,
-    validate_faults,
 )
-from gateway.transports._local_store import EntityInfo, EntityKind, Store
+from gateway.transports._local_entities import EntityInfo, EntityKind
+from gateway.transports._local_namespace import LocalNamespace, NamespaceStatus, PartitionInfo
+from gateway.transports._local_store import Store
 from gateway.transports.base import (
     EventPosition,
     PartitionEvent,
@@ -70,175 +69,6 @@ T = TypeVar("T")
 
 #: Receive and read_partition poll with these pauses (growing) while they wait.
 _FIRST_PAUSE, _MAX_PAUSE = 0.01, 0.05
-
-
-@dataclass(frozen=True, kw_only=True)
-class NamespaceStatus:
-    """A local namespace as its control file describes it."""
-
-    name: str
-    up: bool
-    latency: float
-    lost_replies: float
-    path: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class PartitionInfo:
-    """The newest event of one partition of a partitioned entity.
-
-    All three ``last_*`` are ``None`` while the partition is empty; sequence numbers
-    start at 0, so ``last_sequence_number + 1`` events were ever appended.
-    """
-
-    partition_id: str
-    last_sequence_number: int | None
-    last_offset: int | None
-    last_enqueued_time: float | None
-
-
-class LocalNamespace:
-    """Administration and control of one local namespace (synchronous).
-
-    Any process may create one for the same name and data directory; they all
-    share the namespace file and its control file. Administration works while
-    the namespace is down (only clients see the outage).
-
-    Args:
-        name: the namespace's name, which names its files.
-        data_dir: the data directory; see :func:`default_data_dir`.
-        auto_create: create a queue on first send or receive of an unknown name.
-
-    Raises:
-        ConfigError: a bad name.
-    """
-
-    def __init__(self, name: str, *, data_dir: str | os.PathLike[str] | None = None,
-                 auto_create: bool = True) -> None:
-        self.path, control = _paths(name, data_dir)
-        self.name = name
-        self._store = Store(self.path, namespace=name, auto_create=auto_create)
-        self._control = ControlFile(control)
-
-    def __enter__(self) -> LocalNamespace:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the namespace file. Safe to call twice."""
-        self._store.close()
-
-    def create_queue(self, name: str, *, lock_duration: float = 30.0,
-                     max_delivery_count: int = 10, max_message_size: int = 1 << 20,
-                     dead_lettering_on_message_expiration: bool = False) -> None:
-        """Create a queue; do nothing when it exists with the same settings.
-
-        A message whose time to live is over (one sent through the emulator with a
-        time to live) is never delivered: with ``dead_lettering_on_message_expiration``
-        it moves to the dead-letter sub-queue (reason ``TTLExpiredException``),
-        otherwise it is dropped, as on Service Bus.
-
-        Raises:
-            ConfigError: bad settings, or the entity exists with other settings.
-            NamespaceUnavailable: the namespace file is corrupt or unreadable.
-        """
-        self._store.create(Store.queue(
-            name, lock_duration=lock_duration, max_delivery_count=max_delivery_count,
-            max_message_size=max_message_size,
-            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration))
-
-    def create_partitioned(self, name: str, *, partitions: int = 4,
-                           max_message_size: int = 1 << 20) -> None:
-        """Create a partitioned entity; do nothing when it exists with the same settings.
-
-        Raises:
-            ConfigError: bad settings, or the entity exists with other settings.
-            NamespaceUnavailable: the namespace file is corrupt or unreadable.
-        """
-        self._store.create(Store.partitioned(name, partitions=partitions,
-                                             max_message_size=max_message_size))
-
-    def entities(self) -> list[EntityInfo]:
-        """Every entity with its counts, sorted by name.
-
-        Raises:
-            NamespaceUnavailable: the namespace file is corrupt or unreadable.
-        """
-        return self._store.entities()
-
-    def partition_info(self, entity: str) -> list[PartitionInfo]:
-        """The last sequence number, offset and enqueued time of each partition.
-
-        One read of the namespace file (it is administration: it works while the
-        namespace is down, and takes no owner level).
-
-        Returns:
-            One record per partition, in partition order.
-
-        Raises:
-            MessageRejected: no such partitioned entity.
-            NamespaceUnavailable: the namespace file is corrupt or unreadable.
-        """
-        self._store.partition_ids(entity)  # raises for an unknown or non-partitioned entity
-
-        def txn(conn: sqlite3.Connection) -> list[PartitionInfo]:
-            rows = conn.execute(
-                'SELECT p.partition, p.next_seq, e."offset", e.enqueued_time FROM partitions p '
-                "LEFT JOIN events e ON e.entity = p.entity AND e.partition = p.partition "
-                "AND e.seq = p.next_seq - 1 WHERE p.entity = ? ORDER BY p.partition",
-                (entity,),
-            ).fetchall()
-            return [
-                PartitionInfo(
-                    partition_id=str(partition),
-                    last_sequence_number=next_seq - 1 if next_seq > 0 else None,
-                    last_offset=None if offset is None else int(offset),
-                    last_enqueued_time=None if enqueued is None else float(enqueued),
-                )
-                for partition, next_seq, offset, enqueued in rows
-            ]
-
-        return self._store.db.read(txn)
-
-    def down(self) -> None:
-        """Take the namespace down for every client, in every process, until :meth:`up`."""
-        self._write(down=True)
-
-    def up(self) -> None:
-        """Bring the namespace back (its faults stay as they were)."""
-        self._write(down=False)
-
-    def set_faults(self, *, latency: float = 0.0, lost_replies: float = 0.0) -> None:
-        """Set the faults of every client's operations, in every process.
-
-        Both are set at once: an argument left out is cleared to 0.
-
-        Args:
-            latency: seconds added before each operation.
-            lost_replies: the probability (0 to 1) that a send lands but its caller
-                gets ``OperationTimeout``; 1.0 loses every reply.
-
-        Raises:
-            ConfigError: a negative latency or a probability outside 0..1.
-        """
-        validate_faults(latency=latency, lost_replies=lost_replies)
-        self._write(latency=float(latency), lost_replies=float(lost_replies))
-
-    def status(self) -> NamespaceStatus:
-        """Whether the namespace is up, and its faults."""
-        state = self._control.read()
-        return NamespaceStatus(name=self.name, up=not state.down, latency=state.latency,
-                               lost_replies=state.lost_replies, path=self.path)
-
-    def _write(self, **changes: float | bool) -> None:
-        state = self._control.read()
-        merged = {"down": state.down, "latency": state.latency,
-                  "lost_replies": state.lost_replies, **changes}
-        self._control.write(ControlState(down=bool(merged["down"]),
-                                         latency=float(merged["latency"]),
-                                         lost_replies=float(merged["lost_replies"])))
 
 
 class LocalTransport(Transport):

@@ -46,13 +46,10 @@ from azure.eventhub.exceptions import (
 
 from gateway.emulator import Emulator
 from gateway.transports import EventPosition, LocalNamespace, ReceivedMessage
-from gateway.transports._sdk_common import parse_offset, starting_position
-from gateway.transports.eventhubs import (
-    EventHubsOptions,
-    EventHubsTransport,
-    _batches,
-    _map,
-)
+from gateway.transports._eventhubs_errors import map_error as _map
+from gateway.transports._eventhubs_sending import _batches
+from gateway.transports._sdk_convert import parse_offset, starting_position
+from gateway.transports.eventhubs import EventHubsOptions, EventHubsTransport
 from replication import (
     ConfigError,
     GatewayError,

@@ -55,12 +55,10 @@ from azure.servicebus.exceptions import (
 
 from gateway.emulator import Emulator, QueueSpec
 from gateway.transports import EventPosition, LocalNamespace, ReceivedMessage, ReceiveMode
-from gateway.transports._sdk_common import (
-    body_bytes,
-    connection_string_parts,
-    properties_from,
-)
-from gateway.transports.servicebus import ServiceBusOptions, ServiceBusTransport, _map
+from gateway.transports._sdk_config import connection_string_parts
+from gateway.transports._sdk_convert import body_bytes, properties_from
+from gateway.transports._servicebus_errors import map_error as _map
+from gateway.transports.servicebus import ServiceBusOptions, ServiceBusTransport
 from replication import (
     ConfigError,
     GatewayError,
