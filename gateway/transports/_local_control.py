@@ -1,10 +1,11 @@
 """The control file of a local namespace: down/up and injected faults.
 
 ``DATA_DIR/NAME.control.json`` holds ``{"down": bool, "latency": float,
-"lost_replies": float}``. Any process may write it (``geogateway namespace down
-primary``); every operation of every client checks it first. Writes are atomic
-(temporary file + ``os.replace``), so a reader sees the old or the new state,
-never half of one. Reads are cheap: one ``os.stat`` per operation, and the file is
+"lost_replies": float, "hang": bool}`` (``hang``: the namespace accepts connections and
+never answers, the shape of a frozen front end). Any process may write it
+(``geogateway namespace down primary``); every operation of every client checks it
+first. Writes are atomic (temporary file + ``os.replace``), so a reader sees the old
+or the new state, never half of one. Reads are cheap: one ``os.stat`` per operation, and the file is
 parsed again only when its identity (inode, mtime, size) changed.
 """
 
@@ -100,11 +101,16 @@ def namespace_files(name: str, data_dir: str | os.PathLike[str] | None = None) -
 
 @dataclass(frozen=True, kw_only=True)
 class ControlState:
-    """What the control file says: whether the namespace is down, and its faults."""
+    """What the control file says: whether the namespace is down, and its faults.
+
+    ``hang``: the namespace accepts connections but answers nothing until cleared (a
+    hung namespace is not down: nothing fails fast).
+    """
 
     down: bool = False
     latency: float = 0.0
     lost_replies: float = 0.0
+    hang: bool = False
 
 
 _UP = ControlState()
@@ -152,6 +158,7 @@ class ControlFile:
                 down=bool(raw.get("down", False)),
                 latency=max(0.0, float(raw.get("latency", 0.0))),
                 lost_replies=min(1.0, max(0.0, float(raw.get("lost_replies", 0.0)))),
+                hang=bool(raw.get("hang", False)),
             )
         except (OSError, ValueError, TypeError, AttributeError):
             # A hand-edited, broken control file must not take the namespace down
@@ -159,21 +166,22 @@ class ControlFile:
             return self._state
 
     def update(self, **changes: float | bool) -> ControlState:
-        """Change some of ``down``, ``latency``, ``lost_replies``; keep the rest.
+        """Change some of ``down``, ``latency``, ``lost_replies``, ``hang``; keep the rest.
 
         Raises:
             ConfigError: an unknown field, a negative latency or a probability outside 0..1.
         """
-        unknown = set(changes) - {"down", "latency", "lost_replies"}
+        unknown = set(changes) - {"down", "latency", "lost_replies", "hang"}
         if unknown:
             raise ConfigError(f"unknown control field {sorted(unknown)[0]!r}")
         state = self.read()
         merged = {"down": state.down, "latency": state.latency,
-                  "lost_replies": state.lost_replies, **changes}
+                  "lost_replies": state.lost_replies, "hang": state.hang, **changes}
         validate_faults(latency=float(merged["latency"]),
                         lost_replies=float(merged["lost_replies"]))
         new = ControlState(down=bool(merged["down"]), latency=float(merged["latency"]),
-                           lost_replies=float(merged["lost_replies"]))
+                           lost_replies=float(merged["lost_replies"]),
+                           hang=bool(merged["hang"]))
         self.write(new)
         return new
 
@@ -182,7 +190,8 @@ class ControlFile:
         directory = os.path.dirname(self.path) or "."
         os.makedirs(directory, mode=0o700, exist_ok=True)
         payload = json.dumps(
-            {"down": state.down, "latency": state.latency, "lost_replies": state.lost_replies}
+            {"down": state.down, "latency": state.latency, "lost_replies": state.lost_replies,
+             "hang": state.hang}
         )
         # mkstemp creates the file 0600 in the same directory, so os.replace is atomic.
         fd, tmp = tempfile.mkstemp(prefix=".control-", suffix=".tmp", dir=directory)

@@ -8,6 +8,7 @@ affect each other::
     primary.fail_next(2, OperationTimeout)
     primary.lose_replies(1)            # the next send lands, then raises OperationTimeout
     primary.latency = 0.2
+    primary.hang()                     # every operation waits (cancellable) until unhang()
     assert primary.calls == ["send", "receive"]
 """
 
@@ -37,9 +38,12 @@ T = TypeVar("T")
 class FaultyTransport(Transport):
     """Wraps ``inner`` and injects faults before (or after) its operations.
 
-    Faults apply in this order: ``latency``, then down, then ``fail_next``. A
-    receive or read that is waiting when :meth:`go_down` is called raises
-    ``NamespaceUnavailable`` at once. ``aclose`` is recorded but never fails.
+    Faults apply in this order: ``latency``, then a hang, then down, then
+    ``fail_next``. A receive or read that is waiting when :meth:`go_down` is called
+    raises ``NamespaceUnavailable`` at once. While :meth:`hang` is in effect every
+    operation waits, without failing, until :meth:`unhang` (a caller's deadline or
+    cancellation abandons the wait at once; an abandoned send never reaches ``inner``).
+    ``aclose`` is recorded but never fails.
 
     Args:
         inner: the real transport.
@@ -65,6 +69,7 @@ class FaultyTransport(Transport):
         self._failures: deque[Exception | type[Exception]] = deque()
         self._lost_replies = 0
         self._down_event: anyio.Event | None = None
+        self._unhung: anyio.Event | None = None
 
     @property
     def identity(self) -> str:
@@ -87,6 +92,22 @@ class FaultyTransport(Transport):
         """End the outage started by :meth:`go_down`."""
         self.down_since = None
         self._down_event = None
+
+    def hang(self) -> None:
+        """Make every operation wait, without failing, until :meth:`unhang`."""
+        if self._unhung is None:
+            self._unhung = anyio.Event()
+
+    def unhang(self) -> None:
+        """Release the operations waiting since :meth:`hang`."""
+        unhung, self._unhung = self._unhung, None
+        if unhung is not None:
+            unhung.set()
+
+    @property
+    def hung(self) -> bool:
+        """Whether :meth:`hang` is in effect."""
+        return self._unhung is not None
 
     @property
     def is_down(self) -> bool:
@@ -141,6 +162,8 @@ class FaultyTransport(Transport):
         self.calls.append(name)
         if self.latency > 0:
             await self._sleep(self.latency)
+        while self._unhung is not None:
+            await self._unhung.wait()
         if self.is_down:
             raise self._down_error()
         if self._failures:

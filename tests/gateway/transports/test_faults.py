@@ -135,3 +135,21 @@ async def test_faults_are_per_instance(tmp_path: Path) -> None:
         await a.probe()
     await a.aclose()
     await b.aclose()
+
+
+async def test_a_hung_namespace_answers_nothing_until_unhung(faulty: FaultyTransport) -> None:
+    # Given a hung namespace
+    faulty.hang()
+    assert faulty.hung
+    # When a send waits on it past a deadline, it is abandoned without failing or landing
+    with anyio.move_on_after(0.2) as scope:
+        await faulty.send("orders", [Message(b"abandoned")])
+    assert scope.cancelled_caught
+    # And a send made while hung completes once the namespace answers again
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(faulty.send, "orders", [Message(b"late")])
+        await anyio.sleep(0.05)
+        assert faulty.hung
+        faulty.unhang()
+    assert not faulty.hung
+    assert [r.body for r in await faulty.receive("orders", max_messages=5)] == [b"late"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.transports import LocalNamespace, LocalTransport, default_data_dir
+from gateway.transports import ControlFile, LocalNamespace, LocalTransport, default_data_dir
 from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
 
 pytestmark = pytest.mark.anyio
@@ -208,3 +208,17 @@ def test_broken_control_file_keeps_the_last_state(namespace: LocalNamespace,
     assert namespace.status().up is False
     (tmp_path / "primary.control.json").write_text("{not json")
     assert namespace.status().up is False
+
+
+def test_the_hang_fault_is_written_read_and_kept_by_other_updates(tmp_path):
+    # Given a control file
+    control = ControlFile(str(tmp_path / "primary.control.json"))
+    # When the namespace is hung, then its latency changed
+    control.update(hang=True)
+    control.update(latency=0.1)
+    # Then another reader sees both, and clearing the hang keeps the latency
+    other = ControlFile(control.path)
+    assert (other.read().hang, other.read().latency) == (True, 0.1)
+    control.update(hang=False)
+    assert (ControlFile(control.path).read().hang, ControlFile(control.path).read().latency) == (
+        False, 0.1)
