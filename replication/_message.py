@@ -28,10 +28,11 @@ class Message:
         properties: application properties (string keys, scalar values).
 
     Raises:
-        TypeError: a body, id, key or property of the wrong type.
+        TypeError: a body, id, key or property name of the wrong type.
         MessageRejected: a string that is not valid Unicode (a lone surrogate, as
-            ``os.fsdecode`` makes of bytes that are not UTF-8), which no namespace
-            can carry.
+            ``os.fsdecode`` makes of bytes that are not UTF-8), or a property value
+            that is not a scalar (a dict, a list, bytes...): no namespace can carry
+            either.
     """
 
     body: bytes
@@ -116,8 +117,10 @@ def _checked(properties: Mapping[str, PropertyValue]) -> Mapping[str, PropertyVa
         if isinstance(value, str):
             _utf8(value, f"property {key!r}")
         elif value is not None and not isinstance(value, (str, int, float, bool)):
-            raise TypeError(
-                f"property {key!r} must be str, int, float, bool or None, "
-                f"not {type(value).__name__}"
+            # Application properties are flat (AMQP allows no map or list there):
+            # data, not a programming error, so rejected like an oversized message.
+            raise MessageRejected(
+                f"property {key!r} is a {type(value).__name__}: a property value must be "
+                "str, int, float, bool or None (send nested data as JSON text)"
             )
     return MappingProxyType(props)

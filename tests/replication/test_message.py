@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from replication import Message
+from replication import Message, MessageRejected
 
 
 @pytest.mark.parametrize(
@@ -69,10 +69,21 @@ def test_a_property_name_that_is_not_text_is_a_type_error():
         Message(b"x", properties={1: "x"})  # type: ignore[dict-item]
 
 
-@pytest.mark.parametrize("value", [b"bytes", [1], {"a": 1}, object()])
-def test_a_property_value_that_is_not_a_scalar_is_a_type_error(value):
-    with pytest.raises(TypeError, match="property 'k' must be"):
-        Message(b"x", properties={"k": value})
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [({"a": 1}, "dict"), ([{"a": 1}, {"b": 2}], "list"), ([1], "list"), (b"bytes", "bytes"),
+     (object(), "object")],
+)
+def test_a_property_value_that_is_not_a_scalar_is_rejected_naming_it(value, kind):
+    # Given a nested dict (or a list of dicts, bytes...) as a property value
+    # When the message is built
+    with pytest.raises(MessageRejected) as raised:
+        Message(b"x", properties={"ok": 1, "nested": value})
+    # Then it is one line naming the property, what it is, and the allowed types
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"property 'nested' is a {kind}" in message
+    assert "str, int, float, bool or None" in message
 
 
 def test_messages_with_the_same_fields_are_equal_and_hash_alike():
