@@ -78,7 +78,9 @@ class OwnershipManager:
         on_lost: called when a partition was lost without a hand-over (taken over
             after this instance looked dead, or its heartbeats could not be written).
         on_error: called with every store error (heartbeat, listing, claim, release,
-            recording the leave), which is also logged; the step is retried later.
+            recording the leave), which is also logged, and with every failure of
+            ``partition_ids`` (logged at debug only: the caller reports it); the step
+            is retried later.
     """
 
     def __init__(
@@ -169,18 +171,27 @@ class OwnershipManager:
         """One full cycle: heartbeat, list, balance, hand over, renew and claim.
 
         Returns:
-            The decision taken, or None if the store failed (retried next cycle).
+            The decision taken, or None if the store or the partition lookup failed
+            (retried next cycle).
         """
+        listing = False
         try:
             # Heartbeats every cycle say "I poll now, hand me partitions". Once the
             # group looks settled they stop (back to every heartbeat_interval), so
             # by the time this instance goes idle nobody takes it for a fast poller.
             if self._settled_cycles == 0 or self._clock() >= self._next_beat:
                 await self._beat()
+            listing = self._partitions is None
             view = await self._read_view()
         except Exception as exc:
-            _LOGGER.warning("%s: store unavailable, retrying next cycle", self._me,
-                            exc_info=True)
+            if listing and self._partitions is None:
+                # The entity's namespace failed, not the store: on_error reports it
+                # (the geo receiver once per outage), not a traceback every cycle.
+                _LOGGER.debug("%s: listing the partitions failed, retrying next cycle: %s",
+                              self._me, exc)
+            else:
+                _LOGGER.warning("%s: store unavailable, retrying next cycle", self._me,
+                                exc_info=True)
             self._settled_cycles = 0
             await self._report(exc)
             return None

@@ -38,8 +38,11 @@ rolls both back and the message is delivered again; a copy whose id is already
 done is skipped inside the transaction. Inbox handlers of all partitions (and all
 processes sharing the file) are serialized by SQLite's write lock: keep them short.
 
-A namespace that is down does not stop the other: its readers log the
-``TransportError`` (``on_error``, the ``on_namespace_down`` hook) and retry.
+A namespace that is down does not stop the other: its processor retries, every
+failure goes to ``on_error``, and the outage is one warning naming the namespace and
+what failed (listing the partitions, or reading one) and an ``on_namespace_down``
+hook; it is probed (a partition listing every balance interval) until it answers,
+then one "is back" warning and ``on_namespace_up``.
 ``GeoPartitionReceiver`` (``_partitions_sync``) is the sync twin, a thin driver over
 the same core; ``_partitions_dedup`` delivers each event once.
 """
@@ -183,6 +186,7 @@ class AsyncGeoPartitionReceiver:
         self._delivery = DedupDelivery(self._dedup, handler_retry=handler_retry,
                                        hooks=self._hooks, stopping=self._stopping)
         self._down: set[str] = set()
+        self._watches: dict[str, asyncio.Task[None]] = {}
         self._busy = 0
         self._last_activity = time.monotonic()
         self._closed = False
@@ -201,7 +205,8 @@ class AsyncGeoPartitionReceiver:
 
     @property
     def down(self) -> frozenset[str]:
-        """Namespaces whose reads failed, until an event comes from them again."""
+        """Namespaces whose reads or partition listing failed, until they answer again
+        (an event from them, or a listing of their partitions)."""
         return frozenset(self._down)
 
     @property
@@ -260,6 +265,10 @@ class AsyncGeoPartitionReceiver:
         running (or backing off between attempts) is waited for.
         """
         self._stopping.set()
+        watches, self._watches = list(self._watches.values()), {}
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
         processors, self._processors = self._processors, []
         results = await asyncio.gather(
             *(p.stop(handover_timeout=handover_timeout) for p in processors),
@@ -332,9 +341,7 @@ class AsyncGeoPartitionReceiver:
         self._busy += 1
         pause = 0.0
         try:
-            if event.namespace in self._down:
-                self._down.discard(event.namespace)
-                emit(self._hooks, "on_namespace_up", namespace=event.namespace)
+            self._back(event.namespace, f"reading {self.entity} again")
             await self._delivery.deliver(event)
         except Exception:
             # The processor offers the event again after its backoff: not idle.
@@ -348,12 +355,41 @@ class AsyncGeoPartitionReceiver:
         self, namespace: str, ctx: PartitionContext | None, exc: BaseException
     ) -> None:
         if isinstance(exc, TransportError):
+            # Once per outage, however often the balancing loop or a reader retries
+            # (each cycle with fast balancing); a traceback would say nothing more.
             if namespace not in self._down:
                 self._down.add(namespace)
-                logger.warning("namespace %s: reading %s failed (%s); retrying",
-                               namespace, self.entity, exc)
+                # The balancing loop's only call to the namespace lists its partitions.
+                what = (f"listing the partitions of {self.entity}" if ctx is None
+                        else f"reading partition {ctx.partition_id} of {self.entity}")
+                logger.warning("namespace %s is unavailable: %s failed (%s); retrying "
+                               "until it is back", namespace, what, exc)
                 emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+            if namespace not in self._watches and not self._stopping.is_set():
+                self._watches[namespace] = asyncio.get_running_loop().create_task(
+                    self._watch(namespace))
         else:
             logger.error("%s: %s", ctx or namespace, exc, exc_info=exc)
         if self._on_error is not None:
             await self._on_error(ctx, exc)
+
+    async def _watch(self, namespace: str) -> None:
+        """Probe a namespace marked down (a listing of its partitions, every balance
+        interval) until it answers: an idle entity brings no event to say it is back."""
+        transport = next(t for t in self._transports if t.namespace == namespace)
+        interval = (self._balance or BalanceSettings()).interval
+        while namespace in self._down:
+            await asyncio.sleep(interval)
+            try:
+                await transport.get_partition_ids(self.entity)
+            except Exception:  # still down: the processor reports each failure
+                continue
+            self._back(namespace, f"listed the partitions of {self.entity}")
+        self._watches.pop(namespace, None)
+
+    def _back(self, namespace: str, how: str) -> None:
+        if namespace not in self._down:
+            return  # an event or the probe said so first
+        self._down.discard(namespace)
+        logger.warning("namespace %s is back: %s", namespace, how)
+        emit(self._hooks, "on_namespace_up", namespace=namespace)
