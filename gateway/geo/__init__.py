@@ -12,14 +12,10 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
-    from gateway.geo._config import (
-        DedupConfig,
-        DurableQueueConfig,
-        GatewayConfig,
-        NamespaceConfig,
-    )
+    from gateway.geo._config import DedupConfig, DurableQueueConfig, GatewayConfig
     from gateway.geo._factory import NamespaceLike
     from gateway.geo._hooks import GatewayHooks, emit
+    from gateway.geo._namespace_config import NamespaceConfig
     from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
     from gateway.geo._partitions_sync import GeoPartitionReceiver
     from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
@@ -37,7 +33,7 @@ _LAZY = {
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
     "InboxHandler": "gateway.geo._partitions",
-    "NamespaceConfig": "gateway.geo._config",
+    "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
     "ReceiverStats": "gateway.geo._receiver",
     "SendResult": "gateway.geo._sender",

@@ -6,15 +6,13 @@ Connection strings and keys never appear in a repr, a log line or an error.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
 
-from gateway._support.secrets import redact
+from gateway.geo._namespace_config import KINDS, NamespaceConfig, endpoint_key
 from replication import ConfigError, DedupWindow, Mode, ReplicationPolicy, RetryPolicy
 
 if sys.version_info >= (3, 11):
@@ -31,142 +29,6 @@ __all__ = [
 ]
 
 ENV_PREFIX = "GEOGATEWAY_"
-
-KINDS = ("servicebus", "eventhubs")
-"""What an Azure namespace is used as: Service Bus queues, or Event Hubs."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class NamespaceConfig:
-    """One namespace: ``local://NAME`` or an Azure connection string.
-
-    Args:
-        url: ``local://NAME`` for an embedded namespace, or ``sb://HOST`` /
-            a fully qualified namespace for Azure (signed in with
-            ``DefaultAzureCredential`` when there is no connection string).
-        connection_string: an Azure connection string; kept out of every repr.
-        name: the name the gateway uses for it (defaults to the local name, or the
-            host, with its port when it has one).
-        kind: for Azure, ``"servicebus"`` (queues; the default) or ``"eventhubs"``.
-    """
-
-    url: str = ""
-    connection_string: str | None = field(default=None, repr=False)
-    name: str = ""
-    kind: str = "servicebus"
-
-    def __post_init__(self) -> None:
-        for what in ("url", "connection_string", "name"):
-            value = getattr(self, what)
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"a namespace's {what} must be a string, "
-                                  f"not {type(value).__name__}")
-        if not self.url and not self.connection_string:
-            raise ConfigError("a namespace needs a url (local://NAME) or a connection_string")
-        if self.kind not in KINDS:
-            raise ConfigError(f"unknown namespace kind {self.kind!r}: use "
-                              f"{' or '.join(map(repr, KINDS))}")
-        if self.connection_string and not self.url:
-            object.__setattr__(self, "url", _endpoint_of(self.connection_string))
-        if self.connection_string:
-            _check_connection_string(self.connection_string)
-        parts = _split(self.url)
-        if parts.scheme == "local":
-            if not parts.netloc or parts.path not in ("", "/"):
-                raise ConfigError(f"bad local namespace url {self.url!r}: use local://NAME")
-            host, port = parts.netloc, None
-        else:
-            host, port = _host_and_port(self.url, parts)
-        if not self.name:
-            object.__setattr__(self, "name", host if port is None else f"{host}:{port}")
-
-    @classmethod
-    def parse(cls, value: str, *, kind: str = "servicebus") -> NamespaceConfig:
-        """Read ``local://NAME``, ``sb://HOST`` or an ``Endpoint=...`` connection string."""
-        value = value.strip()
-        if value.lower().startswith("endpoint="):
-            return cls(connection_string=value, kind=kind)
-        return cls(url=value, kind=kind)
-
-    @property
-    def is_local(self) -> bool:
-        return self.url.startswith("local://")
-
-    @property
-    def local_name(self) -> str:
-        """The embedded namespace's name (``local://NAME``)."""
-        return urlsplit(self.url).netloc
-
-    @property
-    def fully_qualified_namespace(self) -> str:
-        """The Azure host (with ``:port`` when the url has one)."""
-        parts = urlsplit(self.url if "://" in self.url else f"sb://{self.url}")
-        host = parts.hostname or ""
-        return f"{host}:{parts.port}" if parts.port else host
-
-    def __repr__(self) -> str:
-        secret = ", connection_string=***" if self.connection_string else ""
-        kind = "" if self.is_local else f", kind={self.kind!r}"
-        return (f"NamespaceConfig(name={self.name!r}, url={redact(self.url)!r}{kind}"
-                f"{secret})")
-
-    __str__ = __repr__
-
-
-def _endpoint_key(namespace: NamespaceConfig) -> tuple[str, str]:
-    """What identifies the namespace itself, whatever name it is given."""
-    if namespace.is_local:
-        return ("local", namespace.local_name)
-    return ("azure", namespace.fully_qualified_namespace)
-
-
-_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
-_BOOLEAN_FIELDS = ("usedevelopmentemulator",)
-
-
-def _split(url: str) -> SplitResult:
-    try:
-        return urlsplit(url if "://" in url else f"sb://{url}")
-    except ValueError as exc:  # an unclosed IPv6 bracket
-        raise ConfigError(f"bad namespace url {redact(url)!r}: {exc}") from None
-
-
-def _host_and_port(url: str, parts: SplitResult) -> tuple[str, int | None]:
-    """The host and port of an Azure url; ``ConfigError`` for anything unusable."""
-    bad = (f"bad namespace url {redact(url)!r}: use local://NAME, sb://HOST[:PORT] "
-           "or a connection string")
-    if parts.scheme not in ("sb", "amqp", "amqps") or not parts.hostname:
-        raise ConfigError(bad)
-    try:
-        port = parts.port  # raises for a port that is not a number from 0 to 65535
-    except ValueError as exc:
-        raise ConfigError(f"{bad} ({exc})") from None
-    host = parts.netloc.rpartition("@")[2]
-    if port is not None or host.endswith(":"):
-        host = host.rpartition(":")[0]
-    if not _HOST.fullmatch(host) or port == 0:
-        raise ConfigError(bad)
-    return parts.hostname or host, port
-
-
-def _check_connection_string(connection_string: str) -> None:
-    """Refuse fields the SDKs would misread silently (a boolean that is not one)."""
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        # The SDKs read anything but a lower-case "true" as false.
-        if key.strip().lower() in _BOOLEAN_FIELDS and value.strip() not in ("true", "false"):
-            raise ConfigError(
-                f"{key.strip()} in the connection string must be true or false (lower "
-                f"case, as the Azure SDKs read it), not {redact(value.strip())!r}"
-            )
-
-
-def _endpoint_of(connection_string: str) -> str:
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "endpoint" and value:
-            return value.strip()
-    raise ConfigError("the connection string has no Endpoint=sb://... part")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,27 +82,44 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.entity, str) or not self.entity.strip():
             raise ConfigError("entity must be the name of a queue or event hub")
-        if self.primary.name == self.secondary.name or _endpoint_key(
+        if self.primary.name == self.secondary.name or endpoint_key(
             self.primary
-        ) == _endpoint_key(self.secondary):
+        ) == endpoint_key(self.secondary):
             raise ConfigError(
                 f"primary and secondary are the same namespace ({self.primary.name!r})"
             )
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> GatewayConfig:
         """Read a TOML file (or ``$GEOGATEWAY_CONFIG``), then let env override it.
+
+        Each layer wins over the one before: ``defaults``, the file, ``GEOGATEWAY_*``
+        env, ``overrides``. Relative paths in the file are relative to the file; in
+        env and ``overrides``, to the current directory.
+
+        Args:
+            path: the TOML file; ``$GEOGATEWAY_CONFIG`` when not given; neither: env only.
+            env: the environment to read (default ``os.environ``).
+            defaults: values, in the file's layout, for what nothing else sets.
+            overrides: values, in the file's layout, over everything else (a command
+                line's options); ``None`` values are left out.
 
         Raises:
             ConfigError: a missing or malformed file, an unknown key, a bad value.
         """
         env = os.environ if env is None else env
         path = path or env.get(ENV_PREFIX + "CONFIG")
-        data: dict[str, Any] = _read_toml(Path(path)) if path else {}
+        data = _overlay(dict(defaults or {}), _read_toml(Path(path)) if path else {})
         base = Path(path).parent if path else Path.cwd()
         _apply_env(data, env)
+        data = _overlay(data, overrides or {}, from_cwd=True)
         return _from_mapping(data, base=base, source=str(path) if path else "the environment")
 
 
@@ -290,9 +169,41 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         elif len(keys) == 2:
             section = data.setdefault(keys[0], {})
             if isinstance(section, dict):
-                section[keys[1]] = value
+                section[keys[1]] = _from_cwd(value)
         else:
-            data[keys[0]] = value
+            data[keys[0]] = _from_cwd(value) if keys[0] in _PATH_KEYS else value
+
+
+#: The keys (top level, or a section's ``path``) that hold paths.
+_PATH_KEYS = ("data_dir", "state_dir", "path")
+_SECTIONS = ("retry", "durable_queue", "dedup")
+
+
+def _from_cwd(value: Any) -> Any:
+    """A relative path from env or the command line, made absolute against the current
+    directory (so that a config file elsewhere does not move it)."""
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value):
+        return os.fspath(Path(value).expanduser().absolute())
+    return value
+
+
+def _overlay(data: dict[str, Any], layer: Mapping[str, Any], *,
+             from_cwd: bool = False) -> dict[str, Any]:
+    """``data`` with ``layer``'s values over it: sections merged key by key, anything
+    else (a namespace's table included) replaced; ``None`` values left out."""
+    for key, value in layer.items():
+        if value is None:
+            continue
+        if key in _SECTIONS and isinstance(value, Mapping):
+            section = data.get(key)
+            merged = dict(section) if isinstance(section, dict) else {}
+            for name, item in value.items():
+                if item is not None:
+                    merged[name] = _from_cwd(item) if from_cwd and name == "path" else item
+            data[key] = merged
+        else:
+            data[key] = _from_cwd(value) if from_cwd and key in _PATH_KEYS else value
+    return data
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

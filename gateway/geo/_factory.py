@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
-from gateway.geo._config import NamespaceConfig
+from gateway.geo._namespace_config import NamespaceConfig
 from gateway.transports.base import Transport
 from replication import ConfigError
 
