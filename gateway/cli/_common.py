@@ -17,9 +17,11 @@ from gateway._support.secrets import redact
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from gateway.geo import GatewayConfig
+
 # And ``out`` and ``err``, made on first use by ``__getattr__`` below.
-__all__ = ["data_dir_option", "error_line", "fail", "print_json", "print_table", "run",
-           "warning_line"]
+__all__ = ["data_dir_option", "distinct", "error_line", "fail", "gateway_config", "print_json",
+           "print_table", "run", "warning_line"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,3 +85,69 @@ def run(coro: Any) -> Any:
     import asyncio
 
     return asyncio.run(coro)
+
+
+#: The namespaces a command uses when neither an option, env nor --config names them.
+_LOCAL = {"primary": "local://primary", "secondary": "local://secondary"}
+#: The entity of a command that takes its entities from elsewhere (queue replay).
+ANY_ENTITY = "*"
+
+
+def gateway_config(
+    config_path: Path | None,
+    *,
+    primary: str | None = None,
+    secondary: str | None = None,
+    entity: str | None = None,
+    mode: str | None = None,
+    data_dir: Path | None = None,
+    durable_queue: Path | None = None,
+    dedup_store: Path | None = None,
+    needs_entity: bool = True,
+) -> GatewayConfig:
+    """The configuration a command runs with, read as the library reads it
+    (``GatewayConfig.load``): ``--config`` (or ``$GEOGATEWAY_CONFIG``), then the
+    ``GEOGATEWAY_*`` environment, then the command's own options; the namespaces
+    default to ``local://primary`` and ``local://secondary``. Without ``needs_entity``
+    the entity is :data:`ANY_ENTITY` unless one is set.
+
+    Raises:
+        click.UsageError: no entity anywhere, or the command line names the same
+            namespace twice.
+        ConfigError: a bad value in the file, the environment or an option.
+    """
+    import os
+
+    from gateway.geo import GatewayConfig
+
+    env = os.environ
+    if needs_entity and not (entity or env.get("GEOGATEWAY_ENTITY") or config_path):
+        raise click.UsageError("give --entity (or set GEOGATEWAY_ENTITY, or entity in --config)")
+    if primary or secondary:
+        # What the command line says beats env, and env the defaults (a file's values
+        # are checked when it is read).
+        local = {} if config_path else _LOCAL
+        first = primary or env.get("GEOGATEWAY_PRIMARY") or local.get("primary")
+        second = secondary or env.get("GEOGATEWAY_SECONDARY") or local.get("secondary")
+        if first and second:
+            distinct(first, second)
+    return GatewayConfig.load(
+        config_path,
+        defaults={**_LOCAL, **({} if needs_entity else {"entity": ANY_ENTITY})},
+        overrides={"primary": primary, "secondary": secondary, "entity": entity, "mode": mode,
+                   "data_dir": data_dir, "durable_queue": {"path": durable_queue},
+                   "dedup": {"path": dedup_store}},
+    )
+
+
+def distinct(primary: str, secondary: str) -> None:
+    """Refuse the same namespace as primary and secondary (a usage error, not a traceback).
+
+    Raises:
+        ConfigError: either is not a namespace url or connection string.
+    """
+    from gateway.geo import NamespaceConfig
+
+    names = [NamespaceConfig.parse(ns).name for ns in (primary, secondary)]
+    if names[0] == names[1]:
+        raise click.UsageError(f"primary and secondary are the same namespace ({names[0]!r})")

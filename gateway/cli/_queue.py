@@ -200,32 +200,28 @@ def _entity(dest: str) -> str:
 
 @queue.command()
 @queue_path_option
-@click.option("--primary", default="local://primary", show_default=True,
-              help="Primary namespace (when not in --config).")
-@click.option("--secondary", default="local://secondary", show_default=True,
-              help="Secondary namespace (when not in --config).")
+@click.option("--primary", help="Primary namespace [env: GEOGATEWAY_PRIMARY; default: "
+              "--config's, else local://primary].")
+@click.option("--secondary", help="Secondary namespace [env: GEOGATEWAY_SECONDARY; default: "
+              "--config's, else local://secondary].")
 @click.option("--dead-letters", is_flag=True, help="Requeue dead-lettered messages first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @data_dir_option
-def replay(queue_path: Path | None, config_path: Path | None, primary: str, secondary: str,
-           dead_letters: bool, as_json: bool, data_dir: Path | None) -> None:
+def replay(queue_path: Path | None, config_path: Path | None, primary: str | None,
+           secondary: str | None, dead_letters: bool, as_json: bool,
+           data_dir: Path | None) -> None:
     """Send buffered messages to their namespaces now, in order.
 
     Exits 3 when messages still wait (their namespaces are down), 1 on an error
     (a damaged file; a file whose messages were buffered for other namespaces).
     """
-    from gateway.cli._send import distinct
+    from gateway.cli._common import gateway_config
     from gateway.geo import AsyncGeoSender
 
     path = _resolve(queue_path, config_path)
-    config = GatewayConfig.load(config_path) if config_path is not None else None
-    if config is not None:
-        primary_ns: Any = config.primary
-        secondary_ns: Any = config.secondary
-        data_dir = data_dir or config.data_dir
-    else:
-        primary_ns, secondary_ns = primary, secondary
-        distinct(primary_ns, secondary_ns)
+    # The entities are the queue's own; the rest as every command reads it.
+    config = gateway_config(config_path, primary=primary, secondary=secondary,
+                            data_dir=data_dir, needs_entity=False)
     results: list[dict[str, Any]] = []
 
     async def go() -> None:
@@ -236,10 +232,9 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
             entities = sorted({_entity(d) for d in q.destinations()})
             for entity in entities:
                 async with AsyncGeoSender(
-                    primary=primary_ns, secondary=secondary_ns, entity=entity,
-                    durable_queue=q, data_dir=data_dir, recovery=False,
-                    policy=config.policy if config else None,
-                    state_dir=config.state_dir if config else None,
+                    primary=config.primary, secondary=config.secondary, entity=entity,
+                    durable_queue=q, data_dir=config.data_dir, recovery=False,
+                    policy=config.policy, state_dir=config.state_dir,
                 ) as sender:
                     count = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": count,

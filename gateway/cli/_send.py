@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gateway.cli._common import data_dir_option, out, print_json, print_table, run, warning_line
-from gateway.geo import GatewayConfig, NamespaceConfig
-from replication import Message
+from gateway.cli._common import (
+    data_dir_option,
+    gateway_config,
+    out,
+    print_json,
+    print_table,
+    run,
+    warning_line,
+)
+from replication import Message, PropertyValue
 
 #: Seconds ``receive`` waits at most for each namespace's first answer.
 _ANSWER_WAIT = 10.0
+#: ``send`` prints a row per message up to this many, then a summary line.
+_ROWS = 10
 
 
 def register(group: click.Group) -> None:
@@ -20,40 +30,15 @@ def register(group: click.Group) -> None:
     group.add_command(receive)
 
 
-def distinct(primary: Any, secondary: Any) -> None:
-    """Refuse the same namespace as primary and secondary (a usage error, not a traceback)."""
-    names = [ns.name if isinstance(ns, NamespaceConfig) else NamespaceConfig.parse(ns).name
-             for ns in (primary, secondary)]
-    if names[0] == names[1]:
-        raise click.UsageError(f"primary and secondary are the same namespace ({names[0]!r})")
-
-
-def _namespaces(config_path: Path | None, primary: str | None, secondary: str | None,
-                entity: str | None, data_dir: Path | None) -> dict[str, Any]:
-    if config_path is not None:
-        config = GatewayConfig.load(config_path)
-        target = {
-            "primary": primary or config.primary, "secondary": secondary or config.secondary,
-            "entity": entity or config.entity, "data_dir": data_dir or config.data_dir,
-            "config": config,
-        }
-    else:
-        if entity is None:
-            raise click.UsageError("give --entity (or --config with an entity)")
-        target = {"primary": primary or "local://primary",
-                  "secondary": secondary or "local://secondary",
-                  "entity": entity, "data_dir": data_dir, "config": None}
-    distinct(target["primary"], target["secondary"])
-    return target
-
-
 def common(func: Any) -> Any:
     for decorator in reversed([
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      envvar="GEOGATEWAY_CONFIG", help="Gateway config file (TOML)."),
-        click.option("--primary", help="Primary namespace [default: local://primary]."),
-        click.option("--secondary", help="Secondary namespace [default: local://secondary]."),
-        click.option("--entity", "-e", help="Queue to use."),
+        click.option("--primary", help="Primary namespace [env: GEOGATEWAY_PRIMARY; "
+                     "default: local://primary]."),
+        click.option("--secondary", help="Secondary namespace [env: GEOGATEWAY_SECONDARY; "
+                     "default: local://secondary]."),
+        click.option("--entity", "-e", help="Queue to use [env: GEOGATEWAY_ENTITY]."),
         data_dir_option,
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
     ]):
@@ -65,49 +50,103 @@ def common(func: Any) -> Any:
 @common
 @click.argument("bodies", nargs=-1)
 @click.option("--count", type=click.IntRange(min=1), help="Send this many generated messages.")
-@click.option("--mode", type=click.Choice(["passive", "active"]), help="Replication mode.")
-@click.option("--durable-queue", type=click.Path(dir_okay=False, path_type=Path),
-              help="Buffer here when both namespaces are down.")
+@click.option("--mode", type=click.Choice(["passive", "active"]),
+              help="Replication mode [env: GEOGATEWAY_MODE; default: passive].")
+@click.option("-q", "--durable-queue", type=click.Path(dir_okay=False, path_type=Path),
+              help="Buffer here when both namespaces are down [env: GEOGATEWAY_DURABLE_QUEUE].")
 @click.option("--message-id", help="MessageId of a single message (default: generated).")
+@click.option("--property", "properties", metavar="NAME=TEXT|NAME:=JSON", multiple=True,
+              help="An application property of every message: text, or (:=) a JSON number, "
+                   "true, false or null. Repeatable.")
 def send(config_path: Path | None, primary: str | None, secondary: str | None,
          entity: str | None, data_dir: Path | None, as_json: bool, bodies: tuple[str, ...],
          count: int | None, mode: str | None, durable_queue: Path | None,
-         message_id: str | None) -> None:
-    """Send BODIES (or --count generated messages) through the gateway."""
+         message_id: str | None, properties: tuple[str, ...]) -> None:
+    """Send BODIES (or --count generated messages) through the gateway.
+
+    Past 10 messages the table shows the first 10 and a summary line; --json lists
+    every message.
+    """
     from gateway.geo import AsyncGeoSender
 
-    target = _namespaces(config_path, primary, secondary, entity, data_dir)
-    config = target["config"]
+    config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
+                            mode=mode, data_dir=data_dir, durable_queue=durable_queue)
     if not bodies and not count:
         raise click.UsageError("give message bodies or --count N")
     if message_id and (count or len(bodies) != 1):
         raise click.UsageError("--message-id goes with exactly one body")
+    props = _properties(properties)
     texts = list(bodies) + [f"message {i}" for i in range(count or 0)]
-    messages = [Message(t, message_id=message_id or "") for t in texts]
-    if durable_queue is None and config is not None and config.durable_queue is not None:
-        durable_queue = config.durable_queue.path
+    messages = [Message(t, message_id=message_id or "", properties=props) for t in texts]
 
     async def go() -> list[dict[str, Any]]:
         async with AsyncGeoSender(
-            primary=target["primary"], secondary=target["secondary"], entity=target["entity"],
-            mode=mode, policy=config.policy if config else None,
-            durable_queue=durable_queue, data_dir=target["data_dir"],
-            state_dir=config.state_dir if config else None, recovery=False,
+            primary=config.primary, secondary=config.secondary, entity=config.entity,
+            policy=config.policy, data_dir=config.data_dir, state_dir=config.state_dir,
+            durable_queue=config.durable_queue.path if config.durable_queue else None,
+            recovery=False,
         ) as sender:
             results = []
             for m in messages:
                 r = await sender.send(m)
                 results.append({"message_id": m.message_id, "namespaces": list(r.namespaces),
-                                "buffered": list(r.buffered)})
+                                "buffered": list(r.buffered), "failed_over": r.failed_over})
             return results
 
     results = run(go())
     if as_json:
         print_json(results)
         return
-    print_table("sent", ("message_id", "accepted by", "buffered for"),
+    shown = results if len(results) <= _ROWS else results[:_ROWS]
+    title = "sent" if shown is results else f"sent (the first {_ROWS}; --json lists all)"
+    print_table(title, ("message_id", "accepted by", "buffered for"),
                 [(r["message_id"], ", ".join(r["namespaces"]) or "-",
-                  ", ".join(r["buffered"]) or "-") for r in results])
+                  ", ".join(r["buffered"]) or "-") for r in shown])
+    if shown is not results:
+        out.print(summary(results))
+
+
+def summary(results: list[dict[str, Any]]) -> str:
+    """One line: how many were sent, accepted by each namespace, buffered (for each
+    destination), and, when any were, accepted by both and failed over."""
+    accepted: Counter[str] = Counter(ns for r in results for ns in r["namespaces"])
+    buffered: Counter[str] = Counter(d for r in results for d in r["buffered"])
+    both = sum(len(r["namespaces"]) > 1 for r in results)
+    failed_over = sum(bool(r["failed_over"]) for r in results)
+    parts = [f"sent {len(results)} messages",
+             "accepted by " + (", ".join(f"{ns} {n}" for ns, n in sorted(accepted.items()))
+                               or "none")]
+    if both:
+        parts.append(f"by both {both}")
+    parts.append("buffered " + (", ".join(f"{n} for {d}" for d, n in sorted(buffered.items()))
+                                or "0"))
+    if failed_over:
+        parts.append(f"failed over {failed_over}")
+    return "; ".join(parts)
+
+
+def _properties(options: tuple[str, ...]) -> dict[str, PropertyValue]:
+    """``--property`` options: ``NAME=TEXT`` or ``NAME:=JSON`` (any JSON value: the
+    message itself refuses one it cannot carry, naming the property)."""
+    import json
+
+    props: dict[str, Any] = {}
+    for option in options:
+        name, sep, value = option.partition("=")
+        typed = name.endswith(":")
+        name = name.removesuffix(":")
+        if not sep or not name:
+            raise click.UsageError(f"--property takes NAME=TEXT or NAME:=JSON, not {option!r}")
+        if not typed:
+            props[name] = value
+            continue
+        try:
+            props[name] = json.loads(value)
+        except ValueError:
+            raise click.UsageError(
+                f"--property {name}:= takes a JSON value (a number, true, false, null or a "
+                f"\"string\"), not {value!r}; use {name}=TEXT for text") from None
+    return props
 
 
 @click.command()
@@ -116,7 +155,8 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
 @click.option("--wait", "max_wait", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Seconds to wait for messages.")
 @click.option("--dedup-store", type=click.Path(dir_okay=False, path_type=Path),
-              help="De-duplication window file [default: <data dir>/dedup.db].")
+              help="De-duplication window file [env: GEOGATEWAY_DEDUP_STORE; default: "
+                   "<data dir>/dedup.db].")
 @click.option("--peek", is_flag=True, help="Abandon instead of complete (leave them queued).")
 def receive(config_path: Path | None, primary: str | None, secondary: str | None,
             entity: str | None, data_dir: Path | None, as_json: bool, max_messages: int,
@@ -129,20 +169,21 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
     from gateway.geo import AsyncGeoReceiver
     from gateway.transports.local import default_data_dir
 
-    target = _namespaces(config_path, primary, secondary, entity, data_dir)
-    config = target["config"]
-    if dedup_store is None:
-        dedup_store = (config.dedup.path if config is not None and config.dedup is not None
-                       else Path(target["data_dir"] or default_data_dir()) / "dedup.db")
+    config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
+                            data_dir=data_dir, dedup_store=dedup_store)
+    if config.dedup is not None:
+        dedup_store = config.dedup.path
+    else:
+        dedup_store = Path(config.data_dir or default_data_dir()) / "dedup.db"
         # Its default home may not exist yet when both namespaces are in Azure.
         dedup_store.parent.mkdir(parents=True, exist_ok=True)
     unread: dict[str, str] = {}
 
     async def go() -> list[dict[str, Any]]:
         async with AsyncGeoReceiver(
-            primary=target["primary"], secondary=target["secondary"], entity=target["entity"],
-            dedup_store=dedup_store, data_dir=target["data_dir"],
-            dedup_window=config.dedup.window if config is not None and config.dedup else None,
+            primary=config.primary, secondary=config.secondary, entity=config.entity,
+            dedup_store=dedup_store, data_dir=config.data_dir,
+            dedup_window=config.dedup.window if config.dedup else None,
         ) as receiver:
             got = await receiver.receive(max_messages=max_messages, max_wait=max_wait)
             for m in got:
@@ -157,6 +198,7 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
                            for ns in set(receiver.namespaces) - answered})
             return [{"message_id": m.message_id, "namespace": m.namespace,
                      "body": m.body.decode("utf-8", "replace"),
+                     "properties": dict(m.message.properties),
                      "delivery_count": m.delivery_count} for m in got]
 
     rows = run(go())

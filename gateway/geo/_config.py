@@ -166,12 +166,27 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
                 del data[keys[0]]["connection_string"]
         elif keys[0] == "failback":
             data["failback"] = env_flag(ENV_PREFIX + suffix, value)
+        elif keys[0] in _CHOICES:
+            data[keys[0]] = _env_choice(keys[0], ENV_PREFIX + suffix, value)
         elif len(keys) == 2:
             section = data.setdefault(keys[0], {})
             if isinstance(section, dict):
                 section[keys[1]] = _from_cwd(value)
         else:
             data[keys[0]] = _from_cwd(value) if keys[0] in _PATH_KEYS else value
+
+
+_CHOICES = {"mode": tuple(m.value for m in Mode), "kind": KINDS}
+
+
+def _env_choice(key: str, variable: str, value: str) -> str:
+    """One of the values ``key`` takes (any case); ``ConfigError`` naming the variable
+    otherwise."""
+    word = value.strip().lower()
+    if word not in _CHOICES[key]:
+        raise ConfigError(f"unknown {key} {value!r} in ${variable}: use "
+                          f"{' or '.join(map(repr, _CHOICES[key]))}")
+    return word
 
 
 #: The keys (top level, or a section's ``path``) that hold paths.

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +61,14 @@ def in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     return go
 
 
-def run_process(*args: str, cwd: Path, timeout: float = 60) -> Result:
-    """``python -m gateway.cli ARGS`` in a child process, stdin not a terminal."""
+def run_process(*args: str, cwd: Path, timeout: float = 60,
+                env: Mapping[str, str] | None = None) -> Result:
+    """``python -m gateway.cli ARGS`` in a child process, stdin not a terminal, with
+    ``env`` added to this process's environment."""
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.cli", *args],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "error"},
+        env={**os.environ, **(env or {}), "PYTHONWARNINGS": "error"},
     )
     return proc.returncode, proc.stdout, proc.stderr
 

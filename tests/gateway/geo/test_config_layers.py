@@ -94,3 +94,24 @@ def test_a_bad_value_in_any_layer_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="same namespace"):
         GatewayConfig.load(env={"GEOGATEWAY_ENTITY": "o"}, defaults=LOCAL,
                            overrides={"secondary": "local://primary"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [("GEOGATEWAY_MODE", "sideways", "unknown mode 'sideways' in $GEOGATEWAY_MODE: use "
+                                     "'passive' or 'active'"),
+     ("GEOGATEWAY_KIND", "bogus", "unknown kind 'bogus' in $GEOGATEWAY_KIND: use "
+                                  "'servicebus' or 'eventhubs'")],
+)
+def test_a_bad_choice_in_env_names_the_variable(variable: str, value: str, words: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        GatewayConfig.load(env={variable: value, "GEOGATEWAY_ENTITY": "o"}, defaults=LOCAL)
+    assert str(raised.value) == words
+
+
+def test_env_choices_take_any_case() -> None:
+    config = GatewayConfig.load(env={"GEOGATEWAY_MODE": "Active", "GEOGATEWAY_KIND": "EventHubs",
+                                     "GEOGATEWAY_ENTITY": "o"},
+                                defaults={"primary": "sb://a.example", "secondary": "sb://b.example"})
+    assert config.policy.mode is Mode.ACTIVE
+    assert config.primary.kind == config.secondary.kind == "eventhubs"
