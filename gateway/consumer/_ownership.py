@@ -73,7 +73,7 @@ class OwnershipManager:
         settings: intervals and expiries; ``BalanceSettings()`` by default.
         clock: current time on the store's time scale (``last_modified_time``).
         sleep: how to wait; inject a virtual one in tests.
-        rng: the only randomness used (which partitions to take or hand over).
+        rng: the only randomness used (which partitions to hand over).
         on_claimed: called after a partition is won (start reading it, with an
             owner level).
         before_release: called before a partition is handed over (stop reading,
@@ -284,12 +284,14 @@ class OwnershipManager:
         stored = await self._store.heartbeat(self._heartbeat(me))
         self._last_beat_sent = sent
         self._next_beat = sent + self._settings.heartbeat_interval
-        return stored.woken
+        # (A store written before wakes existed may return its own record, or nothing.)
+        return getattr(stored, "woken", False) is True
 
     async def _wake(self, ids: Sequence[str], beats: Sequence[Heartbeat]) -> None:
         # Once per heartbeat it writes: a woken instance beats again at once, so a
         # second wake goes out only if it is still idle after a heartbeat of its own.
         listed = {hb.instance_id: hb for hb in beats}
+        self._woke = {x: at for x, at in self._woke.items() if x in listed}
         due = [listed[x] for x in ids
                if x in listed and self._woke.get(x, math.nan) != listed[x].last_modified_time]
         if not due or not self._store.supports_wake:

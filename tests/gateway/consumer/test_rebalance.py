@@ -146,3 +146,26 @@ def test_without_wakes_a_graceful_stop_still_converges_passing_partitions_on():
                    for h in await g.store.list_heartbeats(GROUP))
         await g.close()
     virtual(main())
+
+
+class OldStore(InMemoryCheckpointStore):
+    """A third-party store from before wakes: its heartbeat returns nothing."""
+
+    supports_wake = False
+
+    async def heartbeat(self, heartbeat: Heartbeat) -> Heartbeat:
+        await super().heartbeat(heartbeat)
+        return None  # type: ignore[return-value]
+
+
+def test_a_store_from_before_wakes_still_balances():
+    async def main() -> None:
+        g = Group16(OldStore(clock=asyncio.get_running_loop().time))
+        for name in NAMES:
+            g.start(name)
+        await g.until(lambda: g.balanced(NAMES) and all(m.idle for m in g.managers.values()),
+                      30)
+        await g.cancel("e")
+        await g.until(lambda: g.balanced(NAMES[:-1]), S.heartbeat_expiry + 6 * S.idle_interval)
+        await g.close()
+    virtual(main())
