@@ -24,10 +24,18 @@ far are "processed twice". After a graceful stop, "re-owned" is the longest time
 of the leaver's partitions went unread (ours keeps reading while it hands over); the
 time from the ``stop()`` call is shown beside it.
 
-Counting rule (both sides): one *write* per record written (a heartbeat, or each
-ownership record in a ``claim_ownership`` batch, releases included), one *list*
-per ``list_ownership`` or ``list_heartbeats`` call. Checkpoint traffic is the
-processor's, the same on both sides, and left out.
+After a stop or a crash, "balanced again" is when the survivors last came to read
+every partition with counts within one, counted from the ``stop()`` call, or from the
+crash's *detection*: the first listing (heartbeats for ours, ownership for the SDK)
+at or after the lost instance's liveness expired (ours: its last heartbeat plus
+``heartbeat_expiry``; the SDK: its newest record plus 6 x 30 s). A *move* is a
+partition given a new reader after the stop or crash; extra moves are those beyond
+one per partition the lost instance held.
+
+Counting rule (both sides): one *write* per record written (a heartbeat, each
+ownership record in a ``claim_ownership`` batch, releases included, or each
+instance woken), one *list* per ``list_ownership`` or ``list_heartbeats`` call.
+Checkpoint traffic is the processor's, the same on both sides, and left out.
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ class CountingStore(CheckpointStore):
         self.rng = rng
         self.writes = 0
         self.lists = 0
+        self.listed: list[tuple[float, str]] = []  # (time, "ownership" | "heartbeats")
+        self.clock = clock
 
     async def _delay(self) -> None:
         await asyncio.sleep(self.rng.uniform(0.005, 0.030))
@@ -74,6 +84,7 @@ class CountingStore(CheckpointStore):
     async def list_ownership(self, group: ConsumerGroupRef) -> list[Ownership]:
         await self._delay()
         self.lists += 1
+        self.listed.append((self.clock(), "ownership"))
         return await self.inner.list_ownership(group)
 
     async def claim_ownership(self, claims: Sequence[Ownership]) -> list[Ownership]:
@@ -97,7 +108,15 @@ class CountingStore(CheckpointStore):
     async def list_heartbeats(self, group: ConsumerGroupRef) -> list[Heartbeat]:
         await self._delay()
         self.lists += 1
+        self.listed.append((self.clock(), "heartbeats"))
         return await self.inner.list_heartbeats(group)
+
+    supports_wake = True
+
+    async def wake(self, heartbeats: Sequence[Heartbeat]) -> None:
+        await self._delay()
+        self.writes += len(heartbeats)
+        await self.inner.wake(heartbeats)
 
 
 @dataclass
@@ -120,6 +139,7 @@ class Events:
     watchers: list[Callable[[], None]] = field(default_factory=list)
     unread_since: dict[str, float] = field(default_factory=dict)
     gaps: list[tuple[str, float, float]] = field(default_factory=list)  # pid, at, gap
+    starts: list[tuple[float, str]] = field(default_factory=list)  # at, pid: a new reader
 
     def start(self, pid: str, owner: str) -> None:
         now = self.clock()
@@ -130,6 +150,7 @@ class Events:
         start = self.checkpoints.get(pid, math.floor(now * RATE))
         self.duplicates += max(0, self.processed.get(pid, start) - start)
         self.readers[pid] = Reader(owner, now, start)
+        self.starts.append((now, pid))
         self._changed()
 
     def stop(self, pid: str, owner: str, *, final: bool) -> None:
@@ -204,6 +225,15 @@ class Ours:
         self.managers[name] = m
         self.tasks[name] = loop.create_task(m.run())
 
+    reveals = "heartbeats"  # the listing in which a crash shows
+
+    async def expires(self, name: str) -> float:
+        """When ``name`` looks dead if it stops now: its heartbeat's expiry."""
+        beats = await self.store.inner.list_heartbeats(GROUP)
+        (at,) = [hb.last_modified_time for hb in beats if hb.instance_id == name]
+        assert at is not None
+        return at + BalanceSettings().heartbeat_expiry
+
     async def crash(self, name: str) -> None:
         self.tasks.pop(name).cancel()
         self.events.crash(name)
@@ -255,6 +285,7 @@ class Sdk:
         setattr(module, "time", SimpleNamespace(time=loop.time))  # noqa: B010
         setattr(module, "random", rng)  # noqa: B010
         self.store, self.events, self.pids, self.rng = SdkStore(store), events, pids, rng
+        self.counting = store
         self.interval = 30.0
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.managers: dict[str, Any] = {}
@@ -275,6 +306,15 @@ class Sdk:
         self.managers[name] = m
         self.owned[name] = set()
         self.tasks[name] = asyncio.get_running_loop().create_task(self._run(name, m))
+
+    reveals = "ownership"
+
+    async def expires(self, name: str) -> float:
+        """When ``name``'s records expire if it stops now (the SDK renews them all at
+        once, every cycle)."""
+        records = await self.counting.inner.list_ownership(GROUP)
+        return max(o.last_modified_time or 0.0 for o in records if o.owner_id == name) \
+            + self.interval * 6
 
     async def _run(self, name: str, m: Any) -> None:
         owned = self.owned[name]
@@ -325,6 +365,9 @@ class Trial:
     rebalanced: float | None = None
     gap: float | None = None  # longest time one of the leaver's partitions went unread
     stop_took: float | None = None
+    detected: float | None = None  # a crash: first list that could see it, from the crash
+    moves: int = 0  # partitions given a new reader after the stop or crash
+    extra_moves: int = 0  # moves beyond one per partition of the lost instance
 
 
 class Harness:
@@ -379,7 +422,8 @@ async def lose_one(side: Any, seed: int, *, graceful: bool) -> Trial:
     await asyncio.sleep(h.side.warmup + h.rng.uniform(0.0, 30.0))
     victim = h.live.pop(h.rng.randrange(len(h.live)))
     theirs = {p for p, r in h.events.readers.items() if r.owner == victim}
-    dup0, t0 = h.events.duplicates, h.loop.time()
+    expires = await h.side.expires(victim)
+    dup0, t0, starts0 = h.events.duplicates, h.loop.time(), len(h.events.starts)
     since = h.watch(lambda: all(
         p in h.events.readers and h.events.readers[p].owner in h.live for p in theirs),
         first=True)
@@ -394,8 +438,15 @@ async def lose_one(side: Any, seed: int, *, graceful: bool) -> Trial:
         if pid in theirs and restarted >= t0:
             first_gap.setdefault(pid, gap)
     gap = max(first_gap.values()) if len(first_gap) == len(theirs) else None
+    # A crash is detected by the first list that shows its liveness expired.
+    detected = None if graceful else next(
+        (at for at, kind in h.store.listed if at >= expires and kind == h.side.reveals), None)
+    moved = [pid for at, pid in h.events.starts[starts0:]]
+    extra = len(moved) - len(set(moved) & theirs)
     return Trial(None if at is None else at - t0, h.events.duplicates - dup0,
-                 rebalanced=None if bal is None else bal - t0, gap=gap, stop_took=took)
+                 rebalanced=None if bal is None else bal - t0, gap=gap, stop_took=took,
+                 detected=None if detected is None else detected - t0,
+                 moves=len(moved), extra_moves=extra)
 
 
 async def one_to_two(side: Any, seed: int) -> Trial:
@@ -433,6 +484,19 @@ def seconds(trials: list[Trial]) -> tuple[str, float]:
         return f"never in {len(trials)} of {len(trials)}", worst
     text = f"{statistics.median(got):.1f} / {max(got):.1f} s"
     return (text + f", never in {never} of {len(trials)}" if never else text), worst
+
+
+def rebalanced_after(trials: list[Trial], *, crash: bool) -> tuple[str, float, int]:
+    """('median / max s / extra moves median, max', median seconds, max extra moves):
+    balanced again, counted from the stop() call or from the crash's detection."""
+    times = [None if t.rebalanced is None or (crash and t.detected is None)
+             else t.rebalanced - (t.detected or 0.0) if crash else t.rebalanced
+             for t in trials]
+    text, _ = seconds([Trial(x) for x in times])
+    got = [x for x in times if x is not None]
+    median = statistics.median(got) if len(got) == len(trials) else math.inf
+    extra = [t.extra_moves for t in trials]
+    return (f"{text} / {statistics.median(extra):.0f}, {max(extra)}", median, max(extra))
 
 
 def _together(side: Any, seed: int, *, partitions: int, instances: int) -> Any:
@@ -493,11 +557,20 @@ def run(trials: int, seed: int) -> Table:
             table.add_row("graceful stop: all its partitions read by survivors, from "
                           "the stop() call", seconds(r["ours"])[0],
                           seconds(r[Sdk.name])[0], "-", "(none)", "info")
-    for what, r in rebalanced.items():
-        table.add_row(f"after the {what}: survivors balanced again (max-min <= 1)",
-                      seconds([Trial(t.rebalanced) for t in r["ours"]])[0],
-                      seconds([Trial(t.rebalanced) for t in r[Sdk.name]])[0],
-                      "-", "(none)", "info")
+    for what, issue, since in (
+            ("graceful stop", "25.4 s", "the stop() call"),
+            ("crash", "-", "its detection (the first list showing it expired)")):
+        r = rebalanced[what.split()[0]]
+        cells = [rebalanced_after(r[side], crash=what == "crash") for side in ("ours", Sdk.name)]
+        table.add_row(f"after the {what}: survivors balanced again (max-min <= 1), from "
+                      f"{since} / partition moves beyond one per lost partition",
+                      cells[0][0], cells[1][0], issue, "<= 10 s median / 0",
+                      "PASS" if cells[0][1] <= 10 and cells[0][2] == 0 else "FAIL")
+    r = rebalanced["crash"]
+    table.add_row("after the crash: detected / survivors balanced again, from the crash",
+                  *[f"{seconds([Trial(t.detected) for t in r[side]])[0]} / "
+                    f"{seconds([Trial(t.rebalanced) for t in r[side]])[0]}"
+                    for side in ("ours", Sdk.name)], "-", "(none)", "info")
     r = both(steady_traffic)
     ow = max(t.writes for t in r["ours"])
     ol = max(t.lists for t in r["ours"])

@@ -3,8 +3,8 @@
 ``balance`` reads a snapshot of the store (ownership records, heartbeats, partition
 ids) and says what one instance should do in this cycle: which partitions to claim,
 which records naming it to renew, which partitions to hand over (checkpoint, then
-release) and which it has lost. ``OwnershipManager`` in ``_ownership.py`` is the
-thin driver that does the I/O around it.
+release), which it has lost, and which idle instances to wake. ``OwnershipManager``
+in ``_ownership.py`` is the thin driver that does the I/O around it.
 
 Rules, in order:
 
@@ -20,17 +20,28 @@ Rules, in order:
 * Never take a partition from a live owner. An instance over its target hands
   partitions over itself, and only to instances that are polling now (their
   heartbeat is recent), so a released partition is picked up within one cycle.
-  A leaving instance hands everything to whoever polls now, even over its share.
-* Orphans (no record, released, dead or departed owner) go first to whoever needs
-  them; what nobody active needs is claimed by whoever sees it first, so a crashed
-  instance's partitions are re-owned at the first poll after its heartbeat expires.
+* Free partitions (orphans: no record, released, dead or departed owner; and those
+  a leaving instance still holds) are dealt out in partition order to the live
+  instances under their target, in id order, each getting its shortfall: every
+  instance reading the same view computes the same deal, so each free partition
+  moves once, straight to the instance that keeps it. An instance claims the
+  orphans dealt to it; a leaving one releases a partition as soon as the instance
+  it is dealt to polls now.
+* Instances that must act (under or over their target) but are idle are named in
+  ``wake``; the driver asks the store to wake them, and each notices at its next
+  heartbeat write. With ``wakes`` (a store that carries wakes), an orphan dealt to
+  an idle instance waits for it, up to ``BalanceSettings.wake_grace`` after it
+  became free; then whoever sees it first claims it. Without, whoever polls now
+  takes it at once (and a leaver hands everything to whoever polls now), passing
+  the surplus on later as the others wake.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.consumer._records import ConsumerGroupRef, Heartbeat, Ownership
@@ -116,6 +127,19 @@ class BalanceSettings:
             raise ConfigError("BalanceSettings.heartbeat_expiry must be at least three "
                               "intervals")
 
+    @property
+    def wake_grace(self) -> float:
+        """Seconds a free partition waits for the idle instance it is dealt to.
+
+        Counted from when it became free (released, or its owner's heartbeat
+        expired). The first instance to see it free does so on its idle turn (the
+        group lists once per ``idle_interval``; two if the dead one's turn comes
+        first), wakes the others, and each notices at its next heartbeat: so a woken
+        instance claims it well within this, and past it anyone may (21.5 s with
+        the defaults).
+        """
+        return 2 * self.idle_interval + self.heartbeat_interval + 2 * self.interval
+
 
 @dataclass(frozen=True, kw_only=True)
 class BalanceView:
@@ -133,13 +157,16 @@ class BalanceDecision:
 
     ``claims`` and ``renewals`` carry the etag as read, so the store's compare-and-
     swap decides; ``releases`` are partitions to checkpoint, then release;
-    ``lost`` are partitions held locally whose record names someone else now.
+    ``lost`` are partitions held locally whose record names someone else now;
+    ``wake`` are idle live instances (with heartbeats) that must act: under or over
+    their target.
     """
 
     claims: tuple[Ownership, ...] = ()
     renewals: tuple[Ownership, ...] = ()
     releases: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
+    wake: tuple[str, ...] = ()
     live: tuple[str, ...] = ()
     targets: Mapping[str, int] = field(default_factory=dict)
     settled: bool = False
@@ -150,15 +177,15 @@ def live_instances(
 ) -> tuple[str, ...]:
     """The ids that count for fair shares, sorted: fresh heartbeats, heartbeat-less
     owners of fresh records, and ``me``; not those leaving."""
-    alive, leaving = _liveness(view, now, settings)
-    return tuple(sorted((alive - leaving) | {me}))
+    members = _liveness(view, now, settings)
+    return tuple(sorted((members.alive - members.leaving) | {me}))
 
 
 def leaving_instances(
     view: BalanceView, *, now: float, settings: BalanceSettings
 ) -> tuple[str, ...]:
     """The ids still alive but handing their partitions over (a graceful stop)."""
-    return tuple(sorted(_liveness(view, now, settings)[1]))
+    return tuple(sorted(_liveness(view, now, settings).leaving))
 
 
 def balance(
@@ -171,29 +198,35 @@ def balance(
     held: Mapping[str, str] | None = None,
     active: Collection[str] | None = None,
     leaving: bool = False,
+    wakes: bool = True,
 ) -> BalanceDecision:
-    """Decide one instance's claims, renewals and hand-overs for this cycle.
+    """Decide one instance's claims, renewals, hand-overs and wakes for this cycle.
 
     Args:
         view: ownerships, heartbeats and partition ids as just read from the store.
         me: this instance's id.
         now: the current time, on the store's clock scale.
-        rng: the only source of randomness (which orphan, which partition to hand over).
+        rng: the only source of randomness (which partition an instance over its
+            target hands over).
         settings: expiries and intervals.
         held: partition id -> etag this process holds (what it is reading now).
         active: instances known to be polling fast now (the driver sees their
             heartbeats come every cycle); by default, those whose heartbeat is
             younger than two intervals.
         leaving: ``me`` is stopping: its target is zero, it claims nothing and
-            hands what it holds to active instances that need partitions.
+            hands what it holds to the active instances they are dealt to.
+        wakes: the idle instances in ``wake`` will be woken (the store carries
+            wakes), so a free partition waits for the one it is dealt to (up to
+            ``settings.wake_grace``) and moves once. False: whoever polls now takes
+            it at once, and a leaver hands everything to whoever polls now.
 
     Returns:
         The decision; deterministic for a given view, ``now`` and rng state.
     """
     held = held or {}
-    alive, departing = _liveness(view, now, settings)
-    alive.add(me)
-    departing = departing | {me} if leaving else departing - {me}
+    members = _liveness(view, now, settings)
+    alive = members.alive | {me}
+    departing = members.leaving | {me} if leaving else members.leaving - {me}
     live = tuple(sorted(alive - departing))
     pids = tuple(sorted(set(view.partition_ids)))
     records = {o.partition_id: o for o in view.ownerships if o.partition_id in set(pids)}
@@ -205,11 +238,9 @@ def balance(
     targets.update(dict.fromkeys(departing, 0))
     active = set(_active(view, now, settings) if active is None else active) | {me}
     deficit = {x: max(0, targets[x] - counts[x]) for x in live}
-    wanted_by_active = sum(d for x, d in deficit.items() if x != me and x in active)
-    if leaving and any(x in active for x in live):
-        # Whoever polls now takes all of it, over its share if need be; it hands
-        # the surplus on as the others wake up. A stop does not wait for them all.
-        wanted_by_active = counts[me]
+    orphans = [p for p in pids if p not in owner_of]
+    free = [p for p in pids if p not in owner_of or owner_of[p] in departing]
+    dealt = _deal(free, live, deficit)
 
     mine = sorted(p for p, o in owner_of.items() if o == me)
     renewals = tuple(
@@ -218,29 +249,48 @@ def balance(
     lost = tuple(sorted(p for p in held if owner_of.get(p) != me))
 
     releases: tuple[str, ...] = ()
-    surplus = counts[me] - targets[me]
-    if surplus > 0 and wanted_by_active > 0:
-        releases = tuple(sorted(rng.sample(mine, min(surplus, wanted_by_active))))
-        renewals = tuple(r for r in renewals if r.partition_id not in releases)
+    if leaving:
+        others_poll = any(x in active for x in live)
+        releases = tuple(p for p in mine if dealt.get(p, me) in active - {me}
+                         or (not wakes and others_poll))
+    elif counts[me] > targets[me]:
+        # What active instances still need beyond the free partitions dealt to them.
+        got = {x: sum(1 for p in free if dealt.get(p) == x) for x in live}
+        wanted = sum(deficit[x] - got[x] for x in live if x != me and x in active)
+        if wanted > 0:
+            releases = tuple(sorted(rng.sample(mine, min(counts[me] - targets[me], wanted))))
+    renewals = tuple(r for r in renewals if r.partition_id not in releases)
 
-    orphans = [p for p in pids if p not in owner_of]
-    take = 0 if leaving else min(len(orphans),
-                                 max(deficit[me], len(orphans) - wanted_by_active))
-    claims = tuple(
-        _claim(view.group, records.get(p), p, me) for p in sorted(rng.sample(orphans, take))
+    def takes(p: str) -> bool:
+        x = dealt.get(p)
+        if x == me or x is None:
+            return True
+        if x in active:
+            return False  # it polls now: it takes it this cycle
+        return not wakes or now - _free_since(records.get(p), members, settings) > \
+            settings.wake_grace
+
+    claims = () if leaving else tuple(
+        _claim(view.group, records.get(p), p, me) for p in orphans if takes(p)
     )
+    wake = tuple(x for x in live if x != me and x not in active and x in members.beats
+                 and counts[x] != targets[x])
     settled = not orphans and all(counts[x] == targets[x] for x in live) and not (
         claims or releases or renewals or lost
     )
     return BalanceDecision(claims=claims, renewals=renewals, releases=releases, lost=lost,
-                           live=live, targets=targets, settled=settled)
+                           wake=wake, live=live, targets=targets, settled=settled)
 
 
-def _liveness(
-    view: BalanceView, now: float, settings: BalanceSettings
-) -> tuple[set[str], set[str]]:
-    """(alive, leaving): leaving ones are alive, still hold their partitions, and
-    want none."""
+@dataclass(frozen=True)
+class _Members:
+    alive: set[str]
+    leaving: set[str]  # alive, still holding their partitions, wanting none
+    beats: dict[str, float]  # latest heartbeat (own or #leaving) by instance
+    left: dict[str, float]  # #left markers by instance
+
+
+def _liveness(view: BalanceView, now: float, settings: BalanceSettings) -> _Members:
     beats: dict[str, float] = {}
     marks: dict[str, dict[str, float]] = {s: {} for s in SUFFIXES}
     for hb in view.heartbeats:
@@ -264,7 +314,39 @@ def _liveness(
             at = o.last_modified_time if o.last_modified_time is not None else -math.inf
             if now - at <= settings.ownership_expiry:
                 alive.add(o.owner_id)
-    return alive, leaving & alive
+    return _Members(alive=alive, leaving=leaving & alive, beats=beats, left=left)
+
+
+def _deal(free: Sequence[str], live: Sequence[str], deficit: Mapping[str, int]
+          ) -> dict[str, str]:
+    """Free partition -> the live instance it goes to: in partition order, to each
+    instance under its target in id order, as many as it lacks. An instance that
+    claims one of its own shrinks its share and the free list together, so the
+    others' shares stay where they were."""
+    dealt: dict[str, str] = {}
+    queue = iter(free)
+    for x in live:
+        for p in itertools.islice(queue, deficit[x]):
+            dealt[p] = x
+    return dealt
+
+
+def _free_since(record: Ownership | None, members: _Members,
+                settings: BalanceSettings) -> float:
+    """When an orphan became free: released, its owner's heartbeat expired or it
+    left; -inf when there is no record (nobody has to be waited for)."""
+    if record is None:
+        return -math.inf
+    at = record.last_modified_time if record.last_modified_time is not None else -math.inf
+    owner = record.owner_id
+    if not owner:
+        return at
+    if owner in members.beats:
+        return min(members.beats[owner] + settings.heartbeat_expiry,
+                   members.left.get(owner, math.inf))
+    if owner in members.left:
+        return members.left[owner]
+    return at + settings.ownership_expiry
 
 
 def _held(o: Ownership, alive: set[str], view: BalanceView, now: float,

@@ -13,6 +13,13 @@ The SDK never lists the heartbeat prefix. The blob's etag is the ownership etag
 and its ``Last-Modified`` the ownership time (the storage service's clock, shared
 by every machine).
 
+A wake sets the heartbeat blob's metadata to ``wake`` and ``beat`` (the instance's
+own last heartbeat time, as listed, which listings then report: being woken makes
+nobody look alive), with ``If-Match`` on the listed etag, so a heartbeat written
+since is never rolled back. Each instance writes its heartbeat with ``If-Match`` on
+the etag of its previous write: a 412 means it was woken, and it writes again
+unconditionally (clearing the metadata). No request is added in steady state.
+
 Claims are conditional uploads: ``If-Match: <etag>`` to take a record over,
 ``If-None-Match: *`` to create one. 412 or 409 means another instance got there
 first and the claim is lost; any other error is raised, mapped onto the error
@@ -35,8 +42,9 @@ balancing round.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
 from azure.core import MatchConditions
@@ -96,6 +104,9 @@ class BlobCheckpointStore(CheckpointStore):
     def __init__(self, container_client: ContainerClient) -> None:
         self._container = container_client
         self._owns_client = False
+        self._beat_etags: dict[str, str] = {}  # heartbeat blob -> etag of our last write
+
+    supports_wake = True
 
     @classmethod
     def from_account_url(
@@ -269,23 +280,32 @@ class BlobCheckpointStore(CheckpointStore):
     # -- heartbeats ------------------------------------------------------------------
 
     async def heartbeat(self, heartbeat: Heartbeat) -> Heartbeat:
-        group = ConsumerGroupRef(
-            fully_qualified_namespace=heartbeat.fully_qualified_namespace,
-            eventhub_name=heartbeat.eventhub_name,
-            consumer_group=heartbeat.consumer_group,
-        )
         # The instance id keeps its case: blob names are case-sensitive.
-        blob = self._container.get_blob_client(
-            _group_prefix(group, _HEARTBEATS) + heartbeat.instance_id
-        )
+        name = _group_prefix(heartbeat.group, _HEARTBEATS) + heartbeat.instance_id
+        blob = self._container.get_blob_client(name)
+        etag, woken = self._beat_etags.pop(name, None), False
         try:
-            reply = await blob.upload_blob(_EMPTY, overwrite=True)
+            try:
+                if etag is None:
+                    reply = await blob.upload_blob(_EMPTY, overwrite=True)
+                else:
+                    reply = await blob.upload_blob(_EMPTY, overwrite=True, etag=etag,
+                                                   match_condition=MatchConditions.IfNotModified)
+            except (ResourceModifiedError, ResourceNotFoundError) as exc:
+                if isinstance(exc, ResourceNotFoundError) and _container_missing(exc):
+                    raise
+                # Someone wrote our record since our last write: a wake (or it is gone).
+                woken = isinstance(exc, ResourceModifiedError)
+                reply = await blob.upload_blob(_EMPTY, overwrite=True)
         except AzureError as exc:
             raise self._mapped(exc, "write a heartbeat") from exc
+        self._beat_etags[name] = _etag(reply["etag"])
         return Heartbeat(
-            **_fields(group),
+            **_fields(heartbeat.group),
             instance_id=heartbeat.instance_id,
             last_modified_time=reply["last_modified"].timestamp(),
+            etag=_etag(reply["etag"]),
+            woken=woken,
         )
 
     async def list_heartbeats(self, group: ConsumerGroupRef) -> list[Heartbeat]:
@@ -294,10 +314,28 @@ class BlobCheckpointStore(CheckpointStore):
             Heartbeat(
                 **_fields(group),
                 instance_id=blob.name[len(prefix):],
-                last_modified_time=blob.last_modified.timestamp() if blob.last_modified else None,
+                last_modified_time=_beat_time(blob),
+                etag=_etag(blob.etag) if blob.etag else None,
             )
             async for blob in self._list(group, _HEARTBEATS)
         ]
+
+    async def wake(self, heartbeats: Sequence[Heartbeat]) -> None:
+        for hb in heartbeats:
+            if hb.etag is None or hb.last_modified_time is None:
+                continue
+            blob = self._container.get_blob_client(
+                _group_prefix(hb.group, _HEARTBEATS) + hb.instance_id)
+            metadata = {"wake": "1", "beat": repr(hb.last_modified_time)}
+            try:
+                await blob.set_blob_metadata(metadata, etag=hb.etag,
+                                             match_condition=MatchConditions.IfNotModified)
+            except (ResourceModifiedError, ResourceNotFoundError) as exc:
+                if isinstance(exc, ResourceNotFoundError) and _container_missing(exc):
+                    raise self._mapped(exc, "wake an instance") from exc
+                continue  # it wrote a heartbeat since (or is gone): nothing to wake
+            except AzureError as exc:
+                raise self._mapped(exc, "wake an instance") from exc
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -347,12 +385,31 @@ def _etag(value: str) -> str:
     return value.strip('"')
 
 
+def _beat_time(blob: Any) -> float | None:
+    # A woken record keeps its owner's own last heartbeat time in its metadata.
+    beat = (blob.metadata or {}).get("beat")
+    if beat is not None:
+        try:
+            at = float(beat)
+        except ValueError:
+            at = math.nan
+        if math.isfinite(at):
+            return at
+    return blob.last_modified.timestamp() if blob.last_modified else None
+
+
 def _container_missing(exc: ResourceNotFoundError) -> bool:
     # A HEAD reply has no body; the storage client reads the code from a header.
     return getattr(exc, "error_code", None) == "ContainerNotFound"
 
 
-def _fields(group: ConsumerGroupRef) -> dict[str, str]:
+class _GroupFields(TypedDict):
+    fully_qualified_namespace: str
+    eventhub_name: str
+    consumer_group: str
+
+
+def _fields(group: ConsumerGroupRef) -> _GroupFields:
     return {
         "fully_qualified_namespace": group.fully_qualified_namespace,
         "eventhub_name": group.eventhub_name,

@@ -6,13 +6,17 @@ claims in one ``claim_ownership`` batch. While anything moves, full cycles run e
 ``interval``. Once the group has been balanced for ``settle_cycles`` cycles the
 instance goes idle: it heartbeats every ``heartbeat_interval`` and, on its turn
 (instances take turns, one every ``idle_interval`` for the whole group), lists the
-heartbeats only; a change of members wakes it into full cycles again.
+heartbeats only; a change of members wakes it into full cycles again, and so does
+a wake from another instance (``CheckpointStore.wake``), which it notices at its
+next heartbeat write. An instance that sees others must act (a member joined, left
+or died) wakes the idle ones, once per heartbeat they write, so the whole group
+rebalances within about one ``heartbeat_interval`` of the first to notice.
 
 A graceful ``stop()`` hands over without a gap: it announces the leave (a
 ``#leaving`` heartbeat), keeps reading while the others notice and come to fast
 cycles, and releases each partition (checkpoint first) only to an instance that
-will claim it within one interval. Partitions nobody takes within
-``handover_timeout`` are released for anyone.
+will claim it within one interval: the one it is dealt to, so that it moves once.
+Partitions nobody takes within ``handover_timeout`` are released for anyone.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class OwnershipManager:
         settings: intervals and expiries; ``BalanceSettings()`` by default.
         clock: current time on the store's time scale (``last_modified_time``).
         sleep: how to wait; inject a virtual one in tests.
-        rng: the only randomness used (which partitions to take or hand over).
+        rng: the only randomness used (which partitions to hand over).
         on_claimed: called after a partition is won (start reading it, with an
             owner level).
         before_release: called before a partition is handed over (stop reading,
@@ -126,6 +130,7 @@ class OwnershipManager:
         self._stopping = False
         self._leaving = False
         self._beats: dict[str, tuple[float, ...]] = {}  # last distinct heartbeat times
+        self._woke: dict[str, float | None] = {}  # instance -> its heartbeat time, as woken
 
     @property
     def instance_id(self) -> str:
@@ -179,8 +184,9 @@ class OwnershipManager:
             # Heartbeats every cycle say "I poll now, hand me partitions". Once the
             # group looks settled they stop (back to every heartbeat_interval), so
             # by the time this instance goes idle nobody takes it for a fast poller.
-            if self._settled_cycles == 0 or self._clock() >= self._next_beat:
-                await self._beat()
+            if (self._settled_cycles == 0 or self._clock() >= self._next_beat) \
+                    and await self._beat():
+                self._settled_cycles = 0  # someone wants this instance in fast cycles
             listing = self._partitions is None
             view = await self._read_view()
         except Exception as exc:
@@ -199,12 +205,13 @@ class OwnershipManager:
         decision = balance(view, me=self._me, now=now, rng=self._rng,
                            settings=self._settings, held=self._held,
                            active=self._polling_now(view.heartbeats, now),
-                           leaving=self._leaving)
+                           leaving=self._leaving, wakes=self._store.supports_wake)
         self._live = decision.live
         for pid in decision.lost:
             await self._drop(pid, self._on_lost)
         await self._hand_over(decision.releases)
         await self._claim(decision.renewals + decision.claims)
+        await self._wake(decision.wake, view.heartbeats)
         self._settled_cycles = self._settled_cycles + 1 if decision.settled else 0
         return decision
 
@@ -268,19 +275,45 @@ class OwnershipManager:
     async def _heartbeat_if_due(self, now: float) -> None:
         if now >= self._next_beat:
             try:
-                await self._beat()
+                woken = await self._beat()
             except Exception as exc:
                 _LOGGER.warning("%s: heartbeat failed", self._me, exc_info=True)
                 await self._report(exc)
+                return
+            if woken:
+                # Another instance saw that this one must act: balance now, and keep
+                # cycling fast (its next heartbeat, at once, says it polls now).
+                self._settled_cycles = 0
+                await self.run_once()
 
-    async def _beat(self) -> None:
+    async def _beat(self) -> bool:
+        """Write this instance's heartbeat; True if another instance woke it."""
         sent = self._clock()
         # A failed heartbeat is retried after one interval, not at once.
         self._next_beat = sent + self._settings.interval
         me = self._me + LEAVING_SUFFIX if self._leaving else self._me
-        await self._store.heartbeat(self._heartbeat(me))
+        stored = await self._store.heartbeat(self._heartbeat(me))
         self._last_beat_sent = sent
         self._next_beat = sent + self._settings.heartbeat_interval
+        # (A store written before wakes existed may return its own record, or nothing.)
+        return getattr(stored, "woken", False) is True
+
+    async def _wake(self, ids: Sequence[str], beats: Sequence[Heartbeat]) -> None:
+        # Once per heartbeat it writes: a woken instance beats again at once, so a
+        # second wake goes out only if it is still idle after a heartbeat of its own.
+        listed = {hb.instance_id: hb for hb in beats}
+        self._woke = {x: at for x, at in self._woke.items() if x in listed}
+        due = [listed[x] for x in ids
+               if x in listed and self._woke.get(x, math.nan) != listed[x].last_modified_time]
+        if not due or not self._store.supports_wake:
+            return
+        try:
+            await self._store.wake(due)
+        except Exception as exc:
+            _LOGGER.warning("%s: wake failed", self._me, exc_info=True)
+            await self._report(exc)
+            return
+        self._woke.update((hb.instance_id, hb.last_modified_time) for hb in due)
 
     async def _read_view(self) -> BalanceView:
         if self._partitions is None:

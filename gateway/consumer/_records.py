@@ -114,10 +114,26 @@ class Checkpoint:
 
 @dataclass(frozen=True, kw_only=True)
 class Heartbeat:
-    """An instance saying it is alive, so that one that owns nothing is counted."""
+    """An instance saying it is alive, so that one that owns nothing is counted.
+
+    ``etag`` is the store's version of the record where it has one (a listed blob's);
+    ``woken`` is set only on the record ``CheckpointStore.heartbeat`` returns: True
+    when another instance asked this one to balance now (``CheckpointStore.wake``)
+    since its previous heartbeat write.
+    """
 
     fully_qualified_namespace: str
     eventhub_name: str
     consumer_group: str
     instance_id: str
     last_modified_time: float | None = None
+    etag: str | None = None
+    woken: bool = False
+
+    @property
+    def group(self) -> ConsumerGroupRef:
+        return ConsumerGroupRef(
+            fully_qualified_namespace=self.fully_qualified_namespace,
+            eventhub_name=self.eventhub_name,
+            consumer_group=self.consumer_group,
+        )

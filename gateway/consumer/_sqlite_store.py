@@ -1,10 +1,14 @@
 """The SQLite checkpoint store: one file shared by the consumers of one machine.
 
-Three tables, keyed like the Azure SDK's records::
+Four tables, keyed like the Azure SDK's records::
 
     ownership(namespace, eventhub, consumer_group, partition_id) -> owner_id, etag, time
     checkpoints(namespace, eventhub, consumer_group, partition_id) -> offset, sequence_number
     heartbeats(namespace, eventhub, consumer_group, instance_id) -> time
+    heartbeat_wakes(namespace, eventhub, consumer_group, instance_id)
+
+A wake is a row in ``heartbeat_wakes``: the instance's next heartbeat deletes it,
+in the transaction that writes the heartbeat, and returns ``woken=True``.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, which takes the file's write
 lock up front: a batch of claims is one atomic compare-and-swap on the etags, so
@@ -27,7 +31,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any, TypedDict, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -63,6 +68,11 @@ _SCHEMA = (
         fully_qualified_namespace TEXT NOT NULL, eventhub_name TEXT NOT NULL,
         consumer_group TEXT NOT NULL, instance_id TEXT NOT NULL,
         last_modified_time REAL NOT NULL,
+        PRIMARY KEY (fully_qualified_namespace, eventhub_name, consumer_group, instance_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS heartbeat_wakes (
+        fully_qualified_namespace TEXT NOT NULL, eventhub_name TEXT NOT NULL,
+        consumer_group TEXT NOT NULL, instance_id TEXT NOT NULL,
         PRIMARY KEY (fully_qualified_namespace, eventhub_name, consumer_group, instance_id)
     ) WITHOUT ROWID""",
 )
@@ -143,6 +153,12 @@ class SqliteCheckpointStore(CheckpointStore):
     async def list_heartbeats(self, group: ConsumerGroupRef) -> list[Heartbeat]:
         return await self._call(self._list_heartbeats, group)
 
+    supports_wake = True
+
+    async def wake(self, heartbeats: Sequence[Heartbeat]) -> None:
+        if heartbeats:
+            await self._call(self._write, functools.partial(self._wake, list(heartbeats)))
+
     async def aclose(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
@@ -222,11 +238,20 @@ class SqliteCheckpointStore(CheckpointStore):
             instance_id=heartbeat.instance_id,
             last_modified_time=self._clock(),
         )
-        conn.execute(
-            "INSERT OR REPLACE INTO heartbeats VALUES (?, ?, ?, ?, ?)",
-            (*_record_group(record), record.instance_id, record.last_modified_time),
-        )
-        return record
+        key = (*_record_group(record), record.instance_id)
+        conn.execute("INSERT OR REPLACE INTO heartbeats VALUES (?, ?, ?, ?, ?)",
+                     (*key, record.last_modified_time))
+        woken = conn.execute(f"DELETE FROM heartbeat_wakes WHERE {_KEY} AND instance_id = ?",
+                             key).rowcount > 0
+        return replace(record, woken=woken)
+
+    def _wake(self, heartbeats: list[Heartbeat], conn: sqlite3.Connection) -> None:
+        # Only a record that exists is woken; its time is left alone.
+        for hb in heartbeats:
+            conn.execute(
+                "INSERT OR IGNORE INTO heartbeat_wakes SELECT fully_qualified_namespace, "
+                f"eventhub_name, consumer_group, instance_id FROM heartbeats WHERE {_KEY} "
+                "AND instance_id = ?", (*_record_group(hb), hb.instance_id))
 
     def _list_ownership(self, group: ConsumerGroupRef) -> list[Ownership]:
         rows = self._read(
@@ -329,7 +354,13 @@ class SqliteCheckpointStore(CheckpointStore):
         transaction(conn, create)
 
 
-def _fields(group: ConsumerGroupRef) -> dict[str, str]:
+class _GroupFields(TypedDict):
+    fully_qualified_namespace: str
+    eventhub_name: str
+    consumer_group: str
+
+
+def _fields(group: ConsumerGroupRef) -> _GroupFields:
     return {
         "fully_qualified_namespace": group.fully_qualified_namespace,
         "eventhub_name": group.eventhub_name,

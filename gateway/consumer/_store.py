@@ -63,12 +63,31 @@ class CheckpointStore:
         raise NotImplementedError()  # pragma: no cover
 
     async def heartbeat(self, heartbeat: Heartbeat) -> Heartbeat:
-        """Record that an instance is alive; return the record as stored (with time)."""
+        """Record that an instance is alive; return the record as stored (with time).
+
+        On a store that ``supports_wake``, the returned record's ``woken`` says
+        whether a wake landed on the record since this instance's previous write
+        (which this write clears).
+        """
         raise NotImplementedError()  # pragma: no cover
 
     async def list_heartbeats(self, group: ConsumerGroupRef) -> list[Heartbeat]:
         """Every instance heartbeat of the group (stale ones included)."""
         raise NotImplementedError()  # pragma: no cover
+
+    supports_wake: bool = False
+    """True when :meth:`wake` reaches the instances (at their next heartbeat write).
+    Balancing over a store without it still converges, with more partition moves."""
+
+    async def wake(self, heartbeats: Sequence[Heartbeat]) -> None:
+        """Ask the instances of these heartbeat records (as listed) to balance now.
+
+        Each one's next :meth:`heartbeat` returns ``woken=True``. It changes neither
+        the record's time (nobody looks more alive for being woken) nor, where the
+        store has etags, a record written since it was listed: that instance beat
+        since, and is asked again if it still has to be. Does nothing by default.
+        """
+        return None
 
     async def aclose(self) -> None:
         """Release connections and files. Safe to call twice."""
@@ -86,6 +105,9 @@ class InMemoryCheckpointStore(CheckpointStore):
         self._ownership: dict[tuple[ConsumerGroupRef, str], Ownership] = {}
         self._checkpoints: dict[tuple[ConsumerGroupRef, str], Checkpoint] = {}
         self._heartbeats: dict[tuple[ConsumerGroupRef, str], Heartbeat] = {}
+        self._wakes: set[tuple[ConsumerGroupRef, str]] = set()
+
+    supports_wake = True
 
     async def list_ownership(self, group: ConsumerGroupRef) -> list[Ownership]:
         return [o for (g, _), o in self._ownership.items() if g == group]
@@ -120,14 +142,18 @@ class InMemoryCheckpointStore(CheckpointStore):
         return [c for (g, _), c in self._checkpoints.items() if g == group]
 
     async def heartbeat(self, heartbeat: Heartbeat) -> Heartbeat:
-        record = replace(heartbeat, last_modified_time=self._clock())
-        group = ConsumerGroupRef(
-            fully_qualified_namespace=heartbeat.fully_qualified_namespace,
-            eventhub_name=heartbeat.eventhub_name,
-            consumer_group=heartbeat.consumer_group,
-        )
-        self._heartbeats[(group, heartbeat.instance_id)] = record
+        record = replace(heartbeat, last_modified_time=self._clock(), etag=None, woken=False)
+        key = (heartbeat.group, heartbeat.instance_id)
+        self._heartbeats[key] = record
+        if key in self._wakes:
+            self._wakes.discard(key)
+            return replace(record, woken=True)
         return record
 
     async def list_heartbeats(self, group: ConsumerGroupRef) -> list[Heartbeat]:
         return [h for (g, _), h in self._heartbeats.items() if g == group]
+
+    async def wake(self, heartbeats: Sequence[Heartbeat]) -> None:
+        for hb in heartbeats:
+            if (hb.group, hb.instance_id) in self._heartbeats:
+                self._wakes.add((hb.group, hb.instance_id))

@@ -160,7 +160,7 @@ def test_a_newcomer_is_served_by_releases_not_steals(case, newcomers):
     assert before  # the group owned partitions before the newcomers came
 
 
-def test_the_partitions_of_a_dead_instance_are_claimed_at_once_by_the_first_to_see():
+def test_without_wakes_a_dead_instances_partitions_are_claimed_at_once_by_the_first_to_see():
     # Given 3 instances, one of which stopped heartbeating long ago
     store, rng = CasStore(9), random.Random(1)
     for x in ("a", "b", "c"):
@@ -169,8 +169,9 @@ def test_the_partitions_of_a_dead_instance_are_claimed_at_once_by_the_first_to_s
         for x in ("a", "b", "c"):
             store.apply(x, decide(store, x, rng))
     store.beat("c", at=NOW - S.heartbeat_expiry - 1)
-    # When "a" runs a cycle, and the driver saw nobody else polling fast
-    d = balance(store.view(), me="a", now=NOW, rng=rng, settings=S, active=())
+    # When "a" runs a cycle, the driver saw nobody else polling fast, and the store
+    # cannot wake "b"
+    d = balance(store.view(), me="a", now=NOW, rng=rng, settings=S, active=(), wakes=False)
     # Then it claims all of c's partitions (nobody else is polling to take them)
     theirs = {p for p, o in store.owners().items() if o == "c"}
     assert {c.partition_id for c in d.claims} == theirs
@@ -236,29 +237,35 @@ def test_a_leaving_instance_keeps_its_partitions_until_it_hands_them_over():
     assert d.live == ("a", "c") and d.targets["b"] == 0
     assert not {c.partition_id for c in d.claims} & theirs
     assert not d.settled  # "a" needs more, so it keeps cycling fast
-    # and once its leave is recorded (#left newer still), they are orphans
+    # and once its leave is recorded (#left newer still), they are orphans: "a"
+    # claims those dealt to it and wakes "c" for the rest
     store.beat("b" + LEFT_SUFFIX, at=NOW + 0.3)
     d = balance(store.view(), me="a", now=NOW + 0.4, rng=rng, settings=S, active=())
+    assert len(d.claims) == 1 and {c.partition_id for c in d.claims} < theirs
+    assert d.wake == ("c",)
+    d = balance(store.view(), me="a", now=NOW + 0.4, rng=rng, settings=S, active=(),
+                wakes=False)
     assert {c.partition_id for c in d.claims} == theirs
 
 
-def test_the_leaver_hands_everything_to_whoever_polls_now_and_claims_nothing():
+def test_without_wakes_the_leaver_hands_everything_to_whoever_polls_now():
     rng = random.Random(8)
     store = _balanced_group(9, ["a", "b", "c"], rng)
     store.records["8"] = replace(store.records["8"], owner_id="")  # an orphan
     mine = {p for p, o in store.owners().items() if o == "b"}
     # With nobody polling fast, nothing goes
     d = balance(store.view(), me="b", now=NOW, rng=rng, settings=S, active=(),
-                leaving=True)
+                leaving=True, wakes=False)
     assert d.releases == () and d.claims == () and d.targets["b"] == 0
     # With one instance polling (even if it is at its share), all of it goes to it
     d = balance(store.view(), me="b", now=NOW, rng=rng, settings=S, active=("c",),
-                leaving=True)
+                leaving=True, wakes=False)
     assert set(d.releases) == mine and d.claims == ()
     # and that instance claims all of it, over its share
     for pid in d.releases:
         store.write(replace(store.records[pid], owner_id=""))
-    d = balance(store.view(), me="c", now=NOW, rng=rng, settings=S, active=("c",))
+    d = balance(store.view(), me="c", now=NOW, rng=rng, settings=S, active=("c",),
+                wakes=False)
     assert {c.partition_id for c in d.claims} == mine | {"8"}
 
 

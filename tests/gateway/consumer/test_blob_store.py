@@ -175,6 +175,45 @@ async def test_checkpoints_and_heartbeats_are_listed(store, azurite, container):
     assert f"{PREFIX}/geogateway-heartbeats/Instance-A" in names
 
 
+async def test_a_wake_reaches_the_next_heartbeat_without_making_anyone_look_fresher(
+    store, rival, azurite, container,
+):
+    # Given instance a beat (through its store), and another instance listed it
+    assert store.supports_wake
+    beat = await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="Instance-A"))
+    assert not beat.woken
+    [listed] = await rival.list_heartbeats(GROUP)
+    assert listed.last_modified_time == beat.last_modified_time and listed.etag
+    # When the other wakes it
+    await rival.wake([listed])
+    # Then the blob says so, and listings still show a's own last heartbeat time
+    name = f"{PREFIX}/geogateway-heartbeats/Instance-A"
+    assert blobs(azurite, container)[name]["wake"] == "1"
+    [again] = await rival.list_heartbeats(GROUP)
+    assert again.last_modified_time == beat.last_modified_time and again.etag != listed.etag
+    # and a's next heartbeat is woken (and clears the mark), the one after is not
+    first = await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="Instance-A"))
+    assert first.woken and blobs(azurite, container)[name] == {}
+    assert not (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="Instance-A"))).woken
+    [fresh] = await rival.list_heartbeats(GROUP)
+    assert fresh.last_modified_time is not None and beat.last_modified_time is not None
+    assert fresh.last_modified_time >= beat.last_modified_time
+
+
+async def test_a_wake_on_a_heartbeat_written_since_it_was_listed_is_dropped(
+    store, rival, azurite, container,
+):
+    await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="a"))
+    [listed] = await rival.list_heartbeats(GROUP)
+    newer = await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="a"))
+    # The wake is conditional on the listed etag: it must not roll a's time back
+    await rival.wake([listed])
+    assert blobs(azurite, container)[f"{PREFIX}/geogateway-heartbeats/a"] == {}
+    [now] = await rival.list_heartbeats(GROUP)
+    assert now.etag == newer.etag
+    assert not (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="a"))).woken
+
+
 async def test_a_checkpoint_without_a_position_is_refused(store):
     await store.claim_ownership([claim("0", "a")])
     with pytest.raises(ConfigError, match="needs both offset and sequence_number"):

@@ -123,8 +123,8 @@ def test_graceful_stop_keeps_reading_until_a_polling_instance_takes_each_partiti
         began = g.loop.time()
         await a.stop()
         took = g.loop.time() - began
-        # Then "a" kept its partitions until "b" noticed (on its idle turn), so the
-        # stop took a while, but less than a heartbeat expiry
+        # Then "a" kept its partitions until "b" came to fast cycles (woken, at its
+        # next heartbeat), so the stop took a while, but less than a heartbeat expiry
         assert S.interval < took < S.heartbeat_expiry + S.interval
         # each partition was checkpointed before its release
         kinds = [(k, p) for k, p in g.log.events if k.startswith("a.") and p in mine]
@@ -310,7 +310,8 @@ def test_steady_state_store_traffic_is_heartbeats_and_one_list_per_idle_turn():
     async def main() -> None:
         g = Group()
         counted: list[str] = []
-        for name in ("list_ownership", "list_heartbeats", "claim_ownership", "heartbeat"):
+        for name in ("list_ownership", "list_heartbeats", "claim_ownership", "heartbeat",
+                     "wake"):
             method = getattr(g.store, name)
 
             async def wrapper(*args: Any, _m: Any = method, _n: str = name) -> Any:
@@ -324,6 +325,7 @@ def test_steady_state_store_traffic_is_heartbeats_and_one_list_per_idle_turn():
         await asyncio.sleep(600)
         minutes = 10
         assert counted.count("claim_ownership") == 0
+        assert counted.count("wake") == 0
         assert counted.count("list_ownership") == 0
         assert counted.count("list_heartbeats") / minutes <= 60 / S.idle_interval + 0.2
         assert counted.count("heartbeat") / minutes <= 3 * 60 / S.heartbeat_interval + 0.5

@@ -155,6 +155,52 @@ async def test_heartbeats_are_stamped_and_listed_per_group(store, clock):
         ("a", clock.now), ("b", clock.now - 7)]
 
 
+async def test_a_wake_reaches_the_instances_next_heartbeat_once_and_keeps_its_time(
+    store, clock,
+):
+    # Given instances a and b that beat, and another instance that listed them
+    assert store.supports_wake
+    await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="a"))
+    await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="b"))
+    listed = {h.instance_id: h for h in await store.list_heartbeats(GROUP)}
+    clock.advance(3)
+    # When it wakes "a" (and "ghost", which never beat)
+    await store.wake([listed["a"], Heartbeat(**vars(GROUP), instance_id="ghost")])
+    # Then nobody looks fresher for it
+    assert {h.instance_id: h.last_modified_time for h in await store.list_heartbeats(GROUP)
+            } == {"a": clock.now - 3, "b": clock.now - 3}
+    # and a's next heartbeat says so, once; b's and the ghost's do not
+    assert (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="a"))).woken
+    assert not (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="a"))).woken
+    assert not (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="b"))).woken
+    assert not (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="ghost"))).woken
+    # nor does the same id in another group
+    assert not (await store.heartbeat(Heartbeat(**vars(OTHER), instance_id="a"))).woken
+
+
+async def test_a_wake_crosses_processes_sharing_the_file(tmp_path, clock):
+    path = tmp_path / "checkpoints.db"
+    async with SqliteCheckpointStore(path, clock=clock) as mine, \
+            SqliteCheckpointStore(path, clock=clock) as theirs:
+        await theirs.heartbeat(Heartbeat(**vars(GROUP), instance_id="b"))
+        await mine.wake(await mine.list_heartbeats(GROUP))
+        assert (await theirs.heartbeat(Heartbeat(**vars(GROUP), instance_id="b"))).woken
+
+
+async def test_a_store_file_from_before_wakes_gets_them_when_opened(tmp_path, clock):
+    # Given a store file without the wakes table (as an older version wrote it)
+    path = tmp_path / "checkpoints.db"
+    async with SqliteCheckpointStore(path, clock=clock) as old:
+        await old.heartbeat(Heartbeat(**vars(GROUP), instance_id="b"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE heartbeat_wakes")
+    conn.close()
+    # When it is opened again, Then wakes work on it
+    async with SqliteCheckpointStore(path, clock=clock) as store:
+        await store.wake(await store.list_heartbeats(GROUP))
+        assert (await store.heartbeat(Heartbeat(**vars(GROUP), instance_id="b"))).woken
+
+
 # -- the file ---------------------------------------------------------------------------
 
 
