@@ -8,6 +8,7 @@ the boundary where they occur (``raise Mapped(...) from exc``)::
     │   ├── NamespaceUnavailable       the namespace cannot be reached or is down
     │   └── OperationTimeout           the outcome is unknown: the message may have arrived
     ├── MessageRejected                permanent: too large, unauthorized, no such entity
+    │   └── MessageTooLarge            a message (or a batch) over the namespace's size limit
     ├── DurableQueueError
     │   ├── QueueFull                  the size cap (messages or bytes) is reached
     │   └── QueueCorrupt               the queue file is torn or not a queue
@@ -25,6 +26,7 @@ __all__ = [
     "DurableQueueError",
     "GatewayError",
     "MessageRejected",
+    "MessageTooLarge",
     "NamespaceUnavailable",
     "OperationTimeout",
     "OwnershipLost",
@@ -79,6 +81,34 @@ class MessageRejected(GatewayError):
 
     Never causes failover or buffering: sending it elsewhere would fail the same way.
     """
+
+
+class MessageTooLarge(MessageRejected):
+    """The namespace refused a message, or a batch of them, as over its size limit.
+
+    A geo sender splits a batch refused for size and sends the halves, so it raises
+    this only for a single message too large. ``sent`` messages of the call, counted
+    from the first, were accepted before the refusal; the rest were not.
+
+    Args:
+        message: what was refused and why, in one line.
+        sent: how many messages, from the first, were accepted before the refusal.
+        message_id: the message too large on its own, when that is known (it is
+            never sent, whatever batch it is in); ``None`` when a batch as a whole
+            was refused.
+    """
+
+    def __init__(self, message: str, *, sent: int = 0, message_id: str | None = None) -> None:
+        super().__init__(message)
+        self.sent = sent
+        self.message_id = message_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_too_large, (str(self), self.sent, self.message_id))
+
+
+def _rebuild_too_large(message: str, sent: int, message_id: str | None) -> MessageTooLarge:
+    return MessageTooLarge(message, sent=sent, message_id=message_id)
 
 
 class DurableQueueError(GatewayError):

@@ -22,7 +22,7 @@ from replication import (
     ANY_NAMESPACE,
     ConfigError,
     Message,
-    MessageRejected,
+    MessageTooLarge,
     NamespaceUnavailable,
     QueueCorrupt,
     destination,
@@ -62,10 +62,11 @@ def check_size(transports: Mapping[str, Transport], dest: str, batch: Sequence[M
     limit = min(limits)
     for message in batch:
         if message.size > limit:
-            raise MessageRejected(
+            raise MessageTooLarge(
                 f"message {message.message_id!r} is {message.size} bytes, over the "
                 f"{limit}-byte limit of {' and '.join(names)}; it was not sent or "
-                f"buffered: make it smaller"
+                f"buffered: make it smaller",
+                message_id=message.message_id,
             )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -20,6 +21,7 @@ from tenacity import (
 
 from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._splitting import send_in_parts
 from gateway.stores import RoleStore
 from gateway.transports.base import Transport
 from replication import GatewayError, Message, RetryPolicy, RoleState, TransportError
@@ -106,6 +108,13 @@ class NamespacePair:
         return None, False, last
 
     async def send_to(self, namespace: str, batch: Sequence[Message]) -> None:
+        """Send with the retry policy; a batch the namespace refuses for size goes again
+        in halves, in order, so that only a message too large on its own is refused
+        (:func:`~gateway.geo._splitting.send_in_parts`)."""
+        await send_in_parts(functools.partial(self._send_retried, namespace), batch,
+                            namespace=namespace)
+
+    async def _send_retried(self, namespace: str, batch: Sequence[Message]) -> None:
         """Send with the retry policy: ``attempts`` tries at most, none begun after
         ``max_delay``, a random exponential backoff between them."""
         transport = self.transports[namespace]

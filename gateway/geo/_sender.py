@@ -178,9 +178,17 @@ class AsyncGeoSender:
         Returns once the messages were accepted by a namespace, or are on the client's
         disk in the durable queue.
 
+        A batch a namespace refuses for size is sent to it again in halves, in order
+        (down to single messages), so a batch is refused only for a message that is
+        too large on its own.
+
         Raises:
-            MessageRejected: a namespace refused them for good, or one is larger than
-                the namespace it would be buffered for takes (never buffered).
+            MessageTooLarge: a message is over a namespace's limit, or larger than the
+                namespace it would be buffered for takes (never buffered);
+                ``message_id`` names it and ``sent`` counts the messages before it
+                that the namespace took (0 when the message was found too large
+                before anything was sent).
+            MessageRejected: a namespace refused them for good.
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
         """

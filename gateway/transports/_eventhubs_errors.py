@@ -50,7 +50,9 @@ def outcome(exc: BaseException) -> Outcome:
     if isinstance(exc, OperationTimeoutError):
         return Outcome.TIMEOUT
     if isinstance(exc, EventDataError):
-        return Outcome.REJECTED
+        # A send refused with amqp:link:message-size-exceeded is an EventDataSendError.
+        too_large = condition_outcome(exc.error) is Outcome.TOO_LARGE
+        return Outcome.TOO_LARGE if too_large else Outcome.REJECTED
     if isinstance(exc, AuthenticationError):
         refused = (status_outcome(find_status_code(exc)) is Outcome.REJECTED
                    or condition_outcome(exc.error) is Outcome.REJECTED

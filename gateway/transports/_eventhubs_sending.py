@@ -12,7 +12,7 @@ from azure.eventhub.aio import EventHubProducerClient
 from gateway.transports._eventhubs_client import EventHubsBase
 from gateway.transports._sdk_convert import amqp_properties
 from gateway.transports._sdk_transport import check_entity
-from replication import Message, OperationTimeout, TransportError
+from replication import Message, MessageTooLarge, OperationTimeout, TransportError
 
 __all__ = ["EventHubsSending"]
 
@@ -26,34 +26,57 @@ def _outgoing(message: Message) -> EventData:
     return event
 
 
-def _by_key(messages: Sequence[Message]) -> dict[str | None, list[Message]]:
-    groups: dict[str | None, list[Message]] = {}
-    for message in messages:
-        groups.setdefault(message.partition_key, []).append(message)
+def _by_key(messages: Sequence[Message]) -> dict[str | None, list[int]]:
+    groups: dict[str | None, list[int]] = {}
+    for index, message in enumerate(messages):
+        groups.setdefault(message.partition_key, []).append(index)
     return groups
 
 
-async def _batches(producer: EventHubProducerClient,
-                   messages: Sequence[Message]) -> list[EventDataBatch]:
+async def _batches(producer: EventHubProducerClient, messages: Sequence[Message],
+                   where: str) -> list[tuple[EventDataBatch, list[int]]]:
     """Pack ``messages`` into batches: one partition key per batch, in order per key.
 
-    Raises (SDK):
-        ValueError: one event does not fit in an empty batch.
+    Returns:
+        Each batch with the indexes in ``messages`` of the events it holds.
+
+    Raises:
+        MessageTooLarge: one event does not fit in an empty batch.
     """
-    batches: list[EventDataBatch] = []
+    batches: list[tuple[EventDataBatch, list[int]]] = []
     for key, group in _by_key(messages).items():
-        batch = await producer.create_batch(partition_key=key)
-        batches.append(batch)
-        for message in group:
+        batch, held = await producer.create_batch(partition_key=key), list[int]()
+        batches.append((batch, held))
+        for index in group:
             try:
-                batch.add(_outgoing(message))
-            except ValueError:
+                batch.add(_outgoing(messages[index]))
+            except ValueError as exc:
                 if len(batch) == 0:
-                    raise  # too large on its own
-                batch = await producer.create_batch(partition_key=key)
-                batches.append(batch)
-                batch.add(_outgoing(message))
+                    raise _too_large(messages[index], batch, where) from exc
+                batch, held = await producer.create_batch(partition_key=key), []
+                batches.append((batch, held))
+                try:
+                    batch.add(_outgoing(messages[index]))
+                except ValueError as again:
+                    raise _too_large(messages[index], batch, where) from again
+            held.append(index)
     return batches
+
+
+def _too_large(message: Message, batch: EventDataBatch, where: str) -> MessageTooLarge:
+    return MessageTooLarge(
+        f"{where} was refused for good: message {message.message_id!r} is too large (it "
+        f"does not fit in an empty batch of {batch.max_size_in_bytes} bytes): make it "
+        "smaller", message_id=message.message_id)
+
+
+def _landed_prefix(batches: Sequence[tuple[EventDataBatch, list[int]]]) -> int:
+    """How many messages, from the first, the batches ``batches`` hold between them."""
+    held = {index for _, indexes in batches for index in indexes}
+    sent = 0
+    while sent in held:
+        sent += 1
+    return sent
 
 
 class EventHubsSending(EventHubsBase):
@@ -89,8 +112,13 @@ class EventHubsSending(EventHubsBase):
             NamespaceUnavailable: the namespace is down; nothing was sent.
             OperationTimeout: no answer in ``operation_timeout``, or a later batch
                 failed after earlier ones landed.
-            MessageRejected: a message is too large, the event hub does not exist,
-                or access is refused; nothing was sent.
+            MessageTooLarge: an event does not fit in a batch on its own
+                (``message_id`` names it; nothing was sent), or the namespace refused
+                a batch for size (``sent``: how many messages from the first landed
+                with the batches before it; batches of other partition keys may
+                have landed too).
+            MessageRejected: the event hub does not exist, or access is refused;
+                nothing was sent.
         """
         check_entity(entity)
         if not messages:
@@ -102,13 +130,20 @@ class EventHubsSending(EventHubsBase):
 
     async def _send(self, entity: str, action: str, messages: Sequence[Message]) -> None:
         producer = self._producer(entity)
-        batches = await self._call(action, lambda: _batches(producer, messages),
+        where = f"{action} on namespace {self.namespace!r}"
+        batches = await self._call(action, lambda: _batches(producer, messages, where),
                                    seconds=self._bound())
-        for index, batch in enumerate(batches):
+        for index, (batch, _) in enumerate(batches):
             send = functools.partial(producer.send_batch, batch,
                                      timeout=self.options.operation_timeout)
             try:
                 await self._call(action, send, seconds=self._bound())
+            except MessageTooLarge as exc:
+                if index == 0:
+                    raise
+                raise MessageTooLarge(
+                    f"{exc} (batch {index + 1} of {len(batches)}; the ones before it landed)",
+                    sent=_landed_prefix(batches[:index])) from exc
             except TransportError as exc:
                 if index == 0:
                     raise

@@ -33,7 +33,14 @@ from gateway.transports._local_entities import (
 from gateway.transports._local_events import PartitionState
 from gateway.transports._local_queues import Queued
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
-from replication import ConfigError, GatewayError, Message, MessageRejected, OwnershipLost
+from replication import (
+    ConfigError,
+    GatewayError,
+    Message,
+    MessageRejected,
+    MessageTooLarge,
+    OwnershipLost,
+)
 
 __all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "Queued", "Store"]
 T = TypeVar("T")
@@ -48,9 +55,10 @@ def _message(item: Message | Queued) -> Message:
 def _check_sizes(e: Entity, entity: str, messages: Sequence[Message]) -> None:
     for m in messages:
         if m.size > e.max_message_size:
-            raise MessageRejected(
+            raise MessageTooLarge(
                 f"message {m.message_id} is {m.size} bytes, over the "
-                f"{e.max_message_size}-byte limit of {entity!r}: make it smaller"
+                f"{e.max_message_size}-byte limit of {entity!r}: make it smaller",
+                message_id=m.message_id,
             )
 
 

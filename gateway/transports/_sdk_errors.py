@@ -15,6 +15,7 @@ from gateway._support.secrets import redact
 from replication import (
     GatewayError,
     MessageRejected,
+    MessageTooLarge,
     NamespaceUnavailable,
     OperationTimeout,
     OwnershipLost,
@@ -40,6 +41,7 @@ class Outcome(enum.Enum):
     UNAVAILABLE = "unavailable"  # transient: nothing happened; retry, fail over, buffer
     TIMEOUT = "timeout"  # transient: the outcome is unknown
     REJECTED = "rejected"  # permanent for this message or entity
+    TOO_LARGE = "too_large"  # permanent for this message; a batch may go in parts
     LOCK_LOST = "lock_lost"  # permanent for this delivery; the message comes back
     OWNERSHIP_LOST = "ownership_lost"  # a higher owner level took the partition
 
@@ -56,7 +58,7 @@ _CONDITIONS: dict[str, Outcome] = {
     "not-implemented": Outcome.REJECTED,
     "precondition-failed": Outcome.REJECTED,
     "resource-deleted": Outcome.REJECTED,
-    "link:message-size-exceeded": Outcome.REJECTED,
+    "link:message-size-exceeded": Outcome.TOO_LARGE,
     "argument-error": Outcome.REJECTED,
     "argument-out-of-range": Outcome.REJECTED,
     "entity-already-exists": Outcome.REJECTED,
@@ -98,7 +100,9 @@ def status_outcome(status: int | None) -> Outcome | None:
         return None
     if status == 408:
         return Outcome.TIMEOUT
-    if status in (400, 401, 403, 404, 409, 410, 413):
+    if status == 413:
+        return Outcome.TOO_LARGE
+    if status in (400, 401, 403, 404, 409, 410):
         return Outcome.REJECTED
     if status == 429 or status >= 500:
         return Outcome.UNAVAILABLE
@@ -193,4 +197,6 @@ def build_error(outcome: Outcome, exc: BaseException, *, namespace: str, action:
         return OwnershipLost(
             f"{where} failed: a reader with a higher owner level took the partition; stop "
             f"reading it ({detail})")
+    if outcome is Outcome.TOO_LARGE:
+        return MessageTooLarge(f"{where} was refused for good: too large ({detail})")
     return MessageRejected(f"{where} was refused for good ({detail})")

@@ -53,7 +53,7 @@ _CONDITION_TEXT = re.compile(r"(?i)error condition:\s*([\w.:-]+)")
 # Most specific first; ServiceBusAuthenticationError and plain ServiceBusError need a look
 # at what they wrap (see outcome()).
 _CLASSES: tuple[tuple[type[BaseException], Outcome], ...] = (
-    (MessageSizeExceededError, Outcome.REJECTED),
+    (MessageSizeExceededError, Outcome.TOO_LARGE),
     (MessageLockLostError, Outcome.LOCK_LOST),
     (SessionLockLostError, Outcome.LOCK_LOST),
     (MessageNotFoundError, Outcome.LOCK_LOST),

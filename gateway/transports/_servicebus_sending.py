@@ -14,7 +14,7 @@ from gateway.transports._sdk_convert import amqp_properties
 from gateway.transports._sdk_transport import GRACE, check_entity
 from gateway.transports._servicebus_client import ServiceBusBase
 from gateway.transports._servicebus_errors import map_error as _map
-from replication import Message, OperationTimeout, TransportError
+from replication import Message, MessageTooLarge, OperationTimeout, TransportError
 
 __all__ = ["ServiceBusSending"]
 
@@ -74,8 +74,12 @@ class ServiceBusSending(ServiceBusBase):
             NamespaceUnavailable: the namespace is down; nothing was sent.
             OperationTimeout: no answer in ``operation_timeout``, or a later SDK batch
                 failed after earlier ones landed.
-            MessageRejected: a message is too large, the entity does not exist, or
-                access is refused; nothing was sent.
+            MessageTooLarge: a message does not fit in an SDK batch on its own
+                (``message_id`` names it; nothing was sent), or the namespace refused
+                an SDK batch for size (``sent``: the messages of the SDK batches
+                before it, which landed).
+            MessageRejected: the entity does not exist, or access is refused;
+                nothing was sent.
         """
         check_entity(entity)
         if not messages:
@@ -89,12 +93,22 @@ class ServiceBusSending(ServiceBusBase):
         sender = self._sender(entity)
         bound = self.options.operation_timeout + GRACE
         outgoing = [_outgoing_checked(m, self.namespace, action) for m in messages]
-        batches = await self._call(action, lambda: _batches(sender, outgoing), seconds=bound)
+        where = f"{action} on namespace {self.namespace!r}"
+        batches = await self._call(action, lambda: _batches(sender, outgoing, where),
+                                   seconds=bound)
         for index, batch in enumerate(batches):
             try:
                 send = functools.partial(sender.send_messages, batch,
                                          timeout=self.options.operation_timeout)
                 await self._call(action, send, seconds=bound)
+            except MessageTooLarge as exc:
+                if index == 0:
+                    raise
+                # The service measured differently from the SDK: the batches before
+                # this one landed, and the caller may send the rest in smaller parts.
+                raise MessageTooLarge(
+                    f"{exc} (SDK batch {index + 1} of {len(batches)}; the ones before it "
+                    "landed)", sent=sum(len(b) for b in batches[:index])) from exc
             except TransportError as exc:
                 if isinstance(exc, OperationTimeout):
                     await self._drop_sender(entity)
@@ -128,20 +142,31 @@ def _outgoing_checked(message: Message, namespace: str, action: str) -> ServiceB
         raise _map(exc, namespace, action=action) from exc
 
 
-async def _batches(sender: ServiceBusSender,
-                   messages: Sequence[ServiceBusMessage]) -> list[ServiceBusMessageBatch]:
+async def _batches(sender: ServiceBusSender, messages: Sequence[ServiceBusMessage],
+                   where: str) -> list[ServiceBusMessageBatch]:
     """Pack ``messages`` in order into as few batches as the link allows.
 
-    Raises (SDK):
-        MessageSizeExceededError: one message does not fit in an empty batch.
+    Raises:
+        MessageTooLarge: one message does not fit in an empty batch.
     """
     batches = [await sender.create_message_batch()]
     for message in messages:
         try:
             batches[-1].add_message(message)
-        except MessageSizeExceededError:
+        except MessageSizeExceededError as exc:
             if len(batches[-1]) == 0:
-                raise  # too large on its own
+                raise _too_large(message, batches[-1], where) from exc
             batches.append(await sender.create_message_batch())
-            batches[-1].add_message(message)
+            try:
+                batches[-1].add_message(message)
+            except MessageSizeExceededError as again:
+                raise _too_large(message, batches[-1], where) from again
     return batches
+
+
+def _too_large(message: ServiceBusMessage, batch: ServiceBusMessageBatch,
+               where: str) -> MessageTooLarge:
+    return MessageTooLarge(
+        f"{where} was refused for good: message {message.message_id!r} is too large (it "
+        f"does not fit in an empty batch of {batch.max_size_in_bytes} bytes): make it "
+        "smaller", message_id=message.message_id)

@@ -7,8 +7,10 @@ Sending: messages without a ``partition_key`` go round robin; the others are sen
 with ``partition_key=`` (the service hashes it to a partition), one SDK batch per
 key or more when a key's messages exceed the size limit. Per key, order is kept.
 All batches are built before the first is sent, so a message too large raises
-``MessageRejected`` with nothing sent; when a later batch fails after earlier ones
-landed, a transient failure is raised as ``OperationTimeout``. ``message_id``,
+``MessageTooLarge`` (naming it in ``message_id``) with nothing sent; when a later
+batch fails after earlier ones landed, a transient failure is raised as
+``OperationTimeout``, and a refusal for size as ``MessageTooLarge`` whose ``sent``
+counts the messages, from the first, that landed. ``message_id``,
 body and properties map to the ``EventData``'s; an event without a ``message_id``
 (from another producer) reads as ``"eh-<partition>-<sequence number>"``.
 
@@ -39,19 +41,22 @@ first::
       or a message about a (higher) epoch
     OwnershipLostError (checkpoint stores)              OwnershipLost
     OperationTimeoutError (send timed out)              OperationTimeout
-    EventDataError (the SDK refused the event)          MessageRejected
+    EventDataError (the SDK refused the event)          MessageRejected; MessageTooLarge
+                                                        with message-size-exceeded
     AuthenticationError, token refused                  MessageRejected  (2)
       (status 401/403/404, unauthorized-access)
     AuthenticationError, otherwise                      NamespaceUnavailable  (2)
     EventHubError with a known AMQP condition           not-found, unauthorized-access,
-      (ConnectError, ConnectionLostError,               message-size-exceeded, argument-
-      EventDataSendError, ...)                          error, argument-out-of-range, not-
-                                                        allowed: MessageRejected; timeout:
+      (ConnectError, ConnectionLostError,               argument-error, argument-out-of-
+      EventDataSendError, ...)                          range, not-allowed: MessageRejected;
+                                                        message-size-exceeded:
+                                                        MessageTooLarge; timeout:
                                                         OperationTimeout; server-busy,
                                                         resource-limit-exceeded, internal-
                                                         error: NamespaceUnavailable
     EventHubError with a status code                    408 OperationTimeout, 400/401/403/
-      (management requests)                             404/413 MessageRejected, 429/5xx
+      (management requests)                             404 MessageRejected, 413
+                                                        MessageTooLarge, 429/5xx
                                                         NamespaceUnavailable
     EventHubError wrapping an azure.core error          ClientAuthenticationError:
       (a credential that failed)                        MessageRejected; other:

@@ -8,10 +8,12 @@ opened on first use and kept until :meth:`~ServiceBusTransport.aclose`.
 Sending: a batch is split into as few SDK batches as the link allows (the SDK
 takes the limit from the link's ``com.microsoft:max-message-batch-size``, else
 256 KB, or 1 MB on Premium). All of them are built before the first is sent, so
-a message too large raises ``MessageRejected`` with nothing sent. Only a batch that
-fits in one SDK batch is sent all or none; when a later SDK batch fails, the
-earlier ones have landed, so a transient failure is raised as ``OperationTimeout``
-(a replay may deliver duplicates, which the receive side removes by ``MessageId``).
+a message too large raises ``MessageTooLarge`` (naming it in ``message_id``) with
+nothing sent. Only a batch that fits in one SDK batch is sent all or none; when a
+later SDK batch fails, the earlier ones have landed, so a transient failure is raised
+as ``OperationTimeout`` (a replay may deliver duplicates, which the receive side
+removes by ``MessageId``), and a refusal for size as ``MessageTooLarge`` whose
+``sent`` counts the messages that landed (the geo sender sends the rest in halves).
 
 Mapping: ``message_id``, ``body`` (one data section) and ``application_properties``
 map one to one. ``partition_key`` goes to the SDK's ``partition_key``: partitioned
@@ -54,7 +56,7 @@ first::
     ServiceBusAuthenticationError, otherwise           NamespaceUnavailable  (2)
     ServiceBusAuthorizationError                       MessageRejected
     OperationTimeoutError                              OperationTimeout
-    MessageSizeExceededError                           MessageRejected
+    MessageSizeExceededError                           MessageTooLarge (a MessageRejected)
     MessagingEntityNotFoundError                       MessageRejected
     MessagingEntityAlreadyExistsError                  MessageRejected
     SessionCannotBeLockedError                         MessageRejected       (3)
@@ -68,7 +70,8 @@ first::
     azure.core ServiceRequestError/ResponseError       NamespaceUnavailable (token endpoint
                                                        or host unreachable)
     azure.core HttpResponseError                       by status: 408 OperationTimeout,
-                                                       4xx MessageRejected, 429/5xx
+                                                       413 MessageTooLarge, other 4xx
+                                                       MessageRejected, 429/5xx
                                                        NamespaceUnavailable
     TimeoutError (also no answer in operation_timeout) OperationTimeout
     OSError (socket errors)                            NamespaceUnavailable

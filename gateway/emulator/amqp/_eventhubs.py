@@ -30,7 +30,6 @@ from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._message import (
-    BATCH_FORMAT,
     AmqpMessage,
     decode_message,
     encode_message,
@@ -89,10 +88,18 @@ def parse_position(filters: Any) -> EventPosition:
 class HubWriter(QueueWriter):
     """A sender link to an event hub (round robin or by partition key) or one partition."""
 
-    def convert(self, delivery: Delivery) -> list[Message]:
-        outer = decode_message(delivery.payload)
+    def batch_size(self, delivery: Delivery, outer: AmqpMessage) -> int:
+        # azure-eventhub counts the whole envelope: its partition key annotation is
+        # set before the batch is measured, and nothing is added after.
+        return len(delivery.payload)
+
+    def convert(self, delivery: Delivery, outer: AmqpMessage | None) -> list[Message]:
+        if outer is None:
+            outer = decode_message(delivery.payload)
+            inner = [outer]
+        else:
+            inner = split_batch(outer)
         key = (outer.message_annotations or {}).get("x-opt-partition-key")
-        inner = split_batch(outer) if delivery.message_format == BATCH_FORMAT else [outer]
         return [to_local(m, key=key if isinstance(key, str) else None) for m in inner]
 
 

@@ -2,7 +2,9 @@
 
 A message is refused when it is larger than the link's max-message-size (the
 smaller of the queue's and the namespace's limit: 256 KiB by default, as on a
-standard tier namespace), with ``amqp:link:message-size-exceeded`` as on Azure.
+standard tier namespace), with ``amqp:link:message-size-exceeded`` as on Azure. A
+batch is measured as azure-servicebus measures it when it packs one
+(:func:`batch_size`), so a batch the SDK accepted as full is taken.
 Receiving in peek-lock mode, the delivery tag is the lock token (as the SDKs read
 it: a little-endian UUID), and the message carries ``x-opt-locked-until``. A
 settlement the client waits for (it sends it unsettled) is answered with the
@@ -38,13 +40,36 @@ from gateway.transports import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import GatewayError, Message
 
-__all__ = ["LOCK_LOST", "QueueReader", "QueueWriter", "decode_delivery", "manage_queue",
-           "rejected"]
+__all__ = ["ENVELOPE_ALLOWANCE", "LOCK_LOST", "QueueReader", "QueueWriter", "batch_size",
+           "decode_delivery", "manage_queue", "rejected"]
 
 _LOG = logging.getLogger("gateway.emulator")
 #: How long a receiver with credit and no messages waits before looking again.
 _IDLE_POLL = 0.25
 _MAX_CLAIM = 64
+#: What a Service Bus batch's envelope may hold beyond its data sections without being
+#: counted: azure-servicebus copies the first message's MessageId, SessionId (128
+#: characters each, up to 4 UTF-8 bytes a character) and partition key onto the
+#: envelope after it measured the batch. Anything beyond counts.
+ENVELOPE_ALLOWANCE = 2048
+
+
+def batch_size(payload_size: int, batch: AmqpMessage) -> int:
+    """The size of a Service Bus batch as azure-servicebus counts it when it packs one.
+
+    ``ServiceBusMessageBatch.add_message`` adds each message's encoded size plus the
+    5 bytes (under 256) or 8 bytes (from 256) that frame it as a data section of the
+    batch, starting from the encoded size of an empty envelope (0 bytes). The
+    envelope's properties and partition key annotation are set from the first
+    message afterwards and never counted: they are left out here too, up to
+    :data:`ENVELOPE_ALLOWANCE` bytes.
+
+    Args:
+        payload_size: the size of the whole transfer payload, envelope included.
+        batch: the decoded envelope.
+    """
+    counted = sum(len(chunk) + (5 if len(chunk) < 256 else 8) for chunk in batch.data or ())
+    return counted + max(0, payload_size - counted - ENVELOPE_ALLOWANCE)
 
 
 def rejected(condition: str, description: str) -> Rejected:
@@ -72,24 +97,33 @@ class QueueWriter(Terminus):
         self.partition_id = partition_id
 
     def on_delivery(self, link: IncomingLink, delivery: Delivery) -> None:
-        if len(delivery.payload) > self.max_message_size:
-            link.settle(delivery, rejected(
-                "amqp:link:message-size-exceeded",
-                f"the message is {len(delivery.payload)} bytes, over the "
-                f"{self.max_message_size}-byte limit of {self.entity!r}"))
-            return
         try:
-            messages = self.convert(delivery)
+            # A single message is measured whole, before it is decoded; a batch once
+            # its envelope is decoded, the way the SDK measured it.
+            outer = (decode_message(delivery.payload)
+                     if delivery.message_format == BATCH_FORMAT else None)
+            size = len(delivery.payload) if outer is None else self.batch_size(delivery, outer)
+            if size > self.max_message_size:
+                link.settle(delivery, rejected(
+                    "amqp:link:message-size-exceeded",
+                    f"the {'batch' if outer else 'message'} is {size} bytes, over the "
+                    f"{self.max_message_size}-byte limit of {self.entity!r}"))
+                return
+            messages = self.convert(delivery, outer)
         except (DecodeError, TypeError, ValueError) as exc:
             link.settle(delivery, rejected("amqp:decode-error", f"bad message: {exc}"))
             return
         self.namespace.append(self.entity, self.partition_id, messages,
                               functools.partial(self._stored, link, delivery))
 
-    def convert(self, delivery: Delivery) -> Sequence[Message | Queued]:
-        """The local messages of a delivery."""
-        if delivery.message_format == BATCH_FORMAT:
-            return [to_queued(chunk) for chunk in decode_message(delivery.payload).data or ()]
+    def batch_size(self, delivery: Delivery, outer: AmqpMessage) -> int:
+        """The size of a batch delivery, as the SDK that packed it counts it."""
+        return batch_size(len(delivery.payload), outer)
+
+    def convert(self, delivery: Delivery, outer: AmqpMessage | None) -> Sequence[Message | Queued]:
+        """The local messages of a delivery (``outer``: a batch's decoded envelope)."""
+        if outer is not None:
+            return [to_queued(chunk) for chunk in outer.data or ()]
         return [to_queued(delivery.payload)]
 
     def _stored(self, link: IncomingLink, delivery: Delivery, error: GatewayError | None) -> None:

@@ -55,6 +55,7 @@ from replication import (
     GatewayError,
     Message,
     MessageRejected,
+    MessageTooLarge,
     NamespaceUnavailable,
     OperationTimeout,
     OwnershipLost,
@@ -160,7 +161,7 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("connection lost, timeout inside", lambda: _sdk(TimeoutError("read timed out")),
      NamespaceUnavailable, UNAVAILABLE),
     ("send refused: too large", lambda: _send_refused(
-        ErrorCondition.LinkMessageSizeExceeded, "too large"), MessageRejected, REFUSED),
+        ErrorCondition.LinkMessageSizeExceeded, "too large"), MessageTooLarge, REFUSED),
     ("send refused: server busy", lambda: _send_refused(
         b"com.microsoft:server-busy", "busy"), NamespaceUnavailable, UNAVAILABLE),
     ("send refused: quota", lambda: _send_refused(
@@ -278,9 +279,10 @@ async def test_batches_one_key_each_in_order_and_split_by_size() -> None:
     messages = [Message(b"a" * 300, partition_key="k1"), Message(b"b"),
                 Message(b"c" * 300, partition_key="k1"), Message(b"d", partition_key="k2"),
                 Message(b"e" * 300, partition_key="k1")]
-    batches = await _batches(producer, messages)  # type: ignore[arg-type]
+    batches = await _batches(producer, messages, "send")  # type: ignore[arg-type]
     # k1 needs two batches (3 x 300 bytes and overhead > 1000), then None, then k2
-    assert [len(b) for b in batches] == [2, 1, 1, 1]
+    assert [len(b) for b, _ in batches] == [2, 1, 1, 1]
+    assert [held for _, held in batches] == [[0, 2], [4], [1], [3]]
     assert producer.keys == ["k1", "k1", None, "k2"]
 
 
@@ -292,11 +294,23 @@ async def test_send_splits_refuses_too_large_and_reports_partial_failure() -> No
         # Given messages that need three batches, When all are sent, Then three batches go
         await transport.send("hub", [Message(b"x" * 400) for _ in range(5)])
         assert [len(b) for b in producer.sent] == [2, 2, 1]
-        # A message too large on its own: nothing is sent
+        # A message too large on its own: nothing is sent, and it is named
         producer.sent.clear()
-        with pytest.raises(MessageRejected, match="refused for good"):
-            await transport.send("hub", [Message(b"ok"), Message(b"x" * 2_000)])
+        with pytest.raises(MessageTooLarge, match="refused for good") as caught:
+            await transport.send("hub", [Message(b"ok"), Message(b"x" * 2_000, message_id="big")])
         assert producer.sent == []
+        assert (caught.value.sent, caught.value.message_id) == (0, "big")
+        # A later batch refused for size: the messages, from the first, that landed
+        # (batches go per key: [0, 2] and [3] for k, then [1] without a key)
+        producer.sent.clear()
+        producer.fail_on = {2: _send_refused(ErrorCondition.LinkMessageSizeExceeded, "big")}
+        with pytest.raises(MessageTooLarge, match="batch 3 of 3") as caught:
+            await transport.send("hub", [
+                Message(b"x" * 300, partition_key="k"), Message(b"y" * 300),
+                Message(b"x" * 300, partition_key="k"), Message(b"x" * 300, partition_key="k")])
+        assert caught.value.sent == 1  # 0, 2 and 3 landed (key k); 1 did not
+        producer.fail_on = {}
+        producer.sent.clear()
         # The first batch failing: nothing landed, the outage is reported as it is
         producer.fail_on = {0: ConnectError("down")}
         with pytest.raises(NamespaceUnavailable):

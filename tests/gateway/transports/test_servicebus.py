@@ -64,6 +64,7 @@ from replication import (
     GatewayError,
     Message,
     MessageRejected,
+    MessageTooLarge,
     NamespaceUnavailable,
     OperationTimeout,
     TransportError,
@@ -129,7 +130,7 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
      MessageRejected, REFUSED),
     ("operation timeout", lambda: OperationTimeoutError(message="Send timed out"),
      OperationTimeout, TIMEOUT),
-    ("too large", lambda: MessageSizeExceededError(message="too big"), MessageRejected,
+    ("too large", lambda: MessageSizeExceededError(message="too big"), MessageTooLarge,
      REFUSED),
     ("entity not found", lambda: MessagingEntityNotFoundError(), MessageRejected, REFUSED),
     ("entity exists", lambda: MessagingEntityAlreadyExistsError(), MessageRejected, REFUSED),
@@ -191,7 +192,7 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
         ErrorCondition.InternalError, description="Authorization timeout.")),
      NamespaceUnavailable, UNAVAILABLE),
     ("sdk: message too large", lambda: _sdk(AMQPLinkError(
-        ErrorCondition.LinkMessageSizeExceeded, description="too large")), MessageRejected,
+        ErrorCondition.LinkMessageSizeExceeded, description="too large")), MessageTooLarge,
      REFUSED),
     ("sdk: quota", lambda: _sdk(AMQPLinkError(
         ErrorCondition.ResourceLimitExceeded, description="queue full")), NamespaceUnavailable,
@@ -420,11 +421,19 @@ async def test_send_splits_refuses_too_large_and_reports_partial_failure(
     # Given messages that need three batches, When all are sent, Then three batches go
     await down.send("q", [Message(b"x" * 400) for _ in range(5)])
     assert [len(b) for b in sender.sent] == [2, 2, 1]
-    # A message too large on its own: nothing is sent
+    # A message too large on its own: nothing is sent, and it is named
     sender.sent.clear()
-    with pytest.raises(MessageRejected, match="refused for good"):
-        await down.send("q", [Message(b"ok"), Message(b"x" * 2_000)])
+    with pytest.raises(MessageTooLarge, match="refused for good") as caught:
+        await down.send("q", [Message(b"ok"), Message(b"x" * 2_000, message_id="big")])
     assert sender.sent == []
+    assert (caught.value.sent, caught.value.message_id) == (0, "big")
+    # A later batch refused for size: the messages of the earlier ones landed
+    sender.fail_on = {1: MessageSizeExceededError(message="the batch is too large")}
+    with pytest.raises(MessageTooLarge, match="SDK batch 2 of 3") as caught:
+        await down.send("q", [Message(b"x" * 400) for _ in range(5)])
+    assert (caught.value.sent, caught.value.message_id) == (2, None)
+    sender.fail_on = {}
+    sender.sent.clear()
     # A key Service Bus would refuse (over 128 characters): nothing is sent
     with pytest.raises(MessageRejected):
         await down.send("q", [Message(b"ok", partition_key="k" * 129)])
