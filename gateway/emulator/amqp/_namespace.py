@@ -25,8 +25,8 @@ queue. When the hang is cleared, every connection that was open during it is clo
 with ``amqp:connection:forced`` (a front end that came back has lost its
 connections), and clients reconnect at their next operation; resuming them instead
 would hand the SDKs replies to operations they gave up on. The hang takes effect on
-a connection the moment it reads (the control file is looked at then, one
-``os.stat``), and everywhere within the control file's poll interval.
+a connection when it next reads (the control file is looked at then, at most once a
+millisecond), and everywhere within the control file's poll interval.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ T = TypeVar("T")
 _LOG = logging.getLogger("gateway.emulator")
 #: How often the control file and the namespace file are looked at (seconds).
 _CONTROL_POLL, _FILE_POLL = 0.1, 0.02
+#: The least time between two looks at the control file by :meth:`Namespace.refresh`.
+_REFRESH = 0.001
 
 
 def _key(entity: str) -> str:
@@ -93,6 +95,7 @@ class Namespace:
         self._pending: list[tuple[str, str | None, Sequence[Message | Queued],
                                   Callable[[GatewayError | None], None]]] = []
         self._flushing = False
+        self._looked = 0.0  # when refresh() last read the control file (monotonic)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -202,9 +205,14 @@ class Namespace:
     def refresh(self) -> ControlState:
         """The state, with a hang that began or ended since the last look applied now.
 
-        One ``os.stat`` of the control file (it is parsed again only when it changed).
+        One ``os.stat`` of the control file (it is parsed again only when it changed),
+        at most once a millisecond: a stat costs several microseconds, and connections
+        call this for every chunk they read.
         """
-        self._hang(self.control.read().hang)
+        now = time.monotonic()
+        if now - self._looked >= _REFRESH:
+            self._looked = now
+            self._hang(self.control.read().hang)
         return self.state
 
     def _hang(self, hang: bool) -> None:
