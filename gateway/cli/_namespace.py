@@ -110,8 +110,8 @@ def down(name: str, new: bool, data_dir: Path | None) -> None:
 @new_option
 @data_dir_option
 def up(name: str, new: bool, data_dir: Path | None) -> None:
-    """Bring namespace NAME back up."""
-    _control(name, data_dir, known=not new)[1].update(down=False)
+    """Bring namespace NAME back up (and clear a hang)."""
+    _control(name, data_dir, known=not new)[1].update(down=False, hang=False)
     click.echo(f"namespace {_name(name)} is up")
 
 
@@ -122,15 +122,32 @@ def up(name: str, new: bool, data_dir: Path | None) -> None:
 @click.option("--lost-replies", type=click.FloatRange(min=0, max=1), default=0.0,
               show_default=True,
               help="Share of sends that land but report a timeout to the caller.")
+@click.option("--hang/--no-hang", default=None,
+              help="Accept connections and operations but answer none, until --no-hang "
+                   "or 'namespace up' (left out: kept as it is).")
 @new_option
 @data_dir_option
-def faults(name: str, latency: float, lost_replies: float, new: bool,
+def faults(name: str, latency: float, lost_replies: float, hang: bool | None, new: bool,
            data_dir: Path | None) -> None:
-    """Set injected faults on namespace NAME (0 clears them)."""
-    _control(name, data_dir, known=not new)[1].update(latency=latency,
-                                                      lost_replies=lost_replies)
+    """Set injected faults on namespace NAME (0 clears them).
+
+    --latency and --lost-replies are set together (one left out is cleared); --hang
+    makes every client's operation wait unanswered (the emulator accepts connections
+    and sends nothing) until --no-hang or 'namespace up'; without either, a hang is
+    kept as it is.
+    """
+    changes: dict[str, float | bool] = {"latency": latency, "lost_replies": lost_replies}
+    if hang is not None:
+        changes["hang"] = hang
+    state = _control(name, data_dir, known=not new)[1].update(**changes)
     click.echo(f"namespace {_name(name)}: latency {latency} s, "
-               f"lost replies {lost_replies:.0%}")
+               f"lost replies {lost_replies:.0%}, {'HUNG' if state.hang else 'not hung'}")
+
+
+def _state(up: bool, hang: bool) -> str:
+    if not up:
+        return "DOWN, hung" if hang else "DOWN"
+    return "HUNG" if hang else "up"
 
 
 @namespace.command()
@@ -138,7 +155,7 @@ def faults(name: str, latency: float, lost_replies: float, new: bool,
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @data_dir_option
 def status(names: tuple[str, ...], as_json: bool, data_dir: Path | None) -> None:
-    """Show whether namespaces are up, their faults and their entities."""
+    """Show whether namespaces are up or hung, their faults and their entities."""
     from dataclasses import asdict
 
     from gateway.transports.local import LocalNamespace
@@ -157,7 +174,7 @@ def status(names: tuple[str, ...], as_json: bool, data_dir: Path | None) -> None
     print_table(
         "namespaces", ("name", "state", "latency", "lost replies", "entities", "file"),
         [
-            (e["name"], "up" if e["up"] else "DOWN", f"{e['latency']} s",
+            (e["name"], _state(e["up"], e["hang"]), f"{e['latency']} s",
              f"{e['lost_replies']:.0%}", len(e["entities"]) if e["up"] else "-", e["path"])
             for e in report
         ],

@@ -17,7 +17,7 @@ cancellation, time to live (dropped or dead-lettered on expiry), a 256 KiB messa
 limit (configurable); every property, annotation and application property of a queue
 message comes back as sent (``_convert``); event hub properties, sends by partition
 id or key, reads from every kind of starting position, owner levels; the local
-namespace's control file (down/up, latency, lost replies). Not emulated (refused
+namespace's control file (down/up, latency, lost replies, hang). Not emulated (refused
 with ``amqp:not-implemented``, never faked): topics and subscriptions, session
 receivers, deferral, transactions.
 

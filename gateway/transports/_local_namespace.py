@@ -10,12 +10,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 
-from gateway.transports._local_control import (
-    ControlFile,
-    ControlState,
-    namespace_files,
-    validate_faults,
-)
+from gateway.transports._local_control import ControlFile, namespace_files, validate_faults
 from gateway.transports._local_entities import EntityInfo
 from gateway.transports._local_store import Store
 
@@ -26,13 +21,18 @@ _paths = namespace_files  # the name and data directory checks live with the con
 
 @dataclass(frozen=True, kw_only=True)
 class NamespaceStatus:
-    """A local namespace as its control file describes it."""
+    """A local namespace as its control file describes it.
+
+    ``hang``: its clients' operations wait, unanswered, until the hang is cleared (a
+    hung namespace is still ``up``: nothing fails fast).
+    """
 
     name: str
     up: bool
     latency: float
     lost_replies: float
     path: str
+    hang: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,13 +159,29 @@ class LocalNamespace:
         self._write(down=True)
 
     def up(self) -> None:
-        """Bring the namespace back (its faults stay as they were)."""
-        self._write(down=False)
+        """Bring the namespace back: not down and not hung (latency and lost replies stay)."""
+        self._write(down=False, hang=False)
+
+    def hang(self) -> None:
+        """Make the namespace hang for every client, in every process, until :meth:`unhang`.
+
+        A hung namespace accepts and answers nothing: every operation of a
+        ``LocalTransport`` on it waits (cancellable) without failing, and the emulator
+        serving it accepts connections but sends no frame. It is not down: nothing
+        fails fast. :meth:`up` clears it too.
+        """
+        self._write(hang=True)
+
+    def unhang(self) -> None:
+        """Clear :meth:`hang`: waiting operations proceed (and the emulator's stalled
+        connections are closed, so that clients reconnect)."""
+        self._write(hang=False)
 
     def set_faults(self, *, latency: float = 0.0, lost_replies: float = 0.0) -> None:
         """Set the faults of every client's operations, in every process.
 
-        Both are set at once: an argument left out is cleared to 0.
+        Both are set at once: an argument left out is cleared to 0. A hang
+        (:meth:`hang`) is kept.
 
         Args:
             latency: seconds added before each operation.
@@ -179,15 +195,12 @@ class LocalNamespace:
         self._write(latency=float(latency), lost_replies=float(lost_replies))
 
     def status(self) -> NamespaceStatus:
-        """Whether the namespace is up, and its faults."""
+        """Whether the namespace is up, hung, and its faults."""
         state = self._control.read()
         return NamespaceStatus(name=self.name, up=not state.down, latency=state.latency,
-                               lost_replies=state.lost_replies, path=self.path)
+                               lost_replies=state.lost_replies, path=self.path,
+                               hang=state.hang)
 
     def _write(self, **changes: float | bool) -> None:
-        state = self._control.read()
-        merged = {"down": state.down, "latency": state.latency,
-                  "lost_replies": state.lost_replies, **changes}
-        self._control.write(ControlState(down=bool(merged["down"]),
-                                         latency=float(merged["latency"]),
-                                         lost_replies=float(merged["lost_replies"])))
+        # update() keeps the fields not changed (a hang survives set_faults).
+        self._control.update(**changes)

@@ -12,6 +12,18 @@ Every operation of every :class:`LocalTransport` on it then raises
 :class:`~gateway.errors.NamespaceUnavailable` (a receive that is waiting too, at
 its next poll, within 50 ms) until ``up()``.
 
+``LocalNamespace("primary").hang()`` is the gray failure: the namespace accepts and
+never answers. Every operation (send, receive, settle, partition reads and ids,
+probe) then waits, without failing, until ``unhang()`` or ``up()`` (it proceeds
+within 50 ms of that) or until the namespace goes down (``NamespaceUnavailable``).
+The wait is cancellable: a caller's deadline or cancel scope abandons it at once.
+An operation waits before it touches the namespace file, so an abandoned one never
+happens: a send abandoned while the namespace hangs never lands, a receive locks
+nothing. One already under way when the hang begins (its SQLite transaction takes
+well under a millisecond) completes and answers. A receive waiting for messages is
+held while the namespace hangs, past its ``max_wait``: a hung namespace does not
+answer "no messages".
+
 Settling (complete / abandon / dead-letter) a delivery whose lock expired, or that
 was settled already, raises :class:`~gateway.errors.MessageRejected` ("lock lost"):
 like Service Bus's ``MessageLockLostError`` it is permanent for that delivery
@@ -76,7 +88,9 @@ class LocalTransport(Transport):
 
     SQLite work runs in a worker thread, one call at a time per transport, so a
     namespace file locked by another process never blocks the event loop. Use a
-    transport from one event loop (its thread limiter belongs to that loop).
+    transport from one event loop (its thread limiter belongs to that loop). While
+    the namespace hangs, every operation waits, cancellable, without holding that
+    thread.
 
     Args:
         name: the namespace's name.
@@ -154,6 +168,16 @@ class LocalTransport(Transport):
         if state.latency > 0:
             await anyio.sleep(state.latency)
             state = self._check()
+        if state.hang:
+            state = await self._unhung()
+        return state
+
+    async def _unhung(self) -> ControlState:
+        """Wait (cancellable) while the namespace hangs; raise if it goes down meanwhile."""
+        pause = _FIRST_PAUSE
+        while (state := self._check()).hang:
+            await anyio.sleep(pause)
+            pause = min(pause * 1.5, _MAX_PAUSE)
         return state
 
     async def _poll(self, max_wait: float, attempt: Callable[[], list[T]]) -> list[T]:
@@ -167,12 +191,18 @@ class LocalTransport(Transport):
             await anyio.sleep(min(pause, remaining))
             pause = min(pause * 1.5, _MAX_PAUSE)
             # An outage during the wait raises: it must never look like an idle queue.
-            self._check()
+            # A hang holds the wait, past max_wait, and the queue is looked at again
+            # once it is cleared.
+            if self._check().hang:
+                await self._unhung()
 
     # -- Transport --------------------------------------------------------------
 
     async def send(self, entity: str, messages: Sequence[Message]) -> None:
         """Send messages to a queue or a partitioned entity, all or none.
+
+        While the namespace hangs the send waits before storing anything (see the
+        module docstring): cancelled meanwhile, it never lands.
 
         Raises:
             NamespaceUnavailable: the namespace is down or its file is unusable.

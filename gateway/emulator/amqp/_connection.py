@@ -6,6 +6,10 @@ link's own task). Frames written during one turn of the event loop leave in one
 system call. A malformed frame or a protocol violation closes this connection only,
 with the AMQP error condition that describes it; the peer's idle timeout is honoured
 with empty frames.
+
+While its namespace hangs a connection is *stalled*: it keeps reading (so that a
+peer that gives up is noticed) but handles nothing it reads and sends nothing, not
+even heartbeats; the namespace closes it when the hang ends.
 """
 
 from __future__ import annotations
@@ -77,7 +81,21 @@ class Connection:
         self._last_sent = time.monotonic()
         self._out: list[bytes] = []
         self._heartbeat: asyncio.Task[None] | None = None
+        self._stalled = False
         self.closed = asyncio.Event()
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the connection was open while its namespace hung (it answers nothing)."""
+        return self._stalled
+
+    def stall(self) -> None:
+        """The namespace hangs: handle nothing more, send nothing more (until :meth:`close`)."""
+        self._stalled = True
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is closed and its sessions have ended."""
+        await self.closed.wait()
 
     # -- writing ----------------------------------------------------------------
 
@@ -98,7 +116,8 @@ class Connection:
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        if out and not self._writer.is_closing():
+        # A stalled connection's frames are dropped: a hung namespace answers nothing.
+        if out and not self._writer.is_closing() and not self._stalled:
             self._last_sent = time.monotonic()
             self._writer.write(out[0] if len(out) == 1 else b"".join(out))
 
@@ -125,6 +144,11 @@ class Connection:
                 data = await self._reader.read(1 << 16)
                 if not data:
                     break
+                # A hang that began or ended takes effect before these bytes are handled
+                # (one os.stat of the control file); a stalled connection drops them.
+                self.namespace.refresh()
+                if self._stalled:
+                    continue
                 # A protocol header is fed on its own: the reader drops what it parsed
                 # in a call that fails, and a bad frame right after the header must
                 # still be answered as a connection that sent its header.
@@ -161,6 +185,10 @@ class Connection:
         """Send Close (with an error when ``condition`` is given) and drop the socket."""
         if self._state == "closed":
             return
+        if self._stalled:
+            # The Close below is the one frame a stalled connection sends.
+            self._out.clear()
+            self._stalled = False
         if self._state in ("open", "opened"):
             error = None if condition is None else Error(condition=Symbol(condition),
                                                          description=description)

@@ -36,7 +36,7 @@ from gateway.emulator.amqp._message import (
     split_batch,
 )
 from gateway.emulator.amqp._servicebus import QueueWriter
-from gateway.emulator.amqp._wait import wait_first
+from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import LEASE, EntityKind
 from gateway.transports.base import EventPosition, PartitionEvent
 from replication import GatewayError, Message, MessageRejected, OwnershipLost
@@ -172,6 +172,8 @@ class PartitionReader(Terminus):
     async def _deliver(self, link: OutgoingLink) -> None:
         ns = self.namespace
         while link.state != "detached":
+            if await stalled(ns, link.session.connection):
+                return
             if not link.can_send():
                 link.drained()
                 self._wake.clear()

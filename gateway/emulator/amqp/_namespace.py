@@ -14,12 +14,26 @@ The namespace watches its control file: while it says ``down`` the listener is
 closed (clients get "connection refused") and every connection is closed with
 ``amqp:connection:forced``; ``latency`` delays every reply; ``lost_replies`` drops
 the disposition of that share of stored sends.
+
+``hang`` is a frozen front end: connections are still accepted (TCP), but no frame
+is sent on any connection, old or new (no protocol header, open, attach, flow,
+disposition, delivery, management or ``$cbs`` reply, no heartbeat), and nothing a
+client sends is handled, so a send made while the namespace hangs is never stored
+(one whose transfer was handled just before may be stored, its disposition never
+sent: its outcome is unknown, as on the service). Readers take no message from the
+queue. When the hang is cleared, every connection that was open during it is closed
+with ``amqp:connection:forced`` (a front end that came back has lost its
+connections), and clients reconnect at their next operation; resuming them instead
+would hand the SDKs replies to operations they gave up on. The hang takes effect on
+a connection when it next reads (the control file is looked at then, at most once a
+millisecond), and everywhere within the control file's poll interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -40,6 +54,8 @@ T = TypeVar("T")
 _LOG = logging.getLogger("gateway.emulator")
 #: How often the control file and the namespace file are looked at (seconds).
 _CONTROL_POLL, _FILE_POLL = 0.1, 0.02
+#: The least time between two looks at the control file by :meth:`Namespace.refresh`.
+_REFRESH = 0.001
 
 
 def _key(entity: str) -> str:
@@ -79,6 +95,7 @@ class Namespace:
         self._pending: list[tuple[str, str | None, Sequence[Message | Queued],
                                   Callable[[GatewayError | None], None]]] = []
         self._flushing = False
+        self._looked = 0.0  # when refresh() last read the control file (monotonic)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -155,6 +172,8 @@ class Namespace:
             writer.close()
             return
         conn = Connection(self, reader, writer)
+        if self.refresh().hang:
+            conn.stall()  # accepted, and never answered
         self._connections.add(conn)
         try:
             await conn.serve()
@@ -167,6 +186,7 @@ class Namespace:
         while True:
             await asyncio.sleep(_CONTROL_POLL)
             state = self.control.read()
+            self._hang(state.hang)
             if state.down and not self.state.down:
                 _LOG.info("namespace %s is down", self.name)
                 self.state = state
@@ -178,9 +198,39 @@ class Namespace:
                 with contextlib.suppress(ConfigError):  # retried at the next poll
                     await self._listen()
                 if self._server is None:
-                    self.state = ControlState(down=True)
+                    self.state = dataclasses.replace(state, down=True)
             else:
                 self.state = state
+
+    def refresh(self) -> ControlState:
+        """The state, with a hang that began or ended since the last look applied now.
+
+        One ``os.stat`` of the control file (it is parsed again only when it changed),
+        at most once a millisecond: a stat costs several microseconds, and connections
+        call this for every chunk they read.
+        """
+        now = time.monotonic()
+        if now - self._looked >= _REFRESH:
+            self._looked = now
+            self._hang(self.control.read().hang)
+        return self.state
+
+    def _hang(self, hang: bool) -> None:
+        if hang == self.state.hang:
+            return
+        self.state = dataclasses.replace(self.state, hang=hang)
+        if hang:
+            _LOG.info("namespace %s hangs: connections are accepted, nothing is answered",
+                      self.name)
+            for conn in self._connections:
+                conn.stall()
+            return
+        stalled = [conn for conn in self._connections if conn.stalled]
+        _LOG.info("namespace %s no longer hangs: closing the %d connections it stalled",
+                  self.name, len(stalled))
+        for conn in stalled:
+            conn.close("amqp:connection:forced",
+                       f"namespace {self.name} was hung: reconnect")
 
     async def delay(self) -> None:
         """Wait out the injected latency, if any."""

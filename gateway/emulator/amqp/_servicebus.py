@@ -35,7 +35,7 @@ from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
 from gateway.emulator.amqp._servicebus_management import LOCK_LOST, NOT_DEFERRED, manage_queue
-from gateway.emulator.amqp._wait import wait_first
+from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import GatewayError, Message
@@ -178,6 +178,8 @@ class QueueReader(Terminus):
         ns = self.namespace
         conn = link.session.connection
         while link.state != "detached":
+            if await stalled(ns, conn):
+                return
             if not link.can_send():
                 link.drained()
                 self._wake.clear()

@@ -1,11 +1,14 @@
-"""Waiting in the delivery pumps of queue and event hub readers: until the first of several."""
+"""Waiting in the delivery pumps of queue and event hub readers: until the first of
+several, and while the namespace hangs."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-__all__ = ["wait_first"]
+from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace
+
+__all__ = ["stalled", "wait_first"]
 
 
 async def wait_first(waits: list[Any], timeout: float | None) -> None:
@@ -16,3 +19,17 @@ async def wait_first(waits: list[Any], timeout: float | None) -> None:
     finally:
         for t in tasks:
             t.cancel()
+
+
+async def stalled(namespace: NodeNamespace, connection: NodeConnection) -> bool:
+    """Whether the namespace hangs: then wait until the stalled connection is closed.
+
+    A hung namespace delivers nothing, so a reader takes no message meanwhile (one
+    taken would stay locked, or be lost in receive-and-delete mode); the namespace
+    closes the connection when the hang ends.
+    """
+    namespace.refresh()
+    if not connection.stalled:
+        return False
+    await connection.wait_closed()
+    return True

@@ -153,3 +153,33 @@ async def test_a_hung_namespace_answers_nothing_until_unhung(faulty: FaultyTrans
         faulty.unhang()
     assert not faulty.hung
     assert [r.body for r in await faulty.receive("orders", max_messages=5)] == [b"late"]
+
+
+async def test_a_hang_holds_every_operation_and_an_abandoned_send_never_lands(
+        faulty: FaultyTransport, tmp_path: Path) -> None:
+    # Given a hung namespace with a partitioned entity and a locked message
+    LocalNamespace("primary", data_dir=tmp_path).create_partitioned("hub", partitions=2)
+    await faulty.send("orders", [Message(b"locked")])
+    [locked] = await faulty.receive("orders")
+    faulty.hang()
+    ops = [
+        lambda: faulty.send("orders", [Message(b"abandoned")]),
+        lambda: faulty.receive("orders", max_wait=0.01),
+        lambda: faulty.complete(locked),
+        lambda: faulty.get_partition_ids("hub"),
+        lambda: faulty.read_partition("hub", "0", position=EventPosition.earliest()),
+        lambda: faulty.probe(),
+    ]
+    # Then each operation waits until a caller's deadline abandons it
+    for op in ops:
+        with anyio.move_on_after(0.05) as scope:
+            await op()
+        assert scope.cancelled_caught
+    # And the flag is read-only: only unhang() clears it
+    with pytest.raises(AttributeError):
+        faulty.hung = False  # type: ignore[misc]
+    faulty.unhang()
+    faulty.unhang()  # twice is harmless
+    # Then nothing abandoned happened: the message is still locked, no send landed
+    assert await faulty.receive("orders", max_messages=5) == []
+    await faulty.complete(locked)
