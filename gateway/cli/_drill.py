@@ -17,6 +17,7 @@ from rich.progress import (
 
 from gateway.cli._common import err, out, print_table, run
 from gateway.drill import (
+    HUNG_SEND_LIMIT,
     TRANSPORTS,
     DrillReport,
     RelayDrillReport,
@@ -49,8 +50,16 @@ def show_report(report: DrillReport) -> None:
         ("role swaps", report.role_swaps),
         ("replay time", _seconds(report.replay_seconds)),
         ("elapsed", _seconds(report.elapsed_seconds)),
-        ("result", "PASS" if report.passed else "FAIL (lost or duplicates delivered)"),
+        ("result", "PASS" if report.passed else "FAIL (lost or duplicates delivered)"
+         if report.lost or report.duplicates_delivered else
+         f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
     ]
+    if report.hung_send_seconds:
+        rows[-1:-1] = [
+            ("sends while hung", len(report.hung_send_seconds)),
+            ("first send after hang", _seconds(report.hung_send_seconds[0])),
+            ("sends while hung p99", _seconds(report.hung_send_p99)),
+        ]
     print_table("geogateway failover drill", ("", "value"), rows)
 
 

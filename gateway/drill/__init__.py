@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from gateway.drill._common import RelayScenario, Scenario
 from gateway.drill._relay import RelayDrillReport, run_relay_drill
-from gateway.drill._report import DrillReport
+from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
 from gateway.drill._runner import TRANSPORTS, run_drill
 
-__all__ = ["TRANSPORTS", "DrillReport", "RelayDrillReport", "RelayScenario", "Scenario",
-           "run_drill", "run_relay_drill"]
+__all__ = ["HUNG_SEND_LIMIT", "TRANSPORTS", "DrillReport", "RelayDrillReport", "RelayScenario",
+           "Scenario", "run_drill", "run_relay_drill"]

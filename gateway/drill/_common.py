@@ -30,6 +30,7 @@ class Scenario(enum.Enum):
     BOTH_DOWN = "both-down"  # primary down at 30%, secondary at 35%, both up at 60%
     FLAPPING = "flapping"  # primary down and up every 10% from 20% to 80%
     LOST_REPLIES = "lost-replies"  # 30% of primary's sends land but time out, 30% to 60%
+    HANG = "hang"  # primary accepts and never answers from 30% to 60% (a frozen front end)
     # Receiver processes on a partitioned entity (gateway.drill._consumers):
     CONSUMER_CRASH = "consumer-crash"  # 3 workers; one SIGKILLed at 40% delivered
     CONSUMER_SCALE = "consumer-scale"  # 2 workers; a 3rd joins at 30%, one leaves at 60%

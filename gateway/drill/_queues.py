@@ -1,6 +1,6 @@
 """The queue drills: a sender and a de-duplicating receiver while namespaces fail.
 
-``primary-outage``, ``both-down``, ``flapping`` and ``lost-replies`` (see
+``primary-outage``, ``both-down``, ``flapping``, ``lost-replies`` and ``hang`` (see
 :func:`gateway.drill.run_drill`). Each scenario is a script of faults injected by the
 fraction of the messages sent, through the namespaces' control files (the ones
 ``geogateway namespace down`` writes), so that the same script drives the embedded
@@ -51,6 +51,7 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
         (0.5, "up", PRIMARY), (0.6, "down", PRIMARY), (0.7, "up", PRIMARY),
     ],
     Scenario.LOST_REPLIES: [(0.3, "lose", PRIMARY), (0.6, "heal", PRIMARY)],
+    Scenario.HANG: [(0.3, "hang", PRIMARY), (0.6, "unhang", PRIMARY)],
 }
 
 
@@ -91,6 +92,9 @@ class _Drill:
         self.delivered: Counter[str] = Counter()
         self.sent_ids: list[str] = []
         self.failover_seconds: list[float] = []
+        #: How long each send started while a namespace hung took (the hang scenario).
+        self.hung_send_seconds: list[float] = []
+        self._hung: set[str] = set()
         # The fault whose failover is not timed yet: (namespace, since when), since
         # None for lost replies (then the send that moves away is timed by itself).
         self._fault: tuple[str, float | None] | None = None
@@ -123,6 +127,7 @@ class _Drill:
             duplicates_suppressed=suppressed, buffered=self.counters.buffered,
             replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
             failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
+            hung_send_seconds=self.hung_send_seconds,
             elapsed_seconds=round(time.monotonic() - started, 3), transport=self.transport,
         )
 
@@ -187,8 +192,10 @@ class _Drill:
                 Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
                 for i in range(sent, min(sent + self.batch_size, self.total))
             ]
-            started = time.monotonic()
+            started, hung = time.monotonic(), bool(self._hung)
             result = await sender.send_batch(batch)
+            if hung:
+                self.hung_send_seconds.append(round(time.monotonic() - started, 4))
             self._note_failover(result.namespaces, started)
             self.sent_ids.extend(m.message_id for m in batch)
             sent += len(batch)
@@ -219,6 +226,15 @@ class _Drill:
             namespace.up()
             self._down.discard(ns)
             self._up_at = time.monotonic()
+        elif action == "hang":
+            namespace.hang()
+            self._hung.add(ns)
+            if self._fault is None:
+                self._fault = (ns, time.monotonic())
+        elif action == "unhang":
+            namespace.unhang()
+            self._hung.discard(ns)
+            self._up_at = time.monotonic()
         elif action == "lose":
             namespace.set_faults(lost_replies=0.3)
             if self._fault is None:
@@ -243,8 +259,9 @@ class _Drill:
 
     async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:
         for namespace in self.namespaces.values():
-            namespace.up()
+            namespace.up()  # also ends a hang
             namespace.set_faults(latency=0.0, lost_replies=0.0)
+        self._hung.clear()
         deadline = time.monotonic() + timeout
         drained = False
         self.progress("replaying", 0, 1)

@@ -9,6 +9,10 @@ send (the moment a reply goes missing is not observable before it). ``role_swaps
 counts something else: the times the sender changed its active namespace (its
 ``on_failover`` hook), which active mode never does and passive mode does once per
 outage of the active namespace only.
+
+``hung_send_seconds`` (the ``hang`` scenario) holds how long each send started while a
+namespace hung took: a hung namespace must fail over as fast as a dead one, so the
+drill passes only when their p99 is within :data:`HUNG_SEND_LIMIT` seconds.
 """
 
 from __future__ import annotations
@@ -20,12 +24,17 @@ from typing import Any
 
 from gateway.geo import GatewayHooks
 
-__all__ = ["DrillCounters", "DrillReport"]
+__all__ = ["HUNG_SEND_LIMIT", "DrillCounters", "DrillReport"]
+
+#: The longest the sends made while a namespace hangs may take, at p99.
+HUNG_SEND_LIMIT = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class DrillReport:
-    """The outcome of one drill. ``passed`` is lost == 0 and duplicates_delivered == 0.
+    """The outcome of one drill. ``passed`` is lost == 0 and duplicates_delivered == 0,
+    and, when sends were made while a namespace hung, their p99 within
+    :data:`HUNG_SEND_LIMIT` seconds.
 
     ``failovers`` is ``len(failover_seconds)`` (see the module docstring for what
     counts as one); ``role_swaps`` counts the sender's ``on_failover`` hook calls.
@@ -48,10 +57,17 @@ class DrillReport:
     elapsed_seconds: float = 0.0
     transport: str = "local"
     state_dir: str | None = None
+    hung_send_seconds: list[float] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return self.lost == 0 and self.duplicates_delivered == 0
+        hung = self.hung_send_p99
+        return (self.lost == 0 and self.duplicates_delivered == 0
+                and (hung is None or hung <= HUNG_SEND_LIMIT))
+
+    @property
+    def hung_send_p99(self) -> float | None:
+        return _percentile(self.hung_send_seconds, 0.99)
 
     @property
     def failovers(self) -> int:
@@ -66,6 +82,9 @@ class DrillReport:
         data["passed"] = self.passed
         data["failovers"] = self.failovers
         data["failover_p99_seconds"] = self.failover_p99
+        data["hung_send_p99_seconds"] = self.hung_send_p99
+        data["first_hung_send_seconds"] = (self.hung_send_seconds[0]
+                                           if self.hung_send_seconds else None)
         return data
 
 
