@@ -3,6 +3,7 @@
 A SQLite file in WAL mode, FIFO per destination, shared safely by threads (with
 group commit) and by processes; a ``Replayer`` drains one destination at a time
 under a lease, at-least-once, dead-lettering what a namespace rejects for good.
+``salvage`` copies what can still be read of a damaged file.
 No azure import, no gateway import.
 """
 
@@ -12,9 +13,13 @@ from durable_queue._records import (
     DestinationStats,
     QueueStats,
     ReplayResult,
+    SalvagedDestination,
+    SalvageReport,
     StoredMessage,
+    UnreadableRows,
 )
 from durable_queue._replayer import Replayer
+from durable_queue._salvage import salvage
 from durable_queue._sqlite import open_private_store
 from durable_queue._sqlite_tx import busy_retrying, is_busy, transaction
 
@@ -25,9 +30,13 @@ __all__ = [
     "QueueStats",
     "ReplayResult",
     "Replayer",
+    "SalvageReport",
+    "SalvagedDestination",
     "StoredMessage",
+    "UnreadableRows",
     "busy_retrying",
     "is_busy",
     "open_private_store",
+    "salvage",
     "transaction",
 ]

@@ -16,7 +16,7 @@ import sqlite_utils
 
 from durable_queue._bindings import binding
 from durable_queue._records import DestinationStats, QueueStats
-from durable_queue._sqlite import _quick_check, file_bytes
+from durable_queue._sqlite import file_bytes, quick_check
 
 __all__ = ["Inspected", "check", "export", "stats"]
 
@@ -97,7 +97,7 @@ def stats(conn: sqlite3.Connection, queue: Inspected) -> QueueStats:
 def check(conn: sqlite3.Connection) -> None:
     """Read every page of the file (``PRAGMA quick_check``); raise ``sqlite3.DatabaseError``
     on damage. It costs a read of the whole file, which an inspection can afford."""
-    _quick_check(conn)
+    quick_check(conn)
 
 
 def _body_fields(body: bytes) -> dict[str, str]:

@@ -42,6 +42,7 @@ __all__ = [
     "file_bytes",
     "open_connection",
     "open_private_store",
+    "quick_check",
     "secure_files",
 ]
 
@@ -203,7 +204,7 @@ def open_private_store(
     """
     if read_only or _has_pages(path):
         checked = _connect_read_only(path, kind=kind, busy_timeout=busy_timeout)
-        _prepare(checked, _quick_check, path=path, kind=kind, retrying=retrying,
+        _prepare(checked, quick_check, path=path, kind=kind, retrying=retrying,
                  corrupt=corrupt)
         if read_only:
             _prepare(checked, setup, path=path, kind=kind, retrying=retrying, corrupt=corrupt)
@@ -235,7 +236,7 @@ def _connect_read_only(path: str, *, kind: str, busy_timeout: float) -> sqlite3.
         raise ConfigError(f"cannot open {kind} {path}: {exc}") from exc
 
 
-def _quick_check(conn: sqlite3.Connection) -> None:
+def quick_check(conn: sqlite3.Connection) -> None:
     rows = conn.execute("PRAGMA quick_check(3)").fetchall()
     found = [line.strip() for (text,) in rows for line in str(text).splitlines()]
     problems = [line for line in found if line and not line.startswith("***")]

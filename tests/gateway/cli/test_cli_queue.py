@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -127,6 +128,60 @@ def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -
     code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
     assert code == 1
     assert err.startswith("error: ") and err.count("\n") == 1, repr(err)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_salvage_copies_what_can_be_read_and_the_copy_replays(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    # Given a queue file of 300 messages whose middle page is damaged
+    queue, new = dirs["tmp"] / "buffer.db", dirs["tmp"] / "salvaged.db"
+    damaged_queue(queue, "*/orders")
+    before = sha256(queue)
+    # When it is salvaged
+    code, out, err = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--json")
+    # Then it exits 3 (some rows could not be read), reports them, and says what next
+    assert code == 3, err
+    report = json.loads(out)
+    assert report["complete"] is False and report["messages"] + report["unreadable"][0][
+        "count"] == 300
+    [gap] = report["unreadable"]
+    assert gap["table"] == "messages" and gap["destinations"] == ["*/orders"]
+    assert err.startswith("warning: ") and err.count("\n") == 1
+    assert f"{gap['count']} rows could not be read" in err
+    assert f"geogateway queue replay -q {new}" in err
+    # And the damaged file was only read
+    assert sha256(queue) == before
+    # And the new file replays what it holds, in order
+    run("namespace", "up", "primary")
+    assert ok_json(run("queue", "replay", "-q", str(new), "--json"))[0]["replayed"] == \
+        report["messages"]
+    # And the table form names the gap
+    code, out, _ = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--force")
+    assert code == 3 and f"messages ids {gap['first_id']} to {gap['last_id']}" in out
+
+
+def test_salvage_never_overwrites_without_force(run: Run, dirs: dict[str, Path]) -> None:
+    # Given buffered messages and an output file that exists
+    queue, new = dirs["tmp"] / "buffer.db", dirs["tmp"] / "salvaged.db"
+    buffer_three(run, queue)
+    new.write_text("keep me")
+    # When it is salvaged there / Then one line says what to do, and it is untouched
+    expect_one_line_error(run("queue", "salvage", "-q", str(queue), "-o", str(new)), 1,
+                          f"{new} exists", "--force")
+    assert new.read_text() == "keep me"
+    # And the queue file itself is refused as the output, even with --force
+    expect_one_line_error(
+        run("queue", "salvage", "-q", str(queue), "-o", str(queue), "--force"), 1,
+        "is the queue file being salvaged")
+    # And with --force a sound file is copied whole: exit 0
+    code, out, _ = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--force")
+    assert code == 0 and "copied 3 messages" in out
+    assert ok_json(run("queue", "stats", "-q", str(new), "--json"))["count"] == 3
+    assert new.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(("where", "words"), [
