@@ -2,8 +2,8 @@
 
 A SQLite file in WAL mode, FIFO per destination, shared safely by threads (with
 group commit) and by processes; a ``Replayer`` drains one destination at a time
-under a lease, at-least-once, dead-lettering what a namespace rejects for good.
-``salvage`` copies what can still be read of a damaged file.
+under a lease, at-least-once, dead-lettering what a namespace rejects for good. A
+damaged file is never written to; ``salvage`` copies what can still be read of one.
 No azure import, no gateway import.
 """
 

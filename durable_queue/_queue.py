@@ -28,6 +28,11 @@ class DurableQueue:
     instance (concurrent puts share commits) and several processes may share one
     file. Only one ``Replayer`` drains a destination at a time.
 
+    A damaged file is never written to: the first write of a handle other than a put
+    (an ack, a lease, ...) reads the whole file first (``check``), and once damage is
+    found every write raises ``QueueCorrupt`` and leaves the file as it is; copy what
+    can be read with ``salvage``.
+
     Args:
         path: the queue file; created (mode 0600) with its schema when missing.
         max_messages: cap on waiting messages (``None``: no cap).
@@ -83,6 +88,7 @@ class DurableQueue:
 
         Raises:
             QueueFull: the message would exceed ``max_messages`` or ``max_bytes``.
+            QueueCorrupt: this handle found the file damaged; nothing was written.
             DurableQueueError: the file cannot be written (closed, disk, locked too long).
 
         Returns:
@@ -103,6 +109,7 @@ class DurableQueue:
 
         Raises:
             QueueFull: they would not all fit; none was stored.
+            QueueCorrupt: this handle found the file damaged; nothing was written.
             DurableQueueError: the file cannot be written.
 
         Returns:
@@ -168,6 +175,7 @@ class DurableQueue:
                 event loop passes ``False`` and calls ``maybe_shrink`` in a thread.
 
         Raises:
+            QueueCorrupt: the file is damaged; nothing was removed.
             DurableQueueError: the file cannot be written.
         """
         ids = _checks.ids(items)
@@ -314,17 +322,24 @@ class DurableQueue:
         """A snapshot of the queue: per destination, totals, dead letters, file size."""
         return self._store.read(lambda c: _inspect.stats(c, self))
 
-    def check(self) -> None:
+    def check(self, *, max_age: float | None = None) -> None:
         """Read the whole file and verify its structure; nothing is changed.
 
         ``peek`` and ``dead_letters`` read only the pages of the rows they return, so a
         page damaged further in goes unnoticed by them; inspections call this first.
-        It reads the whole file (about a second per GiB from the page cache).
+        It reads the whole file (about 0.7 s per GiB from the page cache). Writes
+        other than puts run it once per handle before the first one, and each drain
+        of a ``Replayer`` before it sends: a damaged file is never written to.
+
+        Args:
+            max_age: skip the read when this handle found the file sound less than
+                this many seconds ago (``None``: always read it).
 
         Raises:
-            QueueCorrupt: a page of the file is damaged.
+            QueueCorrupt: a page of the file is damaged; from then on this handle
+                refuses every write (puts included) with ``QueueCorrupt``.
         """
-        self._store.read(_inspect.check)
+        self._store.verify(max_age=max_age)
 
     def export(
         self,

@@ -319,7 +319,10 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> bool:
     if app_id == 0 and tables == 0:
         return True
     if app_id != APPLICATION_ID:
-        raise QueueCorrupt(corrupt_message(path, "not a geogateway queue file"))
+        raise QueueCorrupt(
+            f"{path} is not a geogateway queue file (another program's SQLite database); "
+            f"it was not modified: check the path"
+        )
     if version != SCHEMA_VERSION:
         raise DurableQueueError(
             f"queue file {path} has schema version {version}; this geogateway "

@@ -17,6 +17,7 @@ __all__ = [
     "busy_retrying",
     "corrupt_message",
     "is_busy",
+    "is_corrupt",
     "mapped_errors",
     "transaction",
     "translate",
@@ -28,12 +29,21 @@ _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
 
 
-def corrupt_message(path: Path, detail: str) -> str:
-    """The one-line ``QueueCorrupt`` text: what is wrong and what to do."""
+def corrupt_message(path: Path, detail: str, *, modified: bool = False) -> str:
+    """The one-line ``QueueCorrupt`` text: what is wrong, what was done, what to do.
+
+    Args:
+        modified: this handle wrote to the file before the damage was found (it
+            removed delivered messages, say); else the file was not modified.
+    """
+    done = (
+        "nothing was written to it once the damage was found" if modified
+        else "it was not modified"
+    )
     return (
-        f"queue file {path} is corrupt ({detail}); it was left untouched: move it aside "
-        f"to start with an empty queue, and salvage its messages from a copy with "
-        f"`sqlite3 COPY \".recover\" | sqlite3 RECOVERED.db`"
+        f"queue file {path} is corrupt ({detail}); {done}: copy the messages that can "
+        f"still be read into a new queue file with `geogateway queue salvage -q {path} "
+        f"-o NEW`, replay NEW, and move {path} aside"
     )
 
 
@@ -54,7 +64,8 @@ def is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _is_corrupt(exc: sqlite3.Error) -> bool:
+def is_corrupt(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's "database disk image is malformed" (or not a database)."""
     code = _code(exc)
     if code is not None:
         return code in _CORRUPT_CODES
@@ -62,10 +73,14 @@ def _is_corrupt(exc: sqlite3.Error) -> bool:
     return "malformed" in text or "not a database" in text
 
 
-def translate(exc: sqlite3.Error, path: Path) -> DurableQueueError:
-    """Map a sqlite3 error onto the project's error tree."""
-    if _is_corrupt(exc):
-        return QueueCorrupt(corrupt_message(path, str(exc)))
+def translate(exc: sqlite3.Error, path: Path, *, modified: bool = False) -> DurableQueueError:
+    """Map a sqlite3 error onto the project's error tree.
+
+    Args:
+        modified: for a damaged file, whether this handle wrote to it before.
+    """
+    if is_corrupt(exc):
+        return QueueCorrupt(corrupt_message(path, str(exc), modified=modified))
     if is_busy(exc):
         return DurableQueueError(
             f"queue file {path} stayed locked by another process past the busy timeout; "

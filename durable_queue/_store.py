@@ -11,9 +11,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_queue import _shrink
-from durable_queue._sqlite import open_connection
-from durable_queue._sqlite_tx import busy_retrying, is_busy, transaction, translate
-from replication import DurableQueueError, Message, QueueFull
+from durable_queue._sqlite import open_connection, quick_check
+from durable_queue._sqlite_tx import (
+    busy_retrying,
+    corrupt_message,
+    is_busy,
+    is_corrupt,
+    transaction,
+    translate,
+)
+from replication import DurableQueueError, Message, QueueCorrupt, QueueFull
 
 __all__ = ["Row", "Store"]
 
@@ -57,6 +64,11 @@ class Store:
     ``write`` runs a function in a ``BEGIN IMMEDIATE`` transaction and ``read``
     outside one; both retry on SQLITE_BUSY and map sqlite3 errors onto the
     project's tree. ``insert`` assigns ids and enforces the caps.
+
+    A damaged file is never written to: the first write other than a put reads the
+    whole file first (``verify``), and once damage was found (by that check or by
+    any read) every write, puts included, raises ``QueueCorrupt`` without touching
+    the file. Puts only append, so they skip the check.
     """
 
     def __init__(
@@ -81,11 +93,28 @@ class Store:
         self.commits = 0
         # The state as of our last put; see _put_alone for why it may be reused.
         self._state: _State | None = None
+        #: Whether this handle changed the file (for an honest QueueCorrupt text).
+        self.modified = False
+        #: The damage found in the file, if any: from then on nothing is written.
+        self.damage: QueueCorrupt | None = None
+        #: When ``verify`` last read the whole file and found it sound (monotonic).
+        self.checked_at: float | None = None
 
     def live(self) -> sqlite3.Connection:
         if self._conn is None:
             raise DurableQueueError(f"queue {self.path} is closed")
         return self._conn
+
+    def _fail(self, exc: sqlite3.Error) -> DurableQueueError:
+        """The project's error for ``exc``; a damaged file is remembered as such."""
+        error = translate(exc, self.path, modified=self.modified)
+        if isinstance(error, QueueCorrupt) and self.damage is None:
+            self.damage = error
+        return error
+
+    def _refuse_if_damaged(self) -> None:
+        if self.damage is not None:
+            raise QueueCorrupt(str(self.damage)) from self.damage
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         # Retry on SQLITE_BUSY (rare: busy_timeout already waits) and map errors.
@@ -98,15 +127,56 @@ class Store:
             result: T = self._retrying(fn, *args)
             return result
         except sqlite3.Error as exc:
-            raise translate(exc, self.path) from exc
+            raise self._fail(exc) from exc
+
+    def verify(self, *, max_age: float | None = None) -> None:
+        """Read the whole file (``PRAGMA quick_check``); nothing is written.
+
+        Args:
+            max_age: skip it when this handle found the file sound less than this
+                many seconds ago.
+
+        Raises:
+            QueueCorrupt: the file is damaged (remembered: nothing is written after).
+        """
+        with self._lock:
+            self._refuse_if_damaged()
+            if (max_age is not None and self.checked_at is not None
+                    and time.monotonic() - self.checked_at < max_age):
+                return
+            conn = self.live()
+            try:
+                self._retrying(quick_check, conn)
+            except sqlite3.OperationalError as exc:
+                if not is_corrupt(exc):
+                    raise self._fail(exc) from exc
+                raise self._damaged(str(exc)) from exc
+            except sqlite3.DatabaseError as exc:  # what quick_check reports, or malformed
+                raise self._damaged(str(exc)) from exc
+            self.checked_at = time.monotonic()
+
+    def _damaged(self, detail: str) -> QueueCorrupt:
+        self.damage = QueueCorrupt(corrupt_message(self.path, detail, modified=self.modified))
+        return self.damage
 
     def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in one write transaction (BEGIN IMMEDIATE ... COMMIT)."""
+        """Run ``work`` in one write transaction (BEGIN IMMEDIATE ... COMMIT), after
+        ``verify`` the first time (nothing is written to a damaged file).
+
+        Raises:
+            QueueCorrupt: the file is damaged; it was not written to.
+        """
         with self._lock:
             conn = self.live()
+            self._refuse_if_damaged()
+            if self.checked_at is None:
+                self.verify()
             # Any write but a put may change the counters: drop the cached state.
             self._state = None
+            changes = conn.total_changes
             result: T = self._run(transaction, conn, work)
+            if conn.total_changes != changes:
+                self.modified = True
             return result
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -123,10 +193,13 @@ class Store:
         """
         with self._lock:
             conn = self.live()
+            if self.damage is not None:
+                self._refuse_if_damaged()
             if len(rows) == 1 and self._state is not None:
                 row_id = self._put_alone(conn, rows[0])
                 if row_id is not None:
                     self.commits += 1
+                    self.modified = True
                     return [row_id]
             try:
                 # _run inlined: every frame counts on a path that is ~130 µs in all.
@@ -138,11 +211,12 @@ class Store:
                     results = self._retrying(self._put_transaction, conn, rows, all_or_nothing)
             except sqlite3.Error as exc:
                 self._state = None
-                raise translate(exc, self.path) from exc
+                raise self._fail(exc) from exc
             except BaseException:
                 self._state = None
                 raise
             self.commits += 1
+            self.modified = True
             return results
 
     def commit_puts(self, rows: list[Row]) -> list[int | QueueFull]:
@@ -203,10 +277,10 @@ class Store:
             if is_busy(exc):
                 return None  # the transactional path waits and retries
             self._state = None
-            raise translate(exc, self.path) from exc
+            raise self._fail(exc) from exc
         except sqlite3.Error as exc:
             self._state = None
-            raise translate(exc, self.path) from exc
+            raise self._fail(exc) from exc
         if cursor.rowcount != 1:
             return None
         self._state = (row_id, total + size, removed, removed_bytes)
@@ -297,17 +371,23 @@ class Store:
             return False
         with self._lock:
             conn = self.live()
+            if self.damage is not None:
+                return False  # a damaged file is never written to
+            if self.checked_at is None:
+                self.verify()
 
             def empty() -> bool:
                 top, _total, removed, _bytes = conn.execute(_STATE).fetchone()
                 return bool(top == removed)
 
             try:
-                return _shrink.shrink(conn, empty=empty, force=force)
+                shrunk = _shrink.shrink(conn, empty=empty, force=force)
             except sqlite3.Error as exc:
                 if is_busy(exc):
                     return False
-                raise translate(exc, self.path) from exc
+                raise self._fail(exc) from exc
+            self.modified = self.modified or shrunk
+            return shrunk
 
     def close(self) -> None:
         with self._lock:
@@ -316,4 +396,4 @@ class Store:
                 try:
                     conn.close()
                 except sqlite3.Error as exc:
-                    raise translate(exc, self.path) from exc
+                    raise self._fail(exc) from exc

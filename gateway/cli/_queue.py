@@ -27,7 +27,7 @@ from gateway.cli._common import (
     warning_line,
 )
 from gateway.geo import GatewayConfig
-from replication import parse_destination
+from replication import QueueCorrupt, parse_destination
 
 
 def register(group: click.Group) -> None:
@@ -221,7 +221,8 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
     """Send buffered messages to their namespaces now, in order.
 
     Exits 3 when messages still wait (their namespaces are down), 1 on an error
-    (a damaged file; a file whose messages were buffered for other namespaces).
+    (a damaged file, left as it was: see `queue salvage`; a file whose messages
+    were buffered for other namespaces).
     """
     from gateway.cli._send import distinct
     from gateway.geo import AsyncGeoSender
@@ -236,6 +237,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
         primary_ns, secondary_ns = primary, secondary
         distinct(primary_ns, secondary_ns)
     results: list[dict[str, Any]] = []
+    sent: dict[str, int] = {}
 
     async def go() -> None:
         q = DurableQueue(path)
@@ -264,11 +266,15 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
         tasks: dict[str, TaskID] = {}
 
         def show(destination: str, replayed: int) -> None:
+            sent[destination] = replayed
             if destination not in tasks:
                 tasks[destination] = bar.add_task(destination, total=None)
             bar.update(tasks[destination], completed=replayed)
 
-        run(go())
+        try:
+            run(go())
+        except QueueCorrupt as exc:
+            fail(f"{_stopped(sum(sent.values()))}: {exc}")
     if as_json:
         print_json(results)
     else:
@@ -281,6 +287,15 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
         why = f"namespaces down: {', '.join(down)}" if down else "another replayer holds them"
         fail(f"not all replayed: messages still wait for {', '.join(waiting)} ({why}); "
              f"run again when they are back", code=3)
+
+
+def _stopped(sent: int) -> str:
+    """What a replay that found a damaged file had done: the first half of its error."""
+    if not sent:
+        return "replay stopped before sending anything"
+    return (f"replay stopped after sending {sent} messages (a later replay may send some "
+            f"of them again: delivery is at-least-once, receivers drop the copies by "
+            f"MessageId)")
 
 
 @queue.command(name="salvage")

@@ -119,15 +119,29 @@ def test_replay_of_a_destination_without_namespace_is_one_line(
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 1
 
 
-def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -> None:
-    # Given a damaged queue file, and stderr that is not a terminal (a script, a log)
+def test_replay_of_a_damaged_file_leaves_it_byte_for_byte_and_says_so(
+    dirs: dict[str, Path],
+) -> None:
+    # Given a damaged queue file (300 messages, a page in the middle overwritten), and
+    # stderr that is not a terminal (a script, a log)
     queue = dirs["tmp"] / "buffer.db"
     damaged_queue(queue, "*/orders")
-    # When it is replayed by the installed command / Then stderr is the one error line,
-    # with no blank line left by the progress display before it
+    before = sha256(queue)
+    assert run_process("send", "-e", "orders", "one", cwd=dirs["tmp"])[0] == 0
+    # When the installed command replays it
     code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
+    # Then it exits 1 with one error line (no blank line left by the progress display)
     assert code == 1
     assert err.startswith("error: ") and err.count("\n") == 1, repr(err)
+    # And the line says what happened and what to run
+    assert "replay stopped before sending anything" in err
+    assert f"queue file {queue} is corrupt" in err and "it was not modified" in err
+    assert f"`geogateway queue salvage -q {queue} -o NEW`" in err
+    # And it is true: the file is byte for byte what it was (300 rows, no lease), and
+    # nothing reached the namespaces (they hold the one message sent before)
+    assert sha256(queue) == before
+    status = ok_json(run_process("namespace", "status", "--json", cwd=dirs["tmp"]))
+    assert sum(e["active_count"] for ns in status for e in ns["entities"]) == 1
 
 
 def sha256(path: Path) -> str:
