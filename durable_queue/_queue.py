@@ -31,7 +31,9 @@ class DurableQueue:
     A damaged file is never written to: the first write of a handle other than a put
     (an ack, a lease, ...) reads the whole file first (``check``), and once damage is
     found every write raises ``QueueCorrupt`` and leaves the file as it is; copy what
-    can be read with ``salvage``.
+    can be read with ``salvage``. A put that would leave the disk with less than
+    512 KiB free (room for a replay to remove what it sent)
+    raises ``QueueFull``, as does a disk that filled up anyway.
 
     Args:
         path: the queue file; created (mode 0600) with its schema when missing.
@@ -87,9 +89,10 @@ class DurableQueue:
             message: the message.
 
         Raises:
-            QueueFull: the message would exceed ``max_messages`` or ``max_bytes``.
+            QueueFull: the message would exceed ``max_messages`` or ``max_bytes``, or
+                the disk is (nearly) full; the text names the free space needed.
             QueueCorrupt: this handle found the file damaged; nothing was written.
-            DurableQueueError: the file cannot be written (closed, disk, locked too long).
+            DurableQueueError: the file cannot be written (closed, locked too long).
 
         Returns:
             The message's row id (increasing, never reused).
@@ -108,7 +111,7 @@ class DurableQueue:
             messages: the messages, in order.
 
         Raises:
-            QueueFull: they would not all fit; none was stored.
+            QueueFull: they would not all fit (caps, or the disk); none was stored.
             QueueCorrupt: this handle found the file damaged; nothing was written.
             DurableQueueError: the file cannot be written.
 

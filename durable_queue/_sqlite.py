@@ -44,15 +44,38 @@ __all__ = [
     "open_private_store",
     "quick_check",
     "secure_files",
+    "tune_wal",
+    "wal_pages",
 ]
 
 # "GGDQ": marks a file as a geogateway durable queue (PRAGMA application_id).
 APPLICATION_ID = 0x47474451
 SCHEMA_VERSION = 1
 
-# A WAL larger than this is truncated back after a checkpoint, so repeated
-# fill-and-drain cycles do not leave a large -wal file behind.
-JOURNAL_SIZE_LIMIT = 4 << 20
+# The write-ahead log is checkpointed into the file once it holds a sixteenth of the
+# disk's free space in pages (at least WAL_MIN_PAGES, 128 KiB; at most SQLite's default
+# of 1000, 4 MB, reached with 64 MB free), and truncated back to about that when it
+# restarts (``tune_wal``). SQLite's fixed default made the -wal file up to 8 times what
+# a small queue buffers: 178 KiB fitted on a 2 MiB disk, 850 KiB with this. A fixed
+# small threshold would cost batched work half its speed on a disk with room (a
+# checkpoint after nearly every commit): see benchmarks/README.md.
+WAL_MIN_PAGES = 32
+WAL_MAX_PAGES = 1000
+
+
+def wal_pages(free: int | None, page_size: int) -> int:
+    """The checkpoint threshold, in pages, with ``free`` bytes free (``None``: plenty)."""
+    if free is None:
+        return WAL_MAX_PAGES
+    return max(WAL_MIN_PAGES, min(WAL_MAX_PAGES, free // 16 // page_size))
+
+
+def tune_wal(conn: sqlite3.Connection, pages: int) -> None:
+    """Checkpoint the WAL at ``pages`` pages, and truncate it back to about that."""
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+    conn.execute(f"PRAGMA journal_size_limit = {(pages + 16) * page_size}")
+
 
 _SCHEMA = (
     """
@@ -338,7 +361,7 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     if str(mode).lower() != "wal":
         raise DurableQueueError(f"queue file {path}: cannot switch to WAL mode (got {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+    tune_wal(conn, WAL_MIN_PAGES)  # the Store sizes it to the file from then on
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may be creating the schema too: check and create in
