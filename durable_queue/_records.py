@@ -128,6 +128,7 @@ class ReplayResult:
             An error reading the queue itself (``QueueCorrupt``) is raised, not
             stored here.
         seconds: how long the drain took.
+        reason: why messages still wait (``remaining > 0``), else ``""``.
     """
 
     replayed: int
@@ -135,6 +136,7 @@ class ReplayResult:
     remaining: int
     stopped_by: BaseException | None
     seconds: float
+    reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -216,12 +216,14 @@ class Replayer:
                 break
             if progress is not None:
                 progress(tally.replayed)
+        remaining = self.queue.count(self.destination)
         return ReplayResult(
             replayed=tally.replayed,
             dead_lettered=tally.dead_lettered,
-            remaining=self.queue.count(self.destination),
+            remaining=remaining,
             stopped_by=tally.stopped_by,
             seconds=time.perf_counter() - tally.started,
+            reason=_why_waiting(remaining, tally, max_messages),
         )
 
     def _settle(
@@ -292,7 +294,8 @@ class Replayer:
 
         Returns:
             What was done; ``stopped_by`` is set when a ``TransportError`` (or a
-            lost lease) stopped the drain early.
+            lost lease) stopped the drain early, and ``reason`` says why messages
+            still wait whenever some do.
         """
         # Checked before the lease is taken: taking it is a write.
         self.queue.check(max_age=RECHECK_SECONDS)
@@ -351,3 +354,13 @@ class Replayer:
         await anyio.to_thread.run_sync(self.queue.maybe_shrink)
         return result
 
+
+def _why_waiting(remaining: int, tally: _Tally, max_messages: int | None) -> str:
+    """Why ``remaining`` messages still wait after a drain ("" when none does)."""
+    if not remaining:
+        return ""
+    if tally.stopped_by is not None:
+        return f"stopped by {type(tally.stopped_by).__name__}: {tally.stopped_by}"
+    if max_messages is not None and tally.replayed + tally.dead_lettered >= max_messages:
+        return f"max_messages ({max_messages}) reached"
+    return "they were put while the drain was ending: drain again"

@@ -31,6 +31,7 @@ if _TYPE_CHECKING:
         GeoSender,
         NamespaceConfig,
         ReceiverStats,
+        ReplayReport,
         SendResult,
     )
     from gateway.stores import SqliteDedupStore
@@ -67,6 +68,7 @@ _LAZY = {
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
+    "ReplayReport": "gateway.geo",
     "ReplicationPolicy": "replication",
     "RetryPolicy": "replication",
     "SendResult": "gateway.geo",
@@ -104,6 +106,7 @@ __all__ = [
     "ReceiveMode",
     "ReceivedMessage",
     "ReceiverStats",
+    "ReplayReport",
     "ReplicationPolicy",
     "RetryPolicy",
     "SendResult",

@@ -252,10 +252,11 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
                     policy=config.policy if config else None,
                     state_dir=config.state_dir if config else None,
                 ) as sender:
-                    count = await sender.replay(progress=show)
-                    results.append({"entity": entity, "replayed": count,
+                    report = await sender.replay(progress=show)
+                    results.append({"entity": entity, "replayed": int(report),
                                     "remaining": sorted(sender.backlog),
-                                    "down": sorted(sender.down)})
+                                    "down": sorted(sender.down),
+                                    "why": dict(report.reasons)})
         finally:
             q.close()
 
@@ -283,8 +284,11 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str, seco
                      for r in results])
     waiting = [d for r in results for d in r["remaining"]]
     if waiting:
+        reasons = sorted({why for r in results for why in r["why"].values()})
         down = sorted({ns for r in results for ns in r["down"]})
-        why = f"namespaces down: {', '.join(down)}" if down else "another replayer holds them"
+        if down:
+            reasons.append(f"namespaces down: {', '.join(down)}")
+        why = "; ".join(reasons) or "another replayer holds them"
         fail(f"not all replayed: messages still wait for {', '.join(waiting)} ({why}); "
              f"run again when they are back", code=3)
 

@@ -69,8 +69,12 @@ def test_replay_while_both_namespaces_are_down_exits_3(run: Run, dirs: dict[str,
     # Then nothing was sent, the report says so, and the exit code is 3
     code, out, err = result
     assert code == 3, result
-    assert json.loads(out) == [{"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
-                                "down": ["primary", "secondary"]}]
+    [report] = json.loads(out)
+    assert report == {"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
+                      "down": ["primary", "secondary"], "why": report["why"]}
+    # And why they wait is said, in the JSON and on the one error line
+    assert "is down" in report["why"]["*/orders"]
+    assert report["why"]["*/orders"] in err
     assert "*/orders" in err and "primary" in err and "Traceback" not in err
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
 
