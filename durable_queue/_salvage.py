@@ -13,6 +13,7 @@ the new file yet).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import uuid
@@ -173,9 +174,10 @@ def _write(
         # Created here, exclusively and 0600; open_connection gives it the schema.
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
+        why = (f"the directory {dst.absolute().parent} does not exist; create it or"
+               if exc.errno == errno.ENOENT else f"{exc.strerror};")
         raise ConfigError(
-            f"cannot create {dst}: {exc.strerror}; choose another -o in a directory "
-            f"you can write"
+            f"cannot create {dst}: {why} choose another -o in a directory you can write"
         ) from exc
     try:
         conn = open_connection(tmp, synchronous="FULL", busy_timeout=5.0)

@@ -97,6 +97,8 @@ class Recovery:
         self._hooks = hooks
         # Made on first use, on the event loop the sender runs on.
         self._lock: asyncio.Lock | None = None
+        # The last error reading which destinations hold messages, logged once.
+        self._refresh_error: str | None = None
 
     async def round(
         self, progress: Callable[[str, int], None] | None = None, *, raise_errors: bool = False
@@ -116,7 +118,14 @@ class Recovery:
         async with self._lock:
             # Messages another process put in the file after this sender started
             # would otherwise be missed (replay() returned 0 while they waited).
-            await buffer.refresh()
+            try:
+                await buffer.refresh()
+            except DurableQueueError as exc:
+                if raise_errors:
+                    raise
+                self._refresh_failed(exc)
+            else:
+                self._refresh_error = None
             await pair.probe_down()
             replayed = 0
             pending = sorted(buffer.pending)
@@ -146,6 +155,12 @@ class Recovery:
             return ReplayReport(replayed, waiting=waiting, reasons={
                 d: reasons.get(d) or "more messages were buffered for it while it was "
                 "replayed: replay again" for d in waiting})
+
+    def _refresh_failed(self, error: DurableQueueError) -> None:
+        # Each background round would meet it again: one line, until it changes.
+        if str(error) != self._refresh_error:
+            self._refresh_error = str(error)
+            logger.error("cannot read which destinations hold messages: %s", error)
 
     def _why_not_ready(self, dest: str) -> str:
         namespace, _ = parse_destination(dest)

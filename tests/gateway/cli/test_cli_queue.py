@@ -195,6 +195,10 @@ def test_salvage_never_overwrites_without_force(run: Run, dirs: dict[str, Path])
     expect_one_line_error(
         run("queue", "salvage", "-q", str(queue), "-o", str(queue), "--force"), 1,
         "is the queue file being salvaged")
+    # And an output in a directory that does not exist is one line saying so
+    missing = dirs["tmp"] / "nowhere" / "salvaged.db"
+    expect_one_line_error(run("queue", "salvage", "-q", str(queue), "-o", str(missing)), 1,
+                          f"the directory {missing.parent} does not exist", "choose another -o")
     # And with --force a sound file is copied whole: exit 0
     code, out, _ = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--force")
     assert code == 0 and "copied 3 messages" in out

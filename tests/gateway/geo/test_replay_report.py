@@ -8,7 +8,9 @@ into the same file afterwards were invisible to its replays, the background ones
 
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ from durable_queue import DurableQueue, Replayer
 from gateway import ReplayReport
 from gateway.aio import AsyncGeoSender
 from gateway.transports import FaultyTransport
-from replication import Message
+from replication import Message, QueueCorrupt, ReplicationPolicy
 from tests.gateway.conftest import Namespaces, SenderFactory, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -125,3 +127,49 @@ async def test_both_namespaces_down_is_said_so(
             "*/orders": "no namespace is up (primary and secondary: their probes failed)"}
         # And the report still reads as the count it always was
         assert f"{second}" == "0" and second + 1 == 1 and "waiting" in repr(second)
+
+
+async def test_a_file_that_cannot_say_what_it_holds_is_logged_once_not_every_round(
+    ns: Namespaces, data_dir: Path, state_dir: Path, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a running sender (background recovery every 10 ms) on a queue file holding
+    # another entity's messages, whose index pages then get damaged on disk
+    queue = tmp_path / "buffer.db"
+    with DurableQueue(queue) as q:
+        q.put_many("elsewhere/invoices", [Message(b"x" * 100, message_id=f"e{i}")
+                                          for i in range(2000)])
+    policy = ReplicationPolicy(probe_interval=0.01)
+    with caplog.at_level(logging.ERROR):
+        async with AsyncGeoSender(primary="local://primary", secondary="local://secondary",
+                                  entity="orders", data_dir=data_dir, state_dir=state_dir,
+                                  durable_queue=queue, policy=policy) as sender:
+            damage_index_pages(queue, b"elsewhere/invoices")
+            # (a write by another connection makes the sender read the pages again)
+            conn = sqlite3.connect(queue)
+            conn.execute("INSERT INTO leases VALUES ('x', 'y', 0)")
+            conn.commit()
+            conn.close()
+            # When its recovery rounds meet the damage, round after round
+            await wait_for(lambda: any("cannot read which destinations" in r.getMessage()
+                                       for r in caplog.records))
+            rounds = sender._recovery
+            for _ in range(20):
+                await rounds.round()
+            # Then an explicit replay() raises it
+            with pytest.raises(QueueCorrupt):
+                await sender.replay()
+    # And the log said it once, naming the file, with no traceback per round
+    lines = [r for r in caplog.records if str(queue) in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage()[:80] for r in caplog.records]
+    assert not any("recovery round failed" in r.getMessage() for r in caplog.records)
+
+
+def damage_index_pages(path: Path, key: bytes) -> None:
+    """Overwrite every page that holds many index entries of ``key``."""
+    page = 4096
+    data = bytearray(path.read_bytes())
+    for n in range(len(data) // page):
+        if data[n * page:(n + 1) * page].count(key) > 40:
+            data[n * page:(n + 1) * page] = b"\xa5" * page
+    path.write_bytes(bytes(data))
