@@ -16,9 +16,9 @@ import sqlite_utils
 
 from durable_queue._bindings import binding
 from durable_queue._records import DestinationStats, QueueStats
-from durable_queue._sqlite import _quick_check, file_bytes
+from durable_queue._sqlite import file_bytes
 
-__all__ = ["Inspected", "check", "export", "stats"]
+__all__ = ["Inspected", "export", "stats"]
 
 
 class Inspected(Protocol):
@@ -92,12 +92,6 @@ def stats(conn: sqlite3.Connection, queue: Inspected) -> QueueStats:
         file_bytes=file_bytes(queue.path),
         commits=queue.commits,
     )
-
-
-def check(conn: sqlite3.Connection) -> None:
-    """Read every page of the file (``PRAGMA quick_check``); raise ``sqlite3.DatabaseError``
-    on damage. It costs a read of the whole file, which an inspection can afford."""
-    _quick_check(conn)
 
 
 def _body_fields(body: bytes) -> dict[str, str]:

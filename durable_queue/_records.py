@@ -11,7 +11,10 @@ __all__ = [
     "DestinationStats",
     "QueueStats",
     "ReplayResult",
+    "SalvageReport",
+    "SalvagedDestination",
     "StoredMessage",
+    "UnreadableRows",
 ]
 
 
@@ -125,6 +128,7 @@ class ReplayResult:
             An error reading the queue itself (``QueueCorrupt``) is raised, not
             stored here.
         seconds: how long the drain took.
+        reason: why messages still wait (``remaining > 0``), else ``""``.
     """
 
     replayed: int
@@ -132,3 +136,73 @@ class ReplayResult:
     remaining: int
     stopped_by: BaseException | None
     seconds: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnreadableRows:
+    """Rows of a damaged queue file that ``salvage`` could not read.
+
+    Args:
+        table: ``"messages"`` (waiting), ``"dead_letters"`` or ``"bindings"``.
+        first_id: the first row id of the range.
+        last_id: the last row id of the range (``None``: to the end of the table).
+        count: how many rows the range held, when the table's index still says
+            (``None``: unknown; the range may hold rows deleted long ago too).
+        destinations: whose messages they were, when the index still says.
+    """
+
+    table: str
+    first_id: int
+    last_id: int | None
+    count: int | None
+    destinations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SalvagedDestination:
+    """What ``salvage`` copied for one destination.
+
+    Args:
+        destination: the destination name.
+        messages: waiting messages copied, in their order.
+        dead_letters: dead-lettered messages copied.
+        unreadable: waiting messages known to be lost (from the index; ``None``:
+            unknown, see ``SalvageReport.unreadable``).
+    """
+
+    destination: str
+    messages: int
+    dead_letters: int
+    unreadable: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SalvageReport:
+    """What ``salvage`` copied from a damaged queue file, and what it could not read.
+
+    Args:
+        source: the damaged file (only read).
+        target: the new queue file.
+        messages: waiting messages copied, with their ids, order and attempts.
+        dead_letters: dead-lettered messages copied.
+        bindings: destination bindings copied (whose messages they are).
+        destinations: per destination, what was copied and lost.
+        unreadable: the ranges of rows that could not be read.
+        damaged_pages: the damaged pages SQLite can name (``()``: none found, or
+            this SQLite build cannot tell).
+    """
+
+    source: str
+    target: str
+    messages: int
+    dead_letters: int
+    bindings: int
+    destinations: tuple[SalvagedDestination, ...]
+    unreadable: tuple[UnreadableRows, ...]
+    damaged_pages: tuple[int, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every row could be read."""
+        return not self.unreadable

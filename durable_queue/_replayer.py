@@ -8,6 +8,8 @@ the send raised. ``drain`` and ``adrain`` are the only places that call ``send``
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import socket
 import time
@@ -20,9 +22,21 @@ import anyio
 
 from durable_queue._queue import DurableQueue
 from durable_queue._records import ReplayResult, StoredMessage
-from replication import ConfigError, DurableQueueError, Message, MessageRejected, TransportError
+from replication import (
+    ConfigError,
+    DurableQueueError,
+    Message,
+    MessageRejected,
+    QueueCorrupt,
+    TransportError,
+)
 
 __all__ = ["Replayer"]
+
+# A drain reads the whole file first (DurableQueue.check) unless this handle found it
+# sound this recently: a namespace that flaps restarts drains often, and a check
+# costs about 0.7 s per GiB of file.
+RECHECK_SECONDS = 60.0
 
 # The flow yields a batch to send and receives None (sent) or what send raised.
 _Flow = Generator[list[Message], "Exception | None", ReplayResult]
@@ -46,6 +60,10 @@ class Replayer:
     processes) never send the same batch at once. The lease is renewed while
     draining; a crashed replayer's lease expires and the next one resumes from the
     head, so delivery is at-least-once.
+
+    A drain reads the whole file before it sends anything (``DurableQueue.check``;
+    skipped when the handle did so in the last ``RECHECK_SECONDS``), so a damaged file
+    raises ``QueueCorrupt`` with nothing sent and nothing written.
 
     Args:
         queue: the queue to drain.
@@ -110,10 +128,16 @@ class Replayer:
         return False
 
     def release(self) -> None:
-        """Give the lease up, so another replayer can start at once."""
+        """Give the lease up, so another replayer can start at once.
+
+        On a damaged file nothing is written: the lease is left to expire.
+        """
         if self._renewed_at is not None:
             self._renewed_at = None
-            self.queue.release_lease(self.destination, self.owner)
+            # The drain that found the damage raises it; writing to release the
+            # lease would be a write into a damaged file.
+            with contextlib.suppress(QueueCorrupt):
+                self.queue.release_lease(self.destination, self.owner)
 
     def _busy_error(self) -> DurableQueueError:
         holder = self.queue.lease_owner(self.destination, now=self._clock())
@@ -192,12 +216,14 @@ class Replayer:
                 break
             if progress is not None:
                 progress(tally.replayed)
+        remaining = self.queue.count(self.destination)
         return ReplayResult(
             replayed=tally.replayed,
             dead_lettered=tally.dead_lettered,
-            remaining=self.queue.count(self.destination),
+            remaining=remaining,
             stopped_by=tally.stopped_by,
             seconds=time.perf_counter() - tally.started,
+            reason=_why_waiting(remaining, tally, max_messages),
         )
 
     def _settle(
@@ -259,18 +285,23 @@ class Replayer:
 
         Raises:
             DurableQueueError: another replayer holds the lease, or the queue
-                cannot be read or written (``QueueCorrupt`` for a damaged file,
-                after the messages before the damage were sent and acknowledged).
+                cannot be read or written. ``QueueCorrupt`` for a damaged file:
+                found before anything was sent (or, if the damage appeared during
+                the drain, after the messages before it were sent and removed;
+                nothing is written once it is found).
             Exception: any error from ``send`` other than ``MessageRejected`` and
                 ``TransportError``, after the batch was put back at the head.
 
         Returns:
             What was done; ``stopped_by`` is set when a ``TransportError`` (or a
-            lost lease) stopped the drain early.
+            lost lease) stopped the drain early, and ``reason`` says why messages
+            still wait whenever some do.
         """
+        # Checked before the lease is taken: taking it is a write.
+        self.queue.check(max_age=RECHECK_SECONDS)
         took = self._start()
-        flow = self._flow(progress, max_messages)
         try:
+            flow = self._flow(progress, max_messages)
             batch = next(flow)
             while True:
                 try:
@@ -299,9 +330,14 @@ class Replayer:
         system (a ``VACUUM`` that may take seconds after a large backlog) runs in a
         worker thread at the end instead.
         """
+        # Before the lease is taken (a write), and off the event loop: reading the
+        # whole file may take a while.
+        await anyio.to_thread.run_sync(
+            functools.partial(self.queue.check, max_age=RECHECK_SECONDS)
+        )
         took = self._start()
-        flow = self._flow(progress, max_messages, shrink_inline=False)
         try:
+            flow = self._flow(progress, max_messages, shrink_inline=False)
             batch = next(flow)
             while True:
                 try:
@@ -317,3 +353,14 @@ class Replayer:
                 self.release()
         await anyio.to_thread.run_sync(self.queue.maybe_shrink)
         return result
+
+
+def _why_waiting(remaining: int, tally: _Tally, max_messages: int | None) -> str:
+    """Why ``remaining`` messages still wait after a drain ("" when none does)."""
+    if not remaining:
+        return ""
+    if tally.stopped_by is not None:
+        return f"stopped by {type(tally.stopped_by).__name__}: {tally.stopped_by}"
+    if max_messages is not None and tally.replayed + tally.dead_lettered >= max_messages:
+        return f"max_messages ({max_messages}) reached"
+    return "they were put while the drain was ending: drain again"

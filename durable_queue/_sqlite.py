@@ -42,16 +42,40 @@ __all__ = [
     "file_bytes",
     "open_connection",
     "open_private_store",
+    "quick_check",
     "secure_files",
+    "tune_wal",
+    "wal_pages",
 ]
 
 # "GGDQ": marks a file as a geogateway durable queue (PRAGMA application_id).
 APPLICATION_ID = 0x47474451
 SCHEMA_VERSION = 1
 
-# A WAL larger than this is truncated back after a checkpoint, so repeated
-# fill-and-drain cycles do not leave a large -wal file behind.
-JOURNAL_SIZE_LIMIT = 4 << 20
+# The write-ahead log is checkpointed into the file once it holds a sixteenth of the
+# disk's free space in pages (at least WAL_MIN_PAGES, 128 KiB; at most SQLite's default
+# of 1000, 4 MB, reached with 64 MB free), and truncated back to about that when it
+# restarts (``tune_wal``). SQLite's fixed default made the -wal file up to 8 times what
+# a small queue buffers: 178 KiB fitted on a 2 MiB disk, 850 KiB with this. A fixed
+# small threshold would cost batched work half its speed on a disk with room (a
+# checkpoint after nearly every commit): see benchmarks/README.md.
+WAL_MIN_PAGES = 32
+WAL_MAX_PAGES = 1000
+
+
+def wal_pages(free: int | None, page_size: int) -> int:
+    """The checkpoint threshold, in pages, with ``free`` bytes free (``None``: plenty)."""
+    if free is None:
+        return WAL_MAX_PAGES
+    return max(WAL_MIN_PAGES, min(WAL_MAX_PAGES, free // 16 // page_size))
+
+
+def tune_wal(conn: sqlite3.Connection, pages: int) -> None:
+    """Checkpoint the WAL at ``pages`` pages, and truncate it back to about that."""
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+    conn.execute(f"PRAGMA journal_size_limit = {(pages + 16) * page_size}")
+
 
 _SCHEMA = (
     """
@@ -203,7 +227,7 @@ def open_private_store(
     """
     if read_only or _has_pages(path):
         checked = _connect_read_only(path, kind=kind, busy_timeout=busy_timeout)
-        _prepare(checked, _quick_check, path=path, kind=kind, retrying=retrying,
+        _prepare(checked, quick_check, path=path, kind=kind, retrying=retrying,
                  corrupt=corrupt)
         if read_only:
             _prepare(checked, setup, path=path, kind=kind, retrying=retrying, corrupt=corrupt)
@@ -235,7 +259,7 @@ def _connect_read_only(path: str, *, kind: str, busy_timeout: float) -> sqlite3.
         raise ConfigError(f"cannot open {kind} {path}: {exc}") from exc
 
 
-def _quick_check(conn: sqlite3.Connection) -> None:
+def quick_check(conn: sqlite3.Connection) -> None:
     rows = conn.execute("PRAGMA quick_check(3)").fetchall()
     found = [line.strip() for (text,) in rows for line in str(text).splitlines()]
     problems = [line for line in found if line and not line.startswith("***")]
@@ -318,7 +342,10 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> bool:
     if app_id == 0 and tables == 0:
         return True
     if app_id != APPLICATION_ID:
-        raise QueueCorrupt(corrupt_message(path, "not a geogateway queue file"))
+        raise QueueCorrupt(
+            f"{path} is not a geogateway queue file (another program's SQLite database); "
+            f"it was not modified: check the path"
+        )
     if version != SCHEMA_VERSION:
         raise DurableQueueError(
             f"queue file {path} has schema version {version}; this geogateway "
@@ -334,7 +361,7 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     if str(mode).lower() != "wal":
         raise DurableQueueError(f"queue file {path}: cannot switch to WAL mode (got {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+    tune_wal(conn, WAL_MIN_PAGES)  # the Store sizes it to the file from then on
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may be creating the schema too: check and create in

@@ -4,6 +4,7 @@ with sqlite3's errors mapped onto the project's tree (busy, or a corrupt file)."
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,12 +12,16 @@ from typing import TypeVar
 
 import tenacity
 
-from replication import DurableQueueError, QueueCorrupt
+from replication import DurableQueueError, QueueCorrupt, QueueFull
 
 __all__ = [
     "busy_retrying",
     "corrupt_message",
+    "disk_full_message",
+    "free_bytes",
     "is_busy",
+    "is_corrupt",
+    "is_full",
     "mapped_errors",
     "transaction",
     "translate",
@@ -26,15 +31,46 @@ T = TypeVar("T")
 
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_FULL = 13  # SQLITE_FULL: SQLite's answer to ENOSPC
 
 
-def corrupt_message(path: Path, detail: str) -> str:
-    """The one-line ``QueueCorrupt`` text: what is wrong and what to do."""
-    return (
-        f"queue file {path} is corrupt ({detail}); it was left untouched: move it aside "
-        f"to start with an empty queue, and salvage its messages from a copy with "
-        f"`sqlite3 COPY \".recover\" | sqlite3 RECOVERED.db`"
+def corrupt_message(path: Path, detail: str, *, modified: bool = False) -> str:
+    """The one-line ``QueueCorrupt`` text: what is wrong, what was done, what to do.
+
+    Args:
+        modified: this handle wrote to the file before the damage was found (it
+            removed delivered messages, say); else the file was not modified.
+    """
+    done = (
+        "nothing was written to it once the damage was found" if modified
+        else "it was not modified"
     )
+    return (
+        f"queue file {path} is corrupt ({detail}); {done}: copy the messages that can "
+        f"still be read into a new queue file with `geogateway queue salvage -q {path} "
+        f"-o NEW`, replay NEW, and move {path} aside"
+    )
+
+
+def disk_full_message(path: Path, needed: int | None = None) -> str:
+    """The one-line ``QueueFull`` text for a full disk: how much is free, how much to free."""
+    free = free_bytes(path)
+    want = "free space there"
+    if needed is not None and needed > free:
+        want = f"free at least {needed - free:,} more bytes there"
+    return (
+        f"queue file {path}: the disk is full ({free:,} bytes free in "
+        f"{path.absolute().parent}); the write was not stored: {want}, or move the queue "
+        f"to a larger disk"
+    )
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes free for this user on the file system holding ``path`` (0 when unknown)."""
+    try:
+        return shutil.disk_usage(path.absolute().parent).free
+    except OSError:
+        return 0
 
 
 def _code(exc: sqlite3.Error) -> int | None:
@@ -54,7 +90,18 @@ def is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _is_corrupt(exc: sqlite3.Error) -> bool:
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "database or disk is full"."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = _code(exc)
+    if code is not None:
+        return code == _FULL
+    return "is full" in str(exc)
+
+
+def is_corrupt(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's "database disk image is malformed" (or not a database)."""
     code = _code(exc)
     if code is not None:
         return code in _CORRUPT_CODES
@@ -62,10 +109,19 @@ def _is_corrupt(exc: sqlite3.Error) -> bool:
     return "malformed" in text or "not a database" in text
 
 
-def translate(exc: sqlite3.Error, path: Path) -> DurableQueueError:
-    """Map a sqlite3 error onto the project's error tree."""
-    if _is_corrupt(exc):
-        return QueueCorrupt(corrupt_message(path, str(exc)))
+def translate(
+    exc: sqlite3.Error, path: Path, *, modified: bool = False, needed: int | None = None
+) -> DurableQueueError:
+    """Map a sqlite3 error onto the project's error tree.
+
+    Args:
+        modified: for a damaged file, whether this handle wrote to it before.
+        needed: for a full disk, the free bytes the failed write needed, if known.
+    """
+    if is_corrupt(exc):
+        return QueueCorrupt(corrupt_message(path, str(exc), modified=modified))
+    if is_full(exc):
+        return QueueFull(disk_full_message(path, needed))
     if is_busy(exc):
         return DurableQueueError(
             f"queue file {path} stayed locked by another process past the busy timeout; "

@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_queue import _shrink
-from durable_queue._sqlite import open_connection
-from durable_queue._sqlite_tx import busy_retrying, is_busy, transaction, translate
-from replication import DurableQueueError, Message, QueueFull
+from durable_queue._space import DiskRoom
+from durable_queue._sqlite import open_connection, quick_check, tune_wal, wal_pages
+from durable_queue._sqlite_tx import (
+    busy_retrying,
+    corrupt_message,
+    is_busy,
+    is_corrupt,
+    is_full,
+    transaction,
+    translate,
+)
+from replication import DurableQueueError, Message, QueueCorrupt, QueueFull
 
 __all__ = ["Row", "Store"]
 
@@ -57,6 +66,12 @@ class Store:
     ``write`` runs a function in a ``BEGIN IMMEDIATE`` transaction and ``read``
     outside one; both retry on SQLITE_BUSY and map sqlite3 errors onto the
     project's tree. ``insert`` assigns ids and enforces the caps.
+
+    A damaged file is never written to: the first write other than a put reads the
+    whole file first (``verify``), and once damage was found (by that check or by
+    any read) every write, puts included, raises ``QueueCorrupt`` without touching
+    the file. Puts only append, so they skip the check; they check the disk's room
+    instead (``_space``).
     """
 
     def __init__(
@@ -81,11 +96,34 @@ class Store:
         self.commits = 0
         # The state as of our last put; see _put_alone for why it may be reused.
         self._state: _State | None = None
+        self.room = DiskRoom(path)
+        #: Whether this handle changed the file (for an honest QueueCorrupt text).
+        self.modified = False
+        #: The damage found in the file, if any: from then on nothing is written.
+        self.damage: QueueCorrupt | None = None
+        #: When ``verify`` last read the whole file and found it sound (monotonic).
+        self.checked_at: float | None = None
+        # The WAL's checkpoint threshold follows the disk's free space (see _sqlite).
+        conn = self.live()
+        self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        self._wal_pages = 0
+        self._retune(conn, self.room.free_now())
 
     def live(self) -> sqlite3.Connection:
         if self._conn is None:
             raise DurableQueueError(f"queue {self.path} is closed")
         return self._conn
+
+    def _fail(self, exc: sqlite3.Error, needed: int | None = None) -> DurableQueueError:
+        """The project's error for ``exc``; a damaged file is remembered as such."""
+        error = translate(exc, self.path, modified=self.modified, needed=needed)
+        if isinstance(error, QueueCorrupt) and self.damage is None:
+            self.damage = error
+        return error
+
+    def _refuse_if_damaged(self) -> None:
+        if self.damage is not None:
+            raise QueueCorrupt(str(self.damage)) from self.damage
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         # Retry on SQLITE_BUSY (rare: busy_timeout already waits) and map errors.
@@ -98,16 +136,69 @@ class Store:
             result: T = self._retrying(fn, *args)
             return result
         except sqlite3.Error as exc:
-            raise translate(exc, self.path) from exc
+            raise self._fail(exc) from exc
+
+    def verify(self, *, max_age: float | None = None) -> None:
+        """Read the whole file (``PRAGMA quick_check``); nothing is written.
+
+        Args:
+            max_age: skip it when this handle found the file sound less than this
+                many seconds ago.
+
+        Raises:
+            QueueCorrupt: the file is damaged (remembered: nothing is written after).
+        """
+        with self._lock:
+            self._refuse_if_damaged()
+            if (max_age is not None and self.checked_at is not None
+                    and time.monotonic() - self.checked_at < max_age):
+                return
+            conn = self.live()
+            try:
+                self._retrying(quick_check, conn)
+            except sqlite3.OperationalError as exc:
+                if not is_corrupt(exc):
+                    raise self._fail(exc) from exc
+                raise self._damaged(str(exc)) from exc
+            except sqlite3.DatabaseError as exc:  # what quick_check reports, or malformed
+                raise self._damaged(str(exc)) from exc
+            self.checked_at = time.monotonic()
+
+    def _damaged(self, detail: str) -> QueueCorrupt:
+        self.damage = QueueCorrupt(corrupt_message(self.path, detail, modified=self.modified))
+        return self.damage
 
     def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in one write transaction (BEGIN IMMEDIATE ... COMMIT)."""
+        """Run ``work`` in one write transaction (BEGIN IMMEDIATE ... COMMIT), after
+        ``verify`` the first time (nothing is written to a damaged file).
+
+        Raises:
+            QueueCorrupt: the file is damaged; it was not written to.
+        """
         with self._lock:
             conn = self.live()
+            self._refuse_if_damaged()
+            if self.checked_at is None:
+                self.verify()
             # Any write but a put may change the counters: drop the cached state.
             self._state = None
+            changes = conn.total_changes
             result: T = self._run(transaction, conn, work)
+            if conn.total_changes != changes:
+                self.modified = True
+                self._retune(conn, self.room.free_now())
             return result
+
+    def _retune(self, conn: sqlite3.Connection, free: int | None) -> None:
+        """Size the WAL's checkpoint threshold to the free space (see ``_sqlite``), so
+        that a nearly full disk holds what the queue buffers within twice its size."""
+        pages = wal_pages(free, self._page_size)
+        if pages != self._wal_pages:
+            try:
+                tune_wal(conn, pages)
+            except sqlite3.Error as exc:
+                raise self._fail(exc) from exc
+            self._wal_pages = pages
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` outside a transaction (each statement reads a snapshot)."""
@@ -123,10 +214,17 @@ class Store:
         """
         with self._lock:
             conn = self.live()
+            if self.damage is not None:
+                self._refuse_if_damaged()
+            free = self.room.free_now()  # None: plenty, not even a sum of sizes
+            if free is not None:
+                self.room.check(sum(m.size for _, m in rows), len(rows), free)
             if len(rows) == 1 and self._state is not None:
                 row_id = self._put_alone(conn, rows[0])
                 if row_id is not None:
                     self.commits += 1
+                    self.modified = True
+                    self._retune(conn, free)
                     return [row_id]
             try:
                 # _run inlined: every frame counts on a path that is ~130 µs in all.
@@ -138,12 +236,17 @@ class Store:
                     results = self._retrying(self._put_transaction, conn, rows, all_or_nothing)
             except sqlite3.Error as exc:
                 self._state = None
-                raise translate(exc, self.path) from exc
+                raise self._fail(exc, self._needed(rows)) from exc
             except BaseException:
                 self._state = None
                 raise
             self.commits += 1
+            self.modified = True
+            self._retune(conn, free)
             return results
+
+    def _needed(self, rows: Sequence[Row]) -> int:
+        return self.room.needed(sum(m.size for _, m in rows), len(rows))
 
     def commit_puts(self, rows: list[Row]) -> list[int | QueueFull]:
         """``put_rows`` for group commit: each row succeeds or fails on its own."""
@@ -203,10 +306,10 @@ class Store:
             if is_busy(exc):
                 return None  # the transactional path waits and retries
             self._state = None
-            raise translate(exc, self.path) from exc
+            raise self._fail(exc, self._needed([row])) from exc
         except sqlite3.Error as exc:
             self._state = None
-            raise translate(exc, self.path) from exc
+            raise self._fail(exc) from exc
         if cursor.rowcount != 1:
             return None
         self._state = (row_id, total + size, removed, removed_bytes)
@@ -297,17 +400,25 @@ class Store:
             return False
         with self._lock:
             conn = self.live()
+            if self.damage is not None:
+                return False  # a damaged file is never written to
+            if self.checked_at is None:
+                self.verify()
 
             def empty() -> bool:
                 top, _total, removed, _bytes = conn.execute(_STATE).fetchone()
                 return bool(top == removed)
 
             try:
-                return _shrink.shrink(conn, empty=empty, force=force)
+                shrunk = _shrink.shrink(conn, empty=empty, force=force)
             except sqlite3.Error as exc:
-                if is_busy(exc):
+                # Busy: left for next time. Full: a VACUUM needs room for a copy of
+                # what is left, and the disk has none now; the queue works without.
+                if is_busy(exc) or is_full(exc):
                     return False
-                raise translate(exc, self.path) from exc
+                raise self._fail(exc) from exc
+            self.modified = self.modified or shrunk
+            return shrunk
 
     def close(self) -> None:
         with self._lock:
@@ -316,4 +427,4 @@ class Store:
                 try:
                     conn.close()
                 except sqlite3.Error as exc:
-                    raise translate(exc, self.path) from exc
+                    raise self._fail(exc) from exc

@@ -32,6 +32,7 @@ if _TYPE_CHECKING:
         GeoSender,
         NamespaceConfig,
         ReceiverStats,
+        ReplayReport,
         SendResult,
     )
     from gateway.stores import SqliteDedupStore
@@ -68,6 +69,7 @@ _LAZY = {
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
+    "ReplayReport": "gateway.geo",
     "ReplicationPolicy": "replication",
     "RetryPolicy": "replication",
     "SendResult": "gateway.geo",
@@ -106,6 +108,7 @@ __all__ = [
     "ReceiveMode",
     "ReceivedMessage",
     "ReceiverStats",
+    "ReplayReport",
     "ReplicationPolicy",
     "RetryPolicy",
     "SendResult",

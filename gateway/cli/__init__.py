@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "local namespaces to the Azure SDKs."),
     "namespace": ("gateway.cli._namespace",
                   "Take embedded namespaces down and up, inject faults, show their state."),
-    "queue": ("gateway.cli._queue", "Inspect, export, purge and replay the durable queue."),
+    "queue": ("gateway.cli._queue",
+              "Inspect, export, purge, replay and salvage the durable queue."),
     "receive": ("gateway.cli._send",
                 "Receive de-duplicated messages from both namespaces and complete them."),
     "relay": ("gateway.cli._relay", "Send requests to and serve a hybrid connection in two "

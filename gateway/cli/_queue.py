@@ -1,4 +1,4 @@
-"""``geogateway queue stats|list|replay|purge|export`` for the durable queue."""
+"""``geogateway queue stats|list|replay|purge|export|salvage`` for the durable queue."""
 
 from __future__ import annotations
 
@@ -15,10 +15,19 @@ from typing import Any, TextIO
 import click
 from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from durable_queue import DurableQueue
-from gateway.cli._common import data_dir_option, err, fail, out, print_json, print_table, run
+from durable_queue import DurableQueue, SalvageReport, UnreadableRows
+from gateway.cli._common import (
+    data_dir_option,
+    err,
+    fail,
+    out,
+    print_json,
+    print_table,
+    run,
+    warning_line,
+)
 from gateway.geo import GatewayConfig
-from replication import parse_destination
+from replication import QueueCorrupt, parse_destination
 
 
 def register(group: click.Group) -> None:
@@ -69,7 +78,7 @@ def _opened(queue_path: Path | None, config_path: Path | None) -> Iterator[Durab
 
 @click.group()
 def queue() -> None:
-    """Inspect, export, purge and replay the durable queue."""
+    """Inspect, export, purge, replay and salvage the durable queue."""
 
 
 @queue.command()
@@ -213,7 +222,8 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
     """Send buffered messages to their namespaces now, in order.
 
     Exits 3 when messages still wait (their namespaces are down), 1 on an error
-    (a damaged file; a file whose messages were buffered for other namespaces).
+    (a damaged file, left as it was: see `queue salvage`; a file whose messages
+    were buffered for other namespaces).
     """
     from gateway.cli._common import gateway_config
     from gateway.geo import AsyncGeoSender
@@ -223,6 +233,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
     config = gateway_config(config_path, primary=primary, secondary=secondary,
                             data_dir=data_dir, needs_entity=False)
     results: list[dict[str, Any]] = []
+    sent: dict[str, int] = {}
 
     async def go() -> None:
         q = DurableQueue(path)
@@ -236,10 +247,11 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
                     durable_queue=q, data_dir=config.data_dir, recovery=False,
                     policy=config.policy, state_dir=config.state_dir,
                 ) as sender:
-                    count = await sender.replay(progress=show)
-                    results.append({"entity": entity, "replayed": count,
+                    report = await sender.replay(progress=show)
+                    results.append({"entity": entity, "replayed": int(report),
                                     "remaining": sorted(sender.backlog),
-                                    "down": sorted(sender.down)})
+                                    "down": sorted(sender.down),
+                                    "why": dict(report.reasons)})
         finally:
             q.close()
 
@@ -250,11 +262,15 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
         tasks: dict[str, TaskID] = {}
 
         def show(destination: str, replayed: int) -> None:
+            sent[destination] = replayed
             if destination not in tasks:
                 tasks[destination] = bar.add_task(destination, total=None)
             bar.update(tasks[destination], completed=replayed)
 
-        run(go())
+        try:
+            run(go())
+        except QueueCorrupt as exc:
+            fail(f"{_stopped(sum(sent.values()))}: {exc}")
     if as_json:
         print_json(results)
     else:
@@ -263,7 +279,75 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
                      for r in results])
     waiting = [d for r in results for d in r["remaining"]]
     if waiting:
+        reasons = sorted({why for r in results for why in r["why"].values()})
         down = sorted({ns for r in results for ns in r["down"]})
-        why = f"namespaces down: {', '.join(down)}" if down else "another replayer holds them"
+        if down:
+            reasons.append(f"namespaces down: {', '.join(down)}")
+        why = "; ".join(reasons) or "another replayer holds them"
         fail(f"not all replayed: messages still wait for {', '.join(waiting)} ({why}); "
              f"run again when they are back", code=3)
+
+
+def _stopped(sent: int) -> str:
+    """What a replay that found a damaged file had done: the first half of its error."""
+    if not sent:
+        return "replay stopped before sending anything"
+    return (f"replay stopped after sending {sent} messages (a later replay may send some "
+            f"of them again: delivery is at-least-once, receivers drop the copies by "
+            f"MessageId)")
+
+
+@queue.command(name="salvage")
+@queue_path_option
+@click.option("--output", "-o", type=click.Path(path_type=Path), required=True,
+              help="The new queue file (created 0600).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def salvage_(queue_path: Path | None, config_path: Path | None, output: Path, force: bool,
+             as_json: bool) -> None:
+    """Copy every message that can still be read from a damaged queue file into a new
+    one, in order, and say what could not be read. The damaged file is only read.
+
+    Exits 0 when everything was read, 3 when some rows could not be (the new file
+    holds the rest), 1 when nothing could be.
+    """
+    from durable_queue import salvage
+
+    report = salvage(_resolve(queue_path, config_path), output, force=force)
+    if as_json:
+        print_json({**asdict(report), "complete": report.complete})
+    else:
+        _print_salvage(report)
+    if not report.complete:
+        warning_line(f"{_lost(report)} could not be read: {report.target} holds the rest; "
+                     f"replay it with `geogateway queue replay -q {report.target}`")
+        raise SystemExit(3)
+
+
+def _print_salvage(report: SalvageReport) -> None:
+    print_table(
+        f"salvaged {report.source} -> {report.target}",
+        ("destination", "messages", "dead-lettered", "could not be read"),
+        [(d.destination, d.messages, d.dead_letters,
+          "?" if d.unreadable is None else d.unreadable) for d in report.destinations],
+    )
+    for gap in report.unreadable:
+        out.print(f"could not read: {_gap(gap)}")
+    if report.damaged_pages:
+        out.print(f"damaged pages: {', '.join(map(str, report.damaged_pages))}")
+    out.print(f"copied {report.messages} messages, {report.dead_letters} dead letters, "
+              f"{report.bindings} bindings")
+
+
+def _gap(gap: UnreadableRows) -> str:
+    last = "the end" if gap.last_id is None else str(gap.last_id)
+    count = "an unknown number of rows" if gap.count is None else f"{gap.count} rows"
+    whose = f" of {', '.join(gap.destinations)}" if gap.destinations else ""
+    return f"{gap.table} ids {gap.first_id} to {last}: {count}{whose}"
+
+
+def _lost(report: SalvageReport) -> str:
+    counts = [g.count for g in report.unreadable]
+    if None in counts:
+        return f"{len(report.unreadable)} ranges of rows (counts unknown)"
+    return f"{sum(c or 0 for c in counts)} rows"

@@ -19,6 +19,7 @@ if _TYPE_CHECKING:
     from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
     from gateway.geo._partitions_sync import GeoPartitionReceiver
     from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
+    from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
 
 _LAZY = {
@@ -36,6 +37,7 @@ _LAZY = {
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
     "ReceiverStats": "gateway.geo._receiver",
+    "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
     "emit": "gateway.geo._hooks",
 }
@@ -58,6 +60,7 @@ __all__ = [
     "NamespaceConfig",
     "NamespaceLike",
     "ReceiverStats",
+    "ReplayReport",
     "SendResult",
     "emit",
 ]

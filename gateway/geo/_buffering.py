@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -21,6 +22,7 @@ from gateway.transports.base import Transport
 from replication import (
     ANY_NAMESPACE,
     ConfigError,
+    DurableQueueError,
     Message,
     MessageTooLarge,
     NamespaceUnavailable,
@@ -106,9 +108,10 @@ class Buffer:
         self._transports = transports
         self._hooks = hooks
         self.pending: set[str] = set()
+        #: The destinations this sender's messages may be buffered in.
+        self.mine = frozenset(destination(ns, entity) for ns in (*transports, ANY_NAMESPACE))
         if self.queue is not None:
-            mine = {destination(ns, entity) for ns in (*transports, ANY_NAMESPACE)}
-            self.pending = {d for d in self.queue.destinations() if d in mine}
+            self.pending = {d for d in self.queue.destinations() if d in self.mine}
         self._gates: dict[str, asyncio.Lock] = {}
         # Destinations whose replay hit a damaged queue file (or messages buffered
         # for other namespaces): sends that would be buffered behind them raise it.
@@ -163,6 +166,25 @@ class Buffer:
             self.pending.add(dest)
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
 
+    async def refresh(self) -> None:
+        """Add to ``pending`` the destinations of this entity that hold messages this
+        sender did not put there (another process sharing the file did, after this
+        sender started): a replay must not report nothing to do while they wait."""
+        queue = self.queue
+        if queue is None:
+            return
+        mine = sorted(self.mine - self.pending)
+        found = await anyio.to_thread.run_sync(lambda: [d for d in mine if queue.has_waiting(d)])
+        self.pending.update(found)
+
+    async def waiting(self, dests: Sequence[str]) -> dict[str, int]:
+        """How many messages wait for each of ``dests`` (those with none are left out)."""
+        queue = self.queue
+        if queue is None:
+            return {}
+        counts = await anyio.to_thread.run_sync(lambda: {d: queue.count(d) for d in dests})
+        return {d: n for d, n in counts.items() if n}
+
     async def drain(
         self,
         dest: str,
@@ -180,14 +202,18 @@ class Buffer:
 
         Returns:
             How many were sent, in how many seconds, and the error that stopped the
-            drain early (``None``: none; nothing is sent while another process
-            holds the lease).
+            drain early (``None``: none): a ``TransportError``, or a
+            ``DurableQueueError`` when another replayer holds the lease (nothing
+            is sent then) or took it meanwhile.
         """
         assert self.queue is not None
         await self._claim(self.queue, dest)
         replayer = Replayer(self.queue, dest, owner=self._owner)
         if not replayer.acquire():
-            return 0, 0.0, None  # another sender process is draining this destination
+            # Another sender (process) is draining this destination.
+            holder = self.queue.lease_owner(dest, now=time.time())
+            return 0, 0.0, DurableQueueError(
+                f"another replayer ({holder or 'unknown'}) is draining it")
         try:
             result = await replayer.adrain(send, progress=progress)
             replayed, seconds = result.replayed, result.seconds

@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway._support.portal import PortalDriver
 from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats, StopFlag
+from gateway.geo._recovery import ReplayReport
 from gateway.geo._sender import AsyncGeoSender, MessageLike, SendResult
 from gateway.transports.base import ReceivedMessage
 from replication import MessageRejected, RoleState
@@ -60,8 +61,8 @@ class GeoSender(PortalDriver):
         """Send messages as one batch; see :meth:`AsyncGeoSender.send_batch`."""
         return self._call(self._core.send_batch, messages)
 
-    def replay(self) -> int:
-        """Probe and replay buffered messages now; return how many were sent."""
+    def replay(self) -> ReplayReport:
+        """Probe and replay buffered messages now; see :meth:`AsyncGeoSender.replay`."""
         return self._call(self._core.replay)
 
     def close(self) -> None:

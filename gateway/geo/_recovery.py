@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from gateway.geo._buffering import Buffer
 from gateway.geo._hooks import GatewayHooks, emit
@@ -23,9 +24,53 @@ from replication import (
     should_fail_back,
 )
 
-__all__ = ["Recovery"]
+__all__ = ["Recovery", "ReplayReport"]
 
 logger = logging.getLogger("geogateway")
+
+
+class ReplayReport(int):
+    """What one ``replay()`` did: it *is* the number of messages sent (an ``int``, as
+    ``replay()`` always returned), and it says what still waits and why.
+
+    Attributes:
+        waiting: messages still waiting after the replay, per durable queue
+            destination of the sender's entity (only those with some).
+        reasons: why, for each destination in ``waiting``: a namespace is down,
+            a send failed, another replayer holds the destination, ...
+    """
+
+    waiting: Mapping[str, int]
+    reasons: Mapping[str, str]
+
+    def __new__(
+        cls,
+        sent: int,
+        *,
+        waiting: Mapping[str, int] | None = None,
+        reasons: Mapping[str, str] | None = None,
+    ) -> ReplayReport:
+        report = super().__new__(cls, sent)
+        report.waiting = MappingProxyType(dict(waiting or {}))
+        report.reasons = MappingProxyType(dict(reasons or {}))
+        return report
+
+    @property
+    def sent(self) -> int:
+        """How many buffered messages were sent."""
+        return int(self)
+
+    @property
+    def still_waiting(self) -> int:
+        """How many messages still wait, over all destinations."""
+        return sum(self.waiting.values())
+
+    def __str__(self) -> str:
+        return str(int(self))
+
+    def __repr__(self) -> str:
+        return (f"ReplayReport(sent={int(self)}, waiting={dict(self.waiting)}, "
+                f"reasons={dict(self.reasons)})")
 
 
 class Recovery:
@@ -52,39 +97,77 @@ class Recovery:
         self._hooks = hooks
         # Made on first use, on the event loop the sender runs on.
         self._lock: asyncio.Lock | None = None
+        # The last error reading which destinations hold messages, logged once.
+        self._refresh_error: str | None = None
 
     async def round(
         self, progress: Callable[[str, int], None] | None = None, *, raise_errors: bool = False
-    ) -> int:
-        """Run one round; return how many buffered messages were sent.
+    ) -> ReplayReport:
+        """Run one round; report how many buffered messages were sent, and why any
+        still wait.
 
         Args:
             progress: called as ``progress(destination, replayed_so_far)``.
-            raise_errors: raise a replay's queue or ownership error (after reporting
-                it), and retry destinations an earlier round found broken.
+            raise_errors: a ``replay()`` call: raise a replay's queue or ownership
+                error (after reporting it), retry destinations an earlier round found
+                broken, and count what still waits (a background round does not).
         """
         if self._lock is None:
             self._lock = asyncio.Lock()
         pair, buffer = self._namespaces, self._buffer
         async with self._lock:
+            # Messages another process put in the file after this sender started
+            # would otherwise be missed (replay() returned 0 while they waited).
+            try:
+                await buffer.refresh()
+            except DurableQueueError as exc:
+                if raise_errors:
+                    raise
+                self._refresh_failed(exc)
+            else:
+                self._refresh_error = None
             await pair.probe_down()
             replayed = 0
-            ready = replayable(sorted(buffer.pending), namespaces=pair.transports,
-                               down=pair.down)
+            pending = sorted(buffer.pending)
+            ready = replayable(pending, namespaces=pair.transports, down=pair.down)
+            reasons = {d: self._why_not_ready(d) for d in pending if d not in ready}
             for dest in ready:
                 if dest in buffer.broken and not raise_errors:
-                    continue  # reported once; only an explicit replay() tries again
+                    # Reported once; only an explicit replay() tries again.
+                    reasons[dest] = f"its replay failed: {buffer.broken[dest]}"
+                    continue
                 try:
-                    replayed += await self._replay(dest, progress)
+                    sent, why = await self._replay(dest, progress)
                 except (DurableQueueError, ConfigError) as exc:
                     self._replay_failed(dest, exc, raised=raise_errors)
                     if raise_errors:
                         raise
                 else:
                     buffer.broken.pop(dest, None)
+                    replayed += sent
+                    if why:
+                        reasons[dest] = why
             if should_fail_back(failback=self._failback, roles=pair.roles, down=pair.down):
                 pair.fail_back()
-            return replayed
+            if not raise_errors:
+                return ReplayReport(replayed)  # nobody reads it: not worth the counts
+            waiting = await buffer.waiting(sorted({*pending, *buffer.pending}))
+            return ReplayReport(replayed, waiting=waiting, reasons={
+                d: reasons.get(d) or "more messages were buffered for it while it was "
+                "replayed: replay again" for d in waiting})
+
+    def _refresh_failed(self, error: DurableQueueError) -> None:
+        # Each background round would meet it again: one line, until it changes.
+        if str(error) != self._refresh_error:
+            self._refresh_error = str(error)
+            logger.error("cannot read which destinations hold messages: %s", error)
+
+    def _why_not_ready(self, dest: str) -> str:
+        namespace, _ = parse_destination(dest)
+        if namespace == ANY_NAMESPACE:
+            down = " and ".join(sorted(self._namespaces.down))
+            return f"no namespace is up ({down}: their probes failed)"
+        return f"namespace {namespace} is down (its probe failed)"
 
     def _replay_failed(
         self, dest: str, error: DurableQueueError | ConfigError, *, raised: bool
@@ -99,7 +182,8 @@ class Recovery:
 
     async def _replay(
         self, dest: str, progress: Callable[[str, int], None] | None = None
-    ) -> int:
+    ) -> tuple[int, str]:
+        """Drain ``dest``; return how many were sent and why it stopped early ("")."""
         pair = self._namespaces
         namespace, _ = parse_destination(dest)
         if namespace == ANY_NAMESPACE:
@@ -116,8 +200,15 @@ class Recovery:
                 await pair.send_to(namespace, batch)
         report = None if progress is None else functools.partial(progress, dest)
         replayed, seconds, stopped_by = await self._buffer.drain(dest, send, report)
-        if isinstance(stopped_by, TransportError) and namespace != ANY_NAMESPACE:
+        why = ""
+        if isinstance(stopped_by, TransportError) and namespace == ANY_NAMESPACE:
+            why = f"no namespace took them (the last error: {stopped_by})"
+        elif isinstance(stopped_by, TransportError):
             pair.mark_down(namespace, stopped_by)
+            why = (f"sending to {namespace} failed ({stopped_by}); it is skipped until a "
+                   f"probe finds it back")
+        elif stopped_by is not None:
+            why = str(stopped_by)
         if replayed:
             emit(self._hooks, "on_replayed", destination=dest, count=replayed, seconds=seconds)
-        return replayed
+        return replayed, why

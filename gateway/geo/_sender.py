@@ -24,7 +24,7 @@ from gateway.geo._buffering import BacklogCleared, Buffer
 from gateway.geo._factory import NamespaceLike, check_entity
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._namespaces import NamespacePair
-from gateway.geo._recovery import Recovery
+from gateway.geo._recovery import Recovery, ReplayReport
 from replication import (
     ANY_NAMESPACE,
     Message,
@@ -212,19 +212,26 @@ class AsyncGeoSender:
             except BacklogCleared:
                 continue  # the replayer caught up while we waited: plan again
 
-    async def replay(self, *, progress: Callable[[str, int], None] | None = None) -> int:
-        """Probe down namespaces and replay what can be replayed now; return the count.
+    async def replay(
+        self, *, progress: Callable[[str, int], None] | None = None
+    ) -> ReplayReport:
+        """Probe down namespaces and replay what can be replayed now.
 
         A replay running in the background is waited for first, so no message is
-        sent twice by this process.
+        sent twice by this process. Messages other processes buffered in the same
+        queue file for this entity are replayed too.
 
         Args:
             progress: called as ``progress(destination, replayed_so_far)`` after each
                 batch, for long replays.
 
+        Returns:
+            How many messages were sent (a ``ReplayReport`` is that ``int``), and
+            for each destination where messages still wait, how many and why.
+
         Raises:
-            QueueCorrupt: the durable queue file is damaged; the messages before
-                the damage were sent. ``on_replay_failed`` is called too.
+            QueueCorrupt: the durable queue file is damaged; it was found before
+                anything was sent or written. ``on_replay_failed`` is called too.
             ConfigError: the queue file holds this entity's messages for other
                 namespaces (another data dir, another host); nothing was sent.
             DurableQueueError: the durable queue could not be read or written.

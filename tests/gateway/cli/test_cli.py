@@ -234,7 +234,8 @@ def test_queue_inspect_replay(run: Run, dirs: dict[str, Path]) -> None:
     run("namespace", "up", "primary")
     run("namespace", "up", "secondary")
     replayed = ok_json(run("queue", "replay", "-q", str(queue), "--json"))
-    assert replayed == [{"entity": "orders", "replayed": 3, "remaining": [], "down": []}]
+    assert replayed == [{"entity": "orders", "replayed": 3, "remaining": [], "down": [],
+                         "why": {}}]
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 0
 
     got = ok_json(run("receive", "-e", "orders", "--json", "--wait", "0.5"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -68,8 +69,12 @@ def test_replay_while_both_namespaces_are_down_exits_3(run: Run, dirs: dict[str,
     # Then nothing was sent, the report says so, and the exit code is 3
     code, out, err = result
     assert code == 3, result
-    assert json.loads(out) == [{"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
-                                "down": ["primary", "secondary"]}]
+    [report] = json.loads(out)
+    assert report == {"entity": "orders", "replayed": 0, "remaining": ["*/orders"],
+                      "down": ["primary", "secondary"], "why": report["why"]}
+    # And why they wait is said, in the JSON and on the one error line
+    assert "is down" in report["why"]["*/orders"]
+    assert report["why"]["*/orders"] in err
     assert "*/orders" in err and "primary" in err and "Traceback" not in err
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 3
 
@@ -118,15 +123,87 @@ def test_replay_of_a_destination_without_namespace_is_one_line(
     assert ok_json(run("queue", "stats", "-q", str(queue), "--json"))["count"] == 1
 
 
-def test_replay_in_a_process_prints_only_the_error_line(dirs: dict[str, Path]) -> None:
-    # Given a damaged queue file, and stderr that is not a terminal (a script, a log)
+def test_replay_of_a_damaged_file_leaves_it_byte_for_byte_and_says_so(
+    dirs: dict[str, Path],
+) -> None:
+    # Given a damaged queue file (300 messages, a page in the middle overwritten), and
+    # stderr that is not a terminal (a script, a log)
     queue = dirs["tmp"] / "buffer.db"
     damaged_queue(queue, "*/orders")
-    # When it is replayed by the installed command / Then stderr is the one error line,
-    # with no blank line left by the progress display before it
+    before = sha256(queue)
+    assert run_process("send", "-e", "orders", "one", cwd=dirs["tmp"])[0] == 0
+    # When the installed command replays it
     code, _, err = run_process("queue", "replay", "-q", str(queue), cwd=dirs["tmp"])
+    # Then it exits 1 with one error line (no blank line left by the progress display)
     assert code == 1
     assert err.startswith("error: ") and err.count("\n") == 1, repr(err)
+    # And the line says what happened and what to run
+    assert "replay stopped before sending anything" in err
+    assert f"queue file {queue} is corrupt" in err and "it was not modified" in err
+    assert f"`geogateway queue salvage -q {queue} -o NEW`" in err
+    # And it is true: the file is byte for byte what it was (300 rows, no lease), and
+    # nothing reached the namespaces (they hold the one message sent before)
+    assert sha256(queue) == before
+    status = ok_json(run_process("namespace", "status", "--json", cwd=dirs["tmp"]))
+    assert sum(e["active_count"] for ns in status for e in ns["entities"]) == 1
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_salvage_copies_what_can_be_read_and_the_copy_replays(
+    run: Run, dirs: dict[str, Path],
+) -> None:
+    # Given a queue file of 300 messages whose middle page is damaged
+    queue, new = dirs["tmp"] / "buffer.db", dirs["tmp"] / "salvaged.db"
+    damaged_queue(queue, "*/orders")
+    before = sha256(queue)
+    # When it is salvaged
+    code, out, err = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--json")
+    # Then it exits 3 (some rows could not be read), reports them, and says what next
+    assert code == 3, err
+    report = json.loads(out)
+    assert report["complete"] is False and report["messages"] + report["unreadable"][0][
+        "count"] == 300
+    [gap] = report["unreadable"]
+    assert gap["table"] == "messages" and gap["destinations"] == ["*/orders"]
+    assert err.startswith("warning: ") and err.count("\n") == 1
+    assert f"{gap['count']} rows could not be read" in err
+    assert f"geogateway queue replay -q {new}" in err
+    # And the damaged file was only read
+    assert sha256(queue) == before
+    # And the new file replays what it holds, in order
+    run("namespace", "up", "primary")
+    assert ok_json(run("queue", "replay", "-q", str(new), "--json"))[0]["replayed"] == \
+        report["messages"]
+    # And the table form names the gap
+    code, out, _ = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--force")
+    assert code == 3 and f"messages ids {gap['first_id']} to {gap['last_id']}" in out
+
+
+def test_salvage_never_overwrites_without_force(run: Run, dirs: dict[str, Path]) -> None:
+    # Given buffered messages and an output file that exists
+    queue, new = dirs["tmp"] / "buffer.db", dirs["tmp"] / "salvaged.db"
+    buffer_three(run, queue)
+    new.write_text("keep me")
+    # When it is salvaged there / Then one line says what to do, and it is untouched
+    expect_one_line_error(run("queue", "salvage", "-q", str(queue), "-o", str(new)), 1,
+                          f"{new} exists", "--force")
+    assert new.read_text() == "keep me"
+    # And the queue file itself is refused as the output, even with --force
+    expect_one_line_error(
+        run("queue", "salvage", "-q", str(queue), "-o", str(queue), "--force"), 1,
+        "is the queue file being salvaged")
+    # And an output in a directory that does not exist is one line saying so
+    missing = dirs["tmp"] / "nowhere" / "salvaged.db"
+    expect_one_line_error(run("queue", "salvage", "-q", str(queue), "-o", str(missing)), 1,
+                          f"the directory {missing.parent} does not exist", "choose another -o")
+    # And with --force a sound file is copied whole: exit 0
+    code, out, _ = run("queue", "salvage", "-q", str(queue), "-o", str(new), "--force")
+    assert code == 0 and "copied 3 messages" in out
+    assert ok_json(run("queue", "stats", "-q", str(new), "--json"))["count"] == 3
+    assert new.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(("where", "words"), [
