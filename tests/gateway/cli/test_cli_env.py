@@ -115,7 +115,8 @@ def test_queue_replay_sends_to_the_namespaces_env_names(run: Run, dirs: dict[str
     # When replayed with the same env and no namespace options
     replayed = ok_json(geogateway(dirs, "queue", "replay", "-q", str(queue), "--json", **env))
     # Then they reach env's namespaces
-    assert replayed == [{"entity": "orders", "replayed": 2, "remaining": [], "down": []}]
+    assert replayed == [{"entity": "orders", "replayed": 2, "remaining": [], "down": [],
+                         "why": {}}]
     got = received(run, "orders", "--primary", "local://east", "--secondary", "local://west")
     assert sorted(m["body"] for m in got) == ["a", "b"]
 
