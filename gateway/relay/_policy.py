@@ -6,16 +6,22 @@ An HTTP request to a hybrid connection ends in one of four :class:`Verdict` valu
 outcome is unknown may be sent again. The drivers in ``_client.py`` act on them.
 
 The table (``Via`` on a response means a listener answered it; without it the
-relay made the response):
+relay made the response). The relay's own statuses mean what the protocol article's
+sender error table says: 502 (it writes 503 there) "the request couldn't be routed
+to any listener", 504 "the request was routed to a listener, but the listener didn't
+acknowledge receipt in the required time"; a listener that went away after the
+request reached it is the second case (the relay emulator answers it so at once):
 
 ==============================================  ============  =========================
 outcome                                         verdict       the client
 ==============================================  ============  =========================
 any response with ``Via``                       ANSWERED      returns it, whatever status
 no ``Via``: 401, 403                            REJECTED      raises MessageRejected
-no ``Via``: 404, 502 (no listener), 500, 503    UNAVAILABLE   fails over, swaps roles
-no ``Via``: 504 (listener too slow)             UNKNOWN       fails over if idempotent,
-                                                              else OperationTimeout
+no ``Via``: 404, 502 (not routed: no listener,  UNAVAILABLE   fails over, swaps roles
+or it went away before it had the request),
+500, 503
+no ``Via``: 504 (routed: the listener did not   UNKNOWN       fails over if idempotent,
+answer in time, or went away)                                 else OperationTimeout
 no ``Via``: any other status (400, 413, ...)    ANSWERED      returns it
 DNS failure, refused, TLS failure, connect      UNAVAILABLE   fails over (nothing was sent)
 timeout, reset or timeout while sending, pool
