@@ -84,7 +84,7 @@ async def test_a_listener_killed_mid_request_executes_a_post_once_and_fails_over
     executed = tmp_path / "executed"  # one line per execution, by either listener
 
     async def secondary(request: RelayRequest) -> RelayResponse:
-        with executed.open("a") as f:  # noqa: ASYNC230 - one line
+        with executed.open("a") as f:
             f.write(f"secondary {request.method} {request.target}\n")
         return RelayResponse(body=b"secondary")
 
