@@ -239,13 +239,14 @@ class BaseGeoRelayClient:
             return
         self._swap(f"relay failover: {active} -> {namespace}")
 
-    def _hung(self, call: Call, namespace: str, waited: float) -> NoReturn:
-        """A non-idempotent request's namespace answers neither it nor the probe."""
+    def _hung(self, call: Call, namespace: str, waited: float) -> OperationTimeout:
+        """The error of a non-idempotent request whose namespace answers neither it nor
+        the probe; the roles swap, so that the next requests go to the other."""
         call.failures.append(Failure(namespace, Verdict.UNKNOWN, "no answer"))
         if namespace == self._roles.active:
             self._swap(f"relay failover: {namespace} does not answer (it hangs) -> "
                        f"{self._roles.standby}")
-        raise OperationTimeout(
+        return OperationTimeout(
             f"relay {call.method} to {namespace}: no answer in {waited:.2f} s, nor to a "
             "probe: the namespace hangs; outcome unknown, not sent again because the "
             "method is not idempotent (pass idempotent=True if it is)", namespace=namespace)

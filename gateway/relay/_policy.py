@@ -166,7 +166,9 @@ class RelayClientPolicy:
             grows with what the namespace normally takes (:class:`AnswerTimer`),
             never past ``read_timeout``.
         probe_timeout: seconds a suspected namespace has to answer the probe (a
-            request the relay answers itself, which no listener sees).
+            request the relay answers itself, which no listener sees); longer than the
+            deadline, so that a busy client or relay is not taken for a hung one (the
+            request would end in an ``OperationTimeout`` it did not need).
         retry: rounds over both namespaces and the backoff between rounds.
         token_ttl: lifetime of each SAS token, in seconds.
         token_renew_before: renew a cached token this long before it expires.
@@ -176,7 +178,7 @@ class RelayClientPolicy:
     read_timeout: float = 65.0
     write_timeout: float = 10.0
     answer_deadline: float = 0.5
-    probe_timeout: float = 0.5
+    probe_timeout: float = 1.0
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=2))
     token_ttl: float = 3600.0
     token_renew_before: float = 300.0

@@ -150,6 +150,34 @@ async def test_the_deadline_grows_with_what_the_namespace_normally_takes() -> No
     assert hosts.seen[hedged:] == [("a", "/orders")] * 3
 
 
+async def test_a_won_hedge_leaves_the_callers_task_as_it_was() -> None:
+    # The hedge's answer interrupts the caller's wait by cancelling its task, then takes
+    # that cancellation back: the caller's own timeouts and cancellations still work.
+    hosts = Hosts(hung, ok)
+    async with client(hosts) as c:
+        task = asyncio.current_task()
+        assert task is not None
+        if hasattr(asyncio, "timeout"):  # Python 3.11+: a timeout scope of the caller's
+            async with asyncio.timeout(5):
+                r = await c.get()  # in this very task
+            assert task.cancelling() == 0
+        else:  # pragma: no cover - Python 3.10
+            r = await c.get()
+        assert r.text == B.namespace
+        await asyncio.sleep(0.01)  # no cancellation left pending
+
+
+async def test_cancelling_a_hedged_request_cancels_both_attempts() -> None:
+    hosts = Hosts(hung, hung)
+    async with client(hosts) as c:
+        before = asyncio.all_tasks()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(c.get(), 0.2)  # the hedge (at 0.05 s) hangs too
+        await asyncio.sleep(0)
+        assert asyncio.all_tasks() <= before  # the hedge's task is gone too
+    assert [host for host, _ in hosts.seen] == ["a", "b"]
+
+
 def test_answer_timer_is_rfc_6298_kept_between_floor_and_ceiling() -> None:
     timer = AnswerTimer()
     assert timer.deadline(0.5, 65) == 0.5  # nothing known: the floor
