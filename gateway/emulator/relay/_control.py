@@ -115,6 +115,8 @@ async def control_loop(listener: Listener, *, namespace: str, pending: dict[str,
             continue
         try:
             await _take(listener, msg, pending, renew)
+        except ConnectionResetError:  # closed between a response and its body: gone
+            return
         except p.ProtocolError as exc:
             code = CLOSE_TOO_BIG if isinstance(exc, _TooBig) else CLOSE_PROTOCOL_ERROR
             _LOG.warning("namespace %s: closing a listener's control channel (%d): %s",

@@ -27,9 +27,12 @@ async def read_body(ws: web.WebSocketResponse) -> bytes:
     """The binary message that follows a control message with ``body: true``.
 
     Raises:
-        ProtocolError: the next message is not binary (or the socket closed).
+        ProtocolError: the next message is not binary.
+        ConnectionResetError: the socket closed first (the peer went away: no fault).
     """
     msg = await ws.receive()
+    if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+        raise ConnectionResetError("the socket closed before the body frame")
     if msg.type != WSMsgType.BINARY:
         raise ProtocolError("a control message with body=true must be followed by a "
                             "binary frame")
