@@ -77,6 +77,8 @@ _CONNECT_TIMEOUT = 15.0
 _ANSWER_TIMEOUT = 10.0
 #: relay-hang: the first answer after a hang must come within this (seconds, p99).
 FIRST_ANSWER_TARGET = 1.0
+# relay-hang: fewer requests than this leave too few GETs for six hangs apart.
+_HANG_MIN_REQUESTS = 20
 
 _SCRIPTS: dict[RelayScenario, list[tuple[float, str]]] = {
     RelayScenario.RELAY_OUTAGE: [(0.3, "down"), (0.6, "up")],
@@ -160,12 +162,17 @@ async def run_relay_drill(
         progress: called as ``progress(phase, done, total)``.
 
     Raises:
-        ConfigError: an unknown scenario, fewer than 1 request, or a port in use.
+        ConfigError: an unknown scenario, fewer than 1 request (20 for ``relay-hang``),
+            or a port in use.
         NamespaceUnavailable: the listener could not connect to the emulator.
     """
     scenario = RelayScenario.parse(scenario)
     if not isinstance(requests, int) or requests < 1:
         raise ConfigError(f"a relay drill sends at least 1 request, not {requests!r}")
+    if scenario is RelayScenario.RELAY_HANG and requests < _HANG_MIN_REQUESTS:
+        raise ConfigError(f"relay-hang sends at least {_HANG_MIN_REQUESTS} requests (six "
+                          f"hangs, each before a GET of its own), not {requests}: give "
+                          "more --requests")
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)

@@ -60,6 +60,8 @@ async def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
         await run_relay_drill(scenario="nope", data_dir=tmp_path)
     with pytest.raises(ConfigError, match="at least 1 request"):
         await run_relay_drill(requests=0, data_dir=tmp_path)
+    with pytest.raises(ConfigError, match="relay-hang sends at least 20 requests"):
+        await run_relay_drill(scenario="relay-hang", requests=19, data_dir=tmp_path)
     with pytest.raises(ConfigError, match="run_relay_drill"):
         await run_drill(scenario="relay-outage", data_dir=tmp_path)
 
@@ -155,3 +157,10 @@ def test_cli_relay_hang_drill_table_and_its_failure(
                          "--data-dir", str(tmp_path / "d"))
     assert code == 1, err
     assert "first answer after a hang was too slow" in out
+
+
+def test_cli_relay_hang_with_too_few_requests_is_one_line(
+        run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env(monkeypatch, tmp_path)
+    expect_one_line_error(run("drill", "--scenario", "relay-hang", "--requests", "5",
+                              "--data-dir", str(tmp_path / "d")), 1, "at least 20", "--requests")
