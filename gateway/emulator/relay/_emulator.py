@@ -14,7 +14,7 @@ from gateway._support.service_thread import AsyncService
 from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from gateway.emulator.relay._namespace import RelayNamespace
 from gateway.relay.protocol import RelayEndpoint
-from gateway.transports import ControlFile, namespace_files
+from gateway.transports import ControlFile, ControlState, namespace_files
 from replication import ConfigError
 
 __all__ = ["ANSWER_TIMEOUT", "RelayEmulator"]
@@ -131,6 +131,11 @@ class RelayEmulator(AsyncService):
     def port(self, name: str) -> int:
         """The port namespace ``name`` listens on."""
         return self._get(name).port
+
+    def control_state(self, name: str) -> ControlState:
+        """What namespace ``name`` obeys now (its control file as last applied: the file
+        is looked at every 0.1 s)."""
+        return self._get(name).state
 
     def listener_count(self, name: str, hybrid_connection: str) -> int:
         """How many listeners are connected to ``hybrid_connection`` in namespace ``name``."""

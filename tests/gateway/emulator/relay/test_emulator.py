@@ -229,7 +229,7 @@ async def test_a_hung_namespace_accepts_connections_and_answers_nothing_until_cl
     # When the namespace hangs
     control = ControlFile(namespace_files("primary", tmp_path)[1])
     control.update(hang=True)
-    await asyncio.sleep(0.3)  # the control file is polled every 0.1 s
+    await applied(emulator, hang=True)
     listener.cancel()
     async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=None)) as client:
         # Then a request gets a connection but no answer, nor does a listener's ping
@@ -253,3 +253,12 @@ async def test_a_hung_namespace_accepts_connections_and_answers_nothing_until_cl
         r = await asyncio.wait_for(sending, 10)
     await ws.close()
     assert (r.status_code, r.content) == (200, b"echo:held")
+
+
+async def applied(emulator: RelayEmulator, *, hang: bool, name: str = "primary") -> None:
+    """Wait until the emulator obeys its control file's ``hang`` (it polls every 0.1 s)."""
+    for _ in range(500):  # 10 s
+        if emulator.control_state(name).hang == hang:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail(f"the emulator did not apply hang={hang}")
