@@ -17,6 +17,7 @@ from rich.progress import (
 
 from gateway.cli._common import err, out, print_table, run
 from gateway.drill import (
+    FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
     TRANSPORTS,
     DrillReport,
@@ -73,9 +74,16 @@ def show_relay_report(report: RelayDrillReport) -> None:
         ("failovers", report.failovers),
         ("failover time", ", ".join(_seconds(s) for s in failover) if failover else "-"),
         ("role swaps", report.role_swaps),
-        ("elapsed", _seconds(report.elapsed_seconds)),
-        ("result", "PASS" if report.passed else "FAIL (an idempotent request got no answer)"),
     ]
+    if report.first_answer_seconds:
+        rows.append(("first answer after hang", f"p99 {_seconds(report.first_answer_p99)} "
+                     f"over {len(report.first_answer_seconds)} hangs "
+                     f"(target <= {_seconds(FIRST_ANSWER_TARGET)})"))
+    why = ("an idempotent request got no answer" if report.failed_idempotent
+           or report.answered + report.failed != report.sent
+           else "the first answer after a hang was too slow")
+    rows += [("elapsed", _seconds(report.elapsed_seconds)),
+             ("result", "PASS" if report.passed else f"FAIL ({why})")]
     print_table("geogateway relay failover drill", ("", "value"), rows)
 
 

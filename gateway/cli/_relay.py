@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import httpx
 
     from gateway.emulator import RelayEmulator
-    from gateway.relay import Handler, RelayRequest, RelayResponse
+    from gateway.relay import GeoRelayListener, Handler, RelayRequest, RelayResponse
     from gateway.relay.protocol import RelayEndpoint
 
 __all__ = ["echo", "load_handler", "make_relay", "register", "relay", "relay_endpoints",
@@ -303,11 +303,16 @@ async def _listen(endpoints: dict[str, RelayEndpoint], handler: Handler, app_spe
     import logging
 
     from gateway.relay import GeoRelayListener
+    from replication import ConfigError, MessageRejected
 
     log = logging.getLogger("geogateway.relay")
+    serving = False
 
     def on_error(error: BaseException) -> None:
-        log.error("relay listener: %s: %s", type(error).__name__, error)
+        # Before serving, a refusal (no such hybrid connection, a refused token) ends
+        # the command with one line of its own; after, every error is logged.
+        if serving or not isinstance(error, (ConfigError, MessageRejected)):
+            log.error("relay listener: %s: %s", type(error).__name__, error)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -315,14 +320,37 @@ async def _listen(endpoints: dict[str, RelayEndpoint], handler: Handler, app_spe
         loop.add_signal_handler(sig, stop.set)
     async with GeoRelayListener(list(endpoints.values()), handler, on_error=on_error) as listener:
         stopping = asyncio.ensure_future(stop.wait())
-        connecting = asyncio.ensure_future(listener.wait_connected(30.0, all_endpoints=False))
-        await asyncio.wait([stopping, connecting], return_when=asyncio.FIRST_COMPLETED)
-        if connecting.done() and not stopping.done():
-            connecting.result()  # NamespaceUnavailable: neither channel opened in 30 s
+        ready = asyncio.ensure_future(_ready(listener))
+        await asyncio.wait([stopping, ready], return_when=asyncio.FIRST_COMPLETED)
+        if ready.done() and not stopping.done():
+            ready.result()  # refused, or neither channel opened in 30 s: one line, exit 1
+            serving = True
             _print_serving(endpoints, listener.connected, app_spec, as_json)
-            await stopping
-        connecting.cancel()
+            gone = asyncio.ensure_future(listener.wait_given_up())
+            await asyncio.wait([stopping, gone], return_when=asyncio.FIRST_COMPLETED)
+            if gone.done() and not stopping.done():  # every hybrid connection deleted
+                _raise_refused(listener.refused)
+            gone.cancel()
+        ready.cancel()
     click.echo("relay listener stopped", err=True)
+
+
+async def _ready(listener: GeoRelayListener) -> None:
+    """Wait for each channel's first attempt; a refusal then is the command's error."""
+    await listener.wait_attempted(30.0)
+    _raise_refused(listener.refused)
+    await listener.wait_connected(30.0, all_endpoints=False)
+
+
+def _raise_refused(refused: Mapping[str, Exception]) -> None:
+    """Raise the refusals (no such hybrid connection, a refused token) as one error."""
+    errors = list(refused.values())
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        from replication import ConfigError
+
+        raise ConfigError("; ".join(str(e) for e in errors))
 
 
 def _print_serving(endpoints: dict[str, RelayEndpoint], connected: list[str], app_spec: str,

@@ -52,6 +52,7 @@ class RelayScenario(enum.Enum):
 
     RELAY_OUTAGE = "relay-outage"
     RELAY_FLAPPING = "relay-flapping"
+    RELAY_HANG = "relay-hang"  # the client's namespace hangs (accepts, never answers)
 
     @classmethod
     def parse(cls, value: RelayScenario | str) -> RelayScenario:

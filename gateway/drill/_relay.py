@@ -1,7 +1,8 @@
 """The relay drills: HTTP requests through a geo-redundant hybrid connection while a
 namespace fails.
 
-``relay-outage`` and ``relay-flapping`` (``geogateway drill --scenario relay-...``). The
+``relay-outage``, ``relay-flapping`` and ``relay-hang`` (``geogateway drill --scenario
+relay-...``). The
 drill starts the relay emulator (:class:`gateway.relay.RelayEmulator`) with two
 namespaces, ``primary`` and ``secondary``, serving one hybrid connection, and a
 :class:`gateway.relay.GeoRelayListener` on both; all of them run in the drill's own
@@ -11,7 +12,11 @@ HTTP requests one after the other through an :class:`~gateway.relay.AsyncGeoRela
 the same control file that ``geogateway namespace down primary`` writes:
 
 * ``relay-outage``: the primary is down from 30% of the requests to 60%;
-* ``relay-flapping``: the primary goes down at 20%, 40% and 60%, up again 10% later.
+* ``relay-flapping``: the primary goes down at 20%, 40% and 60%, up again 10% later;
+* ``relay-hang``: at 10%, 25%, 40%, 55%, 70% and 85% of the requests, the namespace
+  the client is using hangs (accepts connections and answers nothing, the control
+  file's ``hang``) and the other one answers again; each hang begins just before a
+  GET, whose time to its answer is the *first answer after the hang*.
 
 A *failover* is an outage of the namespace the client was sending to, while the other
 is up, after which a request was answered through the other; its time runs from the
@@ -22,12 +27,15 @@ client's ``on_failover`` hook calls.
 
 The drill passes when every idempotent request (GET, PUT) got an answer from the
 listener; a POST whose outcome is unknown is not sent twice, and is counted as failed.
+``relay-hang`` also needs the first answer after each hang within
+:data:`FIRST_ANSWER_TARGET` (1 s) at p99 (the largest of a few).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -54,7 +62,7 @@ if TYPE_CHECKING:
     from gateway.emulator import RelayEmulator
     from gateway.relay import AsyncGeoRelayClient
 
-__all__ = ["RelayDrillReport", "run_relay_drill"]
+__all__ = ["FIRST_ANSWER_TARGET", "RelayDrillReport", "run_relay_drill"]
 
 logger = logging.getLogger("geogateway.drill")
 
@@ -67,20 +75,27 @@ _APPLIES = 0.25
 _CONNECT_TIMEOUT = 15.0
 # How long a listener has to answer (the service's 60 s would only slow a failing drill).
 _ANSWER_TIMEOUT = 10.0
+#: relay-hang: the first answer after a hang must come within this (seconds, p99).
+FIRST_ANSWER_TARGET = 1.0
+# relay-hang: fewer requests than this leave too few GETs for six hangs apart.
+_HANG_MIN_REQUESTS = 20
 
 _SCRIPTS: dict[RelayScenario, list[tuple[float, str]]] = {
     RelayScenario.RELAY_OUTAGE: [(0.3, "down"), (0.6, "up")],
     RelayScenario.RELAY_FLAPPING: [(0.2, "down"), (0.3, "up"), (0.4, "down"), (0.5, "up"),
                                    (0.6, "down"), (0.7, "up")],
+    RelayScenario.RELAY_HANG: [(f, "hang") for f in (0.1, 0.25, 0.4, 0.55, 0.7, 0.85)],
 }
 
 
 @dataclass(frozen=True, kw_only=True)
 class RelayDrillReport:
-    """The outcome of one relay drill; ``passed`` when no idempotent request failed.
+    """The outcome of one relay drill; ``passed`` when no idempotent request failed (and,
+    for ``relay-hang``, the first answer after each hang came within 1 s at p99).
 
     ``answered_by`` counts the answers per namespace; ``failed_idempotent`` the GET
-    and PUT requests without an answer. See the module docstring for failovers.
+    and PUT requests without an answer; ``first_answer_seconds`` the time of the first
+    request after each hang (``relay-hang``). See the module docstring for failovers.
     """
 
     scenario: str
@@ -92,12 +107,25 @@ class RelayDrillReport:
     answered_by: dict[str, int] = field(default_factory=dict)
     failover_seconds: list[float] = field(default_factory=list)
     role_swaps: int = 0
+    first_answer_seconds: list[float] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     state_dir: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.failed_idempotent == 0 and self.answered + self.failed == self.sent
+        within = (self.scenario != RelayScenario.RELAY_HANG.value
+                  or (self.first_answer_p99 is not None
+                      and self.first_answer_p99 <= FIRST_ANSWER_TARGET))
+        return (self.failed_idempotent == 0 and self.answered + self.failed == self.sent
+                and within)
+
+    @property
+    def first_answer_p99(self) -> float | None:
+        """The 99th percentile of ``first_answer_seconds`` (nearest rank), or None."""
+        times = sorted(self.first_answer_seconds)
+        if not times:
+            return None
+        return times[max(0, math.ceil(0.99 * len(times)) - 1)]
 
     @property
     def failovers(self) -> int:
@@ -108,6 +136,7 @@ class RelayDrillReport:
         data["passed"] = self.passed
         data["failovers"] = self.failovers
         data["failover_max_seconds"] = max(self.failover_seconds, default=None)
+        data["first_answer_p99_seconds"] = self.first_answer_p99
         return data
 
 
@@ -123,7 +152,7 @@ async def run_relay_drill(
     """Run one relay drill and return its report (see the module docstring).
 
     Args:
-        scenario: ``relay-outage`` or ``relay-flapping``.
+        scenario: ``relay-outage``, ``relay-flapping`` or ``relay-hang``.
         requests: how many requests to send.
         data_dir: where the run's state folder is made (a new one each run, holding
             the namespaces' control files and the client's roles); the system's
@@ -133,12 +162,17 @@ async def run_relay_drill(
         progress: called as ``progress(phase, done, total)``.
 
     Raises:
-        ConfigError: an unknown scenario, fewer than 1 request, or a port in use.
+        ConfigError: an unknown scenario, fewer than 1 request (20 for ``relay-hang``),
+            or a port in use.
         NamespaceUnavailable: the listener could not connect to the emulator.
     """
     scenario = RelayScenario.parse(scenario)
     if not isinstance(requests, int) or requests < 1:
         raise ConfigError(f"a relay drill sends at least 1 request, not {requests!r}")
+    if scenario is RelayScenario.RELAY_HANG and requests < _HANG_MIN_REQUESTS:
+        raise ConfigError(f"relay-hang sends at least {_HANG_MIN_REQUESTS} requests (six "
+                          f"hangs, each before a GET of its own), not {requests}: give "
+                          "more --requests")
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)
@@ -183,11 +217,13 @@ class _RelayDrill:
         self.controls = {ns: ControlFile(namespace_files(ns, root / "namespaces")[1])
                          for ns in (PRIMARY, SECONDARY)}
         for control in self.controls.values():
-            control.update(down=False, latency=0.0, lost_replies=0.0)
+            control.update(down=False, latency=0.0, lost_replies=0.0, hang=False)
         self.swaps = _Swaps()
         self.answered_by: Counter[str] = Counter()
         self.sent = self.failed = self.failed_idempotent = 0
         self.failover_seconds: list[float] = []
+        self.first_answer_seconds: list[float] = []
+        self._after_hang = False  # the next request is the first after a hang
         self._fault: tuple[str, float] | None = None  # (namespace, in effect since)
         self._down: set[str] = set()
         self._hosts: dict[str, str] = {}  # "host:port" -> namespace name
@@ -215,12 +251,13 @@ class _RelayDrill:
                 await self._send_all(client, emulator)
             finally:
                 for control in self.controls.values():
-                    control.update(down=False)
+                    control.update(down=False, hang=False)
         return RelayDrillReport(
             scenario=self.scenario.value, requests=self.total, sent=self.sent,
             answered=sum(self.answered_by.values()), failed=self.failed,
             failed_idempotent=self.failed_idempotent, answered_by=dict(self.answered_by),
             failover_seconds=self.failover_seconds, role_swaps=self.swaps.count,
+            first_answer_seconds=self.first_answer_seconds,
             elapsed_seconds=round(time.monotonic() - started, 3),
         )
 
@@ -230,7 +267,8 @@ class _RelayDrill:
         script = list(_SCRIPTS[self.scenario])
         for i in range(self.total):
             injected = False
-            while script and i >= script[0][0] * self.total:
+            while script and i >= script[0][0] * self.total and (
+                    script[0][1] != "hang" or METHODS[i % len(METHODS)] == "GET"):
                 self._inject(script.pop(0)[1], client)
                 injected = True
             if injected:
@@ -242,6 +280,9 @@ class _RelayDrill:
                 self.progress("requests", i + 1, self.total)
 
     def _inject(self, action: str, client: AsyncGeoRelayClient) -> None:
+        if action == "hang":
+            self._hang(client)
+            return
         self.controls[PRIMARY].update(down=action == "down")
         if action == "up":
             self._down.discard(PRIMARY)
@@ -252,11 +293,22 @@ class _RelayDrill:
         if self._fault is None and active == PRIMARY and SECONDARY not in self._down:
             self._fault = (PRIMARY, time.monotonic())
 
+    def _hang(self, client: AsyncGeoRelayClient) -> None:
+        # The namespace the client uses hangs, the other answers again: every hang is
+        # one the client must get out of.
+        active = self._hosts.get(client.roles.active, PRIMARY)
+        for namespace, control in self.controls.items():
+            control.update(hang=namespace == active)
+        self._fault = (active, time.monotonic())
+        self._after_hang = True
+
     async def _request(self, client: AsyncGeoRelayClient, i: int) -> None:
         method = METHODS[i % len(METHODS)]
         target = f"/items/{i // len(METHODS)}"
         body = f"drill request {i}".encode() if method != "GET" else None
         self.sent += 1
+        first_after_hang, self._after_hang = self._after_hang, False
+        started = time.monotonic()
         try:
             response = await client.request(method, target, content=body)
         except GatewayError as exc:
@@ -272,6 +324,8 @@ class _RelayDrill:
                            response.status_code, namespace)
             return
         self.answered_by[namespace] += 1
+        if first_after_hang:
+            self.first_answer_seconds.append(round(time.monotonic() - started, 4))
         if self._fault is not None and namespace != self._fault[0]:
             self.failover_seconds.append(round(time.monotonic() - self._fault[1], 4))
             self._fault = None

@@ -34,10 +34,11 @@ from gateway.relay.protocol import (
 
 if TYPE_CHECKING:
     from gateway.emulator import RelayEmulator
-    from gateway.relay._client import AsyncGeoRelayClient, GeoRelayClient
+    from gateway.relay._client import AsyncGeoRelayClient
     from gateway.relay._listener import GeoRelayListener
     from gateway.relay._policy import RelayClientPolicy
     from gateway.relay._serving import WebSocketHandler
+    from gateway.relay._sync import GeoRelayClient
     from gateway.relay._thread import RelayThread
 
 __all__ = [
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 _LAZY = {"AsyncGeoRelayClient": "gateway.relay._client",
-         "GeoRelayClient": "gateway.relay._client",
+         "GeoRelayClient": "gateway.relay._sync",
          "RelayClientPolicy": "gateway.relay._policy",
          "GeoRelayListener": "gateway.relay._listener",
          "WebSocketHandler": "gateway.relay._serving",

@@ -14,7 +14,7 @@ from gateway.geo import GatewayHooks, emit
 from gateway.relay import protocol as p
 from gateway.relay._handler import Handler, RelayRequest, RelayResponse
 from gateway.relay._serving import WebSocketHandler, answer, rendezvous, take_websocket
-from replication import ConfigError, NamespaceUnavailable
+from replication import ConfigError, GatewayError, MessageRejected, NamespaceUnavailable
 
 if TYPE_CHECKING:
     import aiohttp
@@ -35,7 +35,9 @@ class GeoRelayListener(AsyncService):
 
     Each endpoint gets a control channel (``sb-hc-action=listen``) that reconnects
     after 0, 1, 2, 5, 10, then every 30 s, and gives up only when the hybrid
-    connection does not exist (404). Requests (inline or by rendezvous) go to
+    connection does not exist (404). A refused token (401/403) is retried too, and
+    reported as a :class:`MessageRejected` that says what to check; :attr:`refused`
+    lists the namespaces that answered either way. Requests (inline or by rendezvous) go to
     ``handler``; its exception answers 500, no handler 501. WebSocket senders go to
     ``websocket_handler`` (none: rejected with 501). Tokens are renewed
     (``renewToken``) at three quarters of their lifetime.
@@ -77,6 +79,7 @@ class GeoRelayListener(AsyncService):
         self.backoff = tuple(backoff)
         self.listener_id = uuid.uuid4().hex
         self._connected: dict[p.RelayEndpoint, asyncio.Event] = {}
+        self._attempted: dict[p.RelayEndpoint, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._channels: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
@@ -97,6 +100,7 @@ class GeoRelayListener(AsyncService):
         loop = asyncio.get_running_loop()
         for endpoint in self.endpoints:
             self._connected[endpoint] = asyncio.Event()
+            self._attempted[endpoint] = asyncio.Event()
             self._channels.append(loop.create_task(self._channel(endpoint)))
 
     async def aclose(self) -> None:
@@ -136,6 +140,31 @@ class GeoRelayListener(AsyncService):
         """The namespaces whose control channel is connected now."""
         return [e.namespace for e, ev in self._connected.items() if ev.is_set()]
 
+    @property
+    def refused(self) -> dict[str, GatewayError]:
+        """The namespaces that refused the listener for a reason a retry does not mend,
+        unless connected since: its hybrid connection does not exist (``ConfigError``,
+        given up) or its token was refused (``MessageRejected``, still retried)."""
+        return {e.namespace: error for e, error in self._failures.items()
+                if isinstance(error, (ConfigError, MessageRejected))}
+
+    async def wait_attempted(self, timeout: float = 10.0) -> None:
+        """Wait until every control channel has connected or failed at least once (or
+        ``timeout`` seconds passed): then :attr:`connected` and :attr:`refused` say
+        how the first attempts went."""
+        if not self._attempted:
+            raise RuntimeError("start the relay listener first (start() or async with)")
+        waits = [asyncio.ensure_future(e.wait()) for e in self._attempted.values()]
+        try:
+            await asyncio.wait(waits, timeout=timeout)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def wait_given_up(self) -> None:
+        """Wait until every control channel gave up (every hybrid connection is gone)."""
+        await asyncio.gather(*self._channels, return_exceptions=True)
+
     async def serve_forever(self) -> None:
         """Start, and serve until cancelled or every channel gave up (404).
 
@@ -174,8 +203,15 @@ class GeoRelayListener(AsyncService):
                 if exc.status == 404:
                     self._lost(endpoint, ConfigError(
                         f"hybrid connection {endpoint.path!r} does not exist in "
-                        f"{endpoint.namespace}: create it, or fix the endpoint"))
+                        f"{endpoint.namespace}: check its name (-c / EntityPath), or "
+                        "create it"))
                     return
+                if exc.status in (401, 403):  # retried: a key may be rotated back
+                    error = MessageRejected(
+                        f"relay namespace {endpoint.namespace} refused the listener's token "
+                        f"({exc.status}): check the shared access key name and key "
+                        "(SharedAccessKeyName, SharedAccessKey), that the policy has the "
+                        "Listen right, and this machine's clock")
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 error = exc
             except Exception as exc:  # a bug must not end this namespace's channel silently
@@ -195,6 +231,7 @@ class GeoRelayListener(AsyncService):
     async def _connected_channel(self, endpoint: p.RelayEndpoint,
                                  ws: aiohttp.ClientWebSocketResponse[bool]) -> BaseException:
         self._connected[endpoint].set()
+        self._attempted[endpoint].set()
         self._failures.pop(endpoint, None)
         emit(self.hooks, "on_namespace_up", namespace=endpoint.namespace)
         _LOG.info("relay listener connected to %s", endpoint.http_url())
@@ -217,6 +254,7 @@ class GeoRelayListener(AsyncService):
     def _lost(self, endpoint: p.RelayEndpoint, error: BaseException) -> None:
         first = endpoint not in self._failures
         self._failures[endpoint] = error
+        self._attempted[endpoint].set()
         if first:  # report an outage once, not at every reconnect attempt
             _LOG.warning("relay listener lost %s: %s", endpoint.namespace, error)
             emit(self.hooks, "on_namespace_down", namespace=endpoint.namespace, error=error)

@@ -6,16 +6,22 @@ An HTTP request to a hybrid connection ends in one of four :class:`Verdict` valu
 outcome is unknown may be sent again. The drivers in ``_client.py`` act on them.
 
 The table (``Via`` on a response means a listener answered it; without it the
-relay made the response):
+relay made the response). The relay's own statuses mean what the protocol article's
+sender error table says: 502 (it writes 503 there) "the request couldn't be routed
+to any listener", 504 "the request was routed to a listener, but the listener didn't
+acknowledge receipt in the required time"; a listener that went away after the
+request reached it is the second case (the relay emulator answers it so at once):
 
 ==============================================  ============  =========================
 outcome                                         verdict       the client
 ==============================================  ============  =========================
 any response with ``Via``                       ANSWERED      returns it, whatever status
 no ``Via``: 401, 403                            REJECTED      raises MessageRejected
-no ``Via``: 404, 502 (no listener), 500, 503    UNAVAILABLE   fails over, swaps roles
-no ``Via``: 504 (listener too slow)             UNKNOWN       fails over if idempotent,
-                                                              else OperationTimeout
+no ``Via``: 404, 502 (not routed: no listener,  UNAVAILABLE   fails over, swaps roles
+or it went away before it had the request),
+500, 503
+no ``Via``: 504 (routed: the listener did not   UNKNOWN       fails over if idempotent,
+answer in time, or went away)                                 else OperationTimeout
 no ``Via``: any other status (400, 413, ...)    ANSWERED      returns it
 DNS failure, refused, TLS failure, connect      UNAVAILABLE   fails over (nothing was sent)
 timeout, reset or timeout while sending, pool
@@ -24,6 +30,13 @@ reset, timeout or broken reply after the        UNKNOWN       as 504
 request was sent
 any other error (bad URL, ...)                  RAISE         raises it as it is
 ==============================================  ============  =========================
+
+A namespace that accepts the request and answers nothing (a hung front end) is found
+by a deadline, :meth:`AnswerTimer.deadline`: when a namespace has not answered within
+it, the client hedges an idempotent request (sends it to the other namespace too and
+takes the first answer) and probes the namespace for a non-idempotent one (a request
+the relay answers itself); no answer to the probe either means the namespace hangs:
+``OperationTimeout``, not sent again.
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ from replication import ConfigError, RetryPolicy
 
 __all__ = [
     "IDEMPOTENT_METHODS",
+    "AnswerTimer",
     "RelayClientPolicy",
     "TokenCache",
     "Verdict",
@@ -135,7 +149,10 @@ class RelayClientPolicy:
 
     The defaults keep failover under a second: a namespace that refuses or resets
     is left at once, one that does not answer the TCP/TLS handshake after
-    ``connect_timeout``; the retry policy bounds the whole request (both
+    ``connect_timeout``, one that takes a request and answers nothing after
+    ``answer_deadline`` (hedged: an idempotent request is answered by the other
+    namespace) or ``answer_deadline + probe_timeout`` (``OperationTimeout`` for a
+    non-idempotent one); the retry policy bounds the whole request (both
     namespaces, ``retry.attempts`` rounds, ``retry.max_delay`` seconds of backoff).
 
     Args:
@@ -143,6 +160,15 @@ class RelayClientPolicy:
         read_timeout: seconds to wait for the answer; the relay itself answers 504
             after 60 s, so the default waits a little longer.
         write_timeout: seconds to send the request.
+        answer_deadline: seconds to wait for a namespace's answer before suspecting
+            that it hangs: an idempotent request is then hedged to the other
+            namespace, the namespace of a non-idempotent one probed. The deadline
+            grows with what the namespace normally takes (:class:`AnswerTimer`),
+            never past ``read_timeout``.
+        probe_timeout: seconds a suspected namespace has to answer the probe (a
+            request the relay answers itself, which no listener sees); longer than the
+            deadline, so that a busy client or relay is not taken for a hung one (the
+            request would end in an ``OperationTimeout`` it did not need).
         retry: rounds over both namespaces and the backoff between rounds.
         token_ttl: lifetime of each SAS token, in seconds.
         token_renew_before: renew a cached token this long before it expires.
@@ -151,16 +177,21 @@ class RelayClientPolicy:
     connect_timeout: float = 0.5
     read_timeout: float = 65.0
     write_timeout: float = 10.0
+    answer_deadline: float = 0.5
+    probe_timeout: float = 1.0
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=2))
     token_ttl: float = 3600.0
     token_renew_before: float = 300.0
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout", "read_timeout", "write_timeout", "token_ttl"):
+        for name in ("connect_timeout", "read_timeout", "write_timeout", "answer_deadline",
+                     "probe_timeout", "token_ttl"):
             _seconds(name, getattr(self, name))
         _seconds("token_renew_before", self.token_renew_before, positive=False)
         if self.token_renew_before >= self.token_ttl:
             raise ConfigError("relay client token_renew_before must be less than token_ttl")
+        if self.answer_deadline >= self.read_timeout:
+            raise ConfigError("relay client answer_deadline must be less than read_timeout")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("relay client retry must be a RetryPolicy")
 
@@ -169,6 +200,36 @@ class RelayClientPolicy:
         """The httpx timeouts (the pool wait counts as connecting)."""
         return httpx.Timeout(connect=self.connect_timeout, read=self.read_timeout,
                              write=self.write_timeout, pool=self.connect_timeout)
+
+
+@dataclass
+class AnswerTimer:
+    """How long one namespace normally takes to answer, and so how long to wait for it.
+
+    The estimator is TCP's retransmission timer (RFC 6298): a smoothed answer time
+    and its mean deviation, updated with every answer a listener gave; the deadline
+    is their sum with four deviations, kept between a floor and a ceiling. A
+    namespace that answers in milliseconds gets the floor; one whose service
+    normally takes seconds gets a deadline its answers fit in, so its slow answers
+    are not taken for a hang.
+    """
+
+    smoothed: float | None = None
+    deviation: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Take one answer's time (from sending the request to its response's head)."""
+        if self.smoothed is None:
+            self.smoothed, self.deviation = seconds, seconds / 2
+            return
+        self.deviation = 0.75 * self.deviation + 0.25 * abs(self.smoothed - seconds)
+        self.smoothed = 0.875 * self.smoothed + 0.125 * seconds
+
+    def deadline(self, floor: float, ceiling: float) -> float:
+        """Seconds to wait for this namespace's answer before suspecting it hangs."""
+        if self.smoothed is None:
+            return floor
+        return min(ceiling, max(floor, self.smoothed + 4 * self.deviation))
 
 
 @dataclass

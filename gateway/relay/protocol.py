@@ -330,6 +330,11 @@ _REQUIRED = {Accept: ("address", "id"), Request: ("id",), Response: ("request_id
 def encode(message: ControlMessage) -> str:
     """The JSON text frame of ``message``: ``{"<kind>": {<fields>}}`` (None fields omitted)."""
     kind, names = _FIELDS[type(message)]
+    if isinstance(message, Request) and message.rendezvous:
+        # Only address and id: a listener (the .NET one) tells a rendezvous request from
+        # an inline one by whether ``body`` is present.
+        return json.dumps({kind: {"address": message.address, "id": message.id}},
+                          separators=(",", ":"))
     body: dict[str, Any] = {}
     for attr, name in names.items():
         value = getattr(message, attr)
@@ -399,6 +404,10 @@ def _field(kind: str, name: str, value: Any) -> Any:
             raise bad("true or false")
         return value
     if name == "statusCode":
+        # A number, or its digits as a string: the protocol article's own example writes
+        # ``"statusCode" : "200"``.
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 999:
             raise bad("an HTTP status code (100-999)")
         return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -13,7 +14,7 @@ from gateway._support.service_thread import AsyncService
 from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from gateway.emulator.relay._namespace import RelayNamespace
 from gateway.relay.protocol import RelayEndpoint
-from gateway.transports import ControlFile, namespace_files
+from gateway.transports import ControlFile, ControlState, namespace_files
 from replication import ConfigError
 
 __all__ = ["ANSWER_TIMEOUT", "RelayEmulator"]
@@ -34,10 +35,14 @@ class RelayEmulator(AsyncService):
     namespaces: ``geogateway namespace down NAME`` closes the port and every
     connection until ``up``; ``namespace faults --latency`` delays every request;
     ``--lost-replies`` drops that share of listeners' answers (the sender gets 504
-    after ``answer_timeout``: the outcome is unknown).
+    after ``answer_timeout``: the outcome is unknown); ``hang`` (``ControlFile.update(
+    hang=True)``) accepts connections and answers nothing, frames included, until cleared.
 
     Without a listener an HTTP sender gets 502: the protocol article says so in its
-    text, while its table of relay errors says 503; senders fail over on either.
+    text, while its table of relay errors says 503; senders fail over on either. A
+    listener that goes away after it got a request gives its sender 504, the
+    article's status for a request routed to a listener that did not answer: the
+    outcome is unknown (see :mod:`gateway.emulator.relay._namespace`).
 
     Args:
         namespaces: namespace name → port (0 picks a free port, kept across down/up).
@@ -127,6 +132,11 @@ class RelayEmulator(AsyncService):
         """The port namespace ``name`` listens on."""
         return self._get(name).port
 
+    def control_state(self, name: str) -> ControlState:
+        """What namespace ``name`` obeys now (its control file as last applied: the file
+        is looked at every 0.1 s)."""
+        return self._get(name).state
+
     def listener_count(self, name: str, hybrid_connection: str) -> int:
         """How many listeners are connected to ``hybrid_connection`` in namespace ``name``."""
         return len(self._get(name).listeners.get(hybrid_connection.lower(), []))
@@ -168,6 +178,9 @@ class RelayEmulator(AsyncService):
 
     async def _poll(self, ns: RelayNamespace) -> None:
         state = ns.control.read()
+        if state.hang != ns.state.hang:
+            _LOG.info("relay namespace %s %s", ns.name, "hangs: it accepts connections and "
+                      "answers nothing" if state.hang else "answers again")
         if not ns.apply(state):
             return
         if state.down:
@@ -178,5 +191,4 @@ class RelayEmulator(AsyncService):
             try:
                 await ns.listen()
             except OSError:  # the port is taken for now: retried at the next poll
-                ns.apply(state.__class__(down=True, latency=state.latency,
-                                         lost_replies=state.lost_replies))
+                ns.apply(dataclasses.replace(state, down=True))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from urllib.parse import parse_qsl, urlencode
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from aiohttp import WSMsgType, web
 
@@ -26,9 +27,12 @@ async def read_body(ws: web.WebSocketResponse) -> bytes:
     """The binary message that follows a control message with ``body: true``.
 
     Raises:
-        ProtocolError: the next message is not binary (or the socket closed).
+        ProtocolError: the next message is not binary.
+        ConnectionResetError: the socket closed first (the peer went away: no fault).
     """
     msg = await ws.receive()
+    if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+        raise ConnectionResetError("the socket closed before the body frame")
     if msg.type != WSMsgType.BINARY:
         raise ProtocolError("a control message with body=true must be followed by a "
                             "binary frame")
@@ -36,9 +40,15 @@ async def read_body(ws: web.WebSocketResponse) -> bytes:
     return data
 
 
-async def pipe(a: web.WebSocketResponse, b: web.WebSocketResponse) -> None:
-    """Relay messages both ways until one side closes; then close the other alike."""
-    tasks = [asyncio.ensure_future(_forward(a, b)), asyncio.ensure_future(_forward(b, a))]
+async def pipe(a: web.WebSocketResponse, b: web.WebSocketResponse,
+               gate: Callable[[], Awaitable[None]]) -> None:
+    """Relay messages both ways until one side closes; then close the other alike.
+
+    ``gate`` is awaited before each message is passed on (it waits while the
+    namespace hangs).
+    """
+    tasks = [asyncio.ensure_future(_forward(a, b, gate)),
+             asyncio.ensure_future(_forward(b, a, gate))]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -50,8 +60,10 @@ async def pipe(a: web.WebSocketResponse, b: web.WebSocketResponse) -> None:
                 await ws.close()
 
 
-async def _forward(src: web.WebSocketResponse, dst: web.WebSocketResponse) -> None:
+async def _forward(src: web.WebSocketResponse, dst: web.WebSocketResponse,
+                   gate: Callable[[], Awaitable[None]]) -> None:
     async for msg in src:
+        await gate()
         if msg.type == WSMsgType.TEXT:
             await dst.send_str(msg.data)
         elif msg.type == WSMsgType.BINARY:
@@ -68,7 +80,9 @@ def relay_error(status: int, text: str) -> web.Response:
 
 
 def target(request: web.Request) -> str:
-    query = [(k, v) for k, v in request.query.items() if k != p.TOKEN]
+    """The request target a listener sees: every ``sb-hc-*`` query parameter (the
+    relay's own: token, action, id, ...) removed, as the service does."""
+    query = [(k, v) for k, v in request.query.items() if not k.lower().startswith("sb-hc-")]
     return request.path + (f"?{urlencode(query)}" if query else "")
 
 
@@ -91,18 +105,38 @@ def remote(request: web.Request) -> p.RemoteEndpoint:
     return p.RemoteEndpoint()
 
 
-def grant_for(token: str, path: str, *, key_name: str, key: str, now: float) -> Grant:
-    """Check ``token`` for hybrid connection ``path`` (its own or a namespace-wide audience).
+def grant_for(token: str, path: str, *, host: str, key_name: str, key: str,
+              now: float) -> Grant:
+    """Check ``token`` for hybrid connection ``path`` (its own or a namespace-wide audience)
+    of the namespace reached as ``host`` (the request's ``Host``, a port allowed).
+
+    A token is signed for a URI that names the namespace's host (``http://{ns}/{path}/``):
+    one signed for another host is refused, as the service refuses a token of another
+    namespace signed with a key that happens to match.
 
     Raises:
-        AuthError: a bad, expired or foreign token.
+        AuthError: a bad, expired or foreign token (another host or hybrid connection).
     """
     fields = dict(parse_qsl(token.partition(" ")[2]))
-    grant = check_token(token, audience=fields.get("sr", ""), key_name=key_name, key=key,
-                        now=now)
+    sr = fields.get("sr", "")
+    grant = check_token(token, audience=sr, key_name=key_name, key=key, now=now)
+    signed_for, reached = _hostname(sr), _hostname(host)
+    if reached and signed_for != reached:
+        raise AuthError(f"the token is for another host ({signed_for or 'none'}), not "
+                        f"{reached}")
     if not grant.covers(path, now):
         raise AuthError("the token is for another hybrid connection")
     return grant
+
+
+def _hostname(uri: str) -> str:
+    # "http://Host:1/hc/", "host/hc", "host:1" -> "host"
+    if "://" not in uri:
+        uri = "//" + uri
+    try:
+        return (urlsplit(uri).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def relayed(response: p.Response, body: bytes, *, via: str) -> web.Response:

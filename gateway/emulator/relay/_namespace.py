@@ -11,10 +11,21 @@ Routes (one aiohttp server, HTTP and WebSocket on the same port):
 - any method on ``/{path}[/...]``: an HTTP sender.
 
 The relay answers by itself (no ``Via`` header) with 401 (bad token), 404 (no such
-hybrid connection), 502 (no listener connected, or the listener went away: the
-protocol article's text says 502 where its table says 503; senders fail over on
-either), 504 (no answer in time) and 413 (a body over :data:`MAX_BODY`). Responses
-that a listener wrote carry ``Via: 1.1 {namespace}``.
+hybrid connection), 502 (the request could not be routed to a listener: none is
+connected, or the one chosen went away before it had the request), 504 (the request
+reached a listener, which did not answer in time or went away first: the outcome is
+unknown) and 413 (a body over :data:`MAX_BODY`). The source is the sender's error table
+of the protocol article (relay-hybrid-connections-protocol, "Request"): "Bad Gateway:
+the request couldn't be routed to any listener" (it writes 503 there and 502 in its
+text; senders fail over on either) and "504 Gateway Timeout: the request was routed to
+a listener, but the listener didn't acknowledge receipt in the required time". A
+listener that went away after the request was routed to it is that second case; the
+emulator answers it as soon as the listener is gone instead of after the timeout.
+Responses that a listener wrote carry ``Via: 1.1 {namespace}``.
+
+While the control file says ``hang``, the namespace accepts connections and answers
+nothing: HTTP requests, WebSocket handshakes and frames (control channels, pings
+included) wait until the hang is lifted (or the namespace goes down).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from urllib.parse import urlencode
 from aiohttp import WSMsgType, web
 
 from gateway.emulator._auth import AuthError, Grant
+from gateway.emulator.relay._control import Listener, Pending, control_loop
 from gateway.emulator.relay._io import (
     AUTH_HEADERS,
     forwarded_headers,
@@ -51,30 +63,8 @@ _LOG = logging.getLogger("gateway.relay.emulator")
 MAX_LISTENERS = 25
 #: The largest request or response body the emulator relays (bytes).
 MAX_BODY = 64 * 1024 * 1024
-
-
-@dataclass(eq=False)
-class _Listener:
-    ws: web.WebSocketResponse
-    path: str
-    expires: float
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def send(self, message: p.ControlMessage, body: bytes | None = None) -> None:
-        # A message and its body frame must not interleave with another request's.
-        async with self.lock:
-            await self.ws.send_str(p.encode(message))
-            if body is not None:
-                await self.ws.send_bytes(body)
-
-
-@dataclass(eq=False)
-class _Pending:
-    request: p.Request
-    body: bytes
-    inline: bool
-    listener: _Listener
-    answer: asyncio.Future[tuple[p.Response, bytes]]
+#: How often a request held by a hung namespace looks whether the hang is over (seconds).
+_HANG_POLL = 0.05
 
 
 @dataclass(eq=False)
@@ -98,8 +88,8 @@ class RelayNamespace:
         self.answer_timeout = answer_timeout
         self.clock = clock
         self.rng = random.Random()
-        self.listeners: dict[str, list[_Listener]] = {path: [] for path in paths}
-        self._pending: dict[str, _Pending] = {}
+        self.listeners: dict[str, list[Listener]] = {path: [] for path in paths}
+        self._pending: dict[str, Pending] = {}
         self._accepting: dict[str, _Accepting] = {}
         self._sockets: set[web.WebSocketResponse] = set()
         self._runner: web.AppRunner | None = None
@@ -138,8 +128,7 @@ class RelayNamespace:
         if site is not None:
             await site.stop()
         for pending in list(self._pending.values()):
-            if not pending.answer.done():
-                pending.answer.set_exception(ConnectionAbortedError(reason))
+            pending.went_away(reason)
         closing = [ws.close(code=code, message=reason.encode()) for ws in list(self._sockets)]
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 1.0)
@@ -164,19 +153,29 @@ class RelayNamespace:
         self.state = state
         return changed
 
+    async def while_hung(self) -> None:
+        """Wait while the namespace hangs (and serves: going down ends the wait)."""
+        # Polled: a hung namespace holds few requests, and the control file itself is
+        # looked at every 0.1 s.
+        while self.state.hang and self.serving:  # noqa: ASYNC110
+            await asyncio.sleep(_HANG_POLL)
+
     # -- routing --------------------------------------------------------------------
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
+        await self.while_hung()
         if self.state.latency > 0:
             await asyncio.sleep(self.state.latency)
-        if self.state.down:  # between the control file's change and the next poll
+        if self.state.down or not self.serving:  # before the next poll, or went down hung
             if request.transport is not None:
                 request.transport.abort()
             return relay_error(503, f"namespace {self.name} is down")
         parts = request.path.lstrip("/").split("/", 2)
         if parts[0] == "$hc":
             return await self._hc(request, parts[1] if len(parts) > 1 else "")
-        return await self._http_send(request, parts[0])
+        response = await self._http_send(request, parts[0])
+        await self.while_hung()  # a request in flight when the hang began gets no answer
+        return response
 
     async def _hc(self, request: web.Request, path: str) -> web.StreamResponse:
         action = request.query.get(p.ACTION, "")
@@ -192,6 +191,7 @@ class RelayNamespace:
         try:
             grant = self._authorize(request, known)
         except AuthError as exc:
+            _LOG.info("namespace %s: a listener or sender was refused: %s", self.name, exc)
             return relay_error(401, f"unauthorized: {exc}")
         if action == "listen":
             return await self._listen(request, known, grant)
@@ -206,7 +206,8 @@ class RelayNamespace:
             (request.headers[h] for h in AUTH_HEADERS if h in request.headers), "")
         if not token:
             raise AuthError("no token: send it in ServiceBusAuthorization or sb-hc-token")
-        return grant_for(token, path, key_name=self.key_name, key=self._key, now=self.clock())
+        return grant_for(token, path, host=request.host, key_name=self.key_name,
+                         key=self._key, now=self.clock())
 
     def _address(self, action: str, path: str, ident: str) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
@@ -219,72 +220,41 @@ class RelayNamespace:
         if len(self.listeners[path]) >= MAX_LISTENERS:
             return relay_error(403, f"hybrid connection {path!r} has {MAX_LISTENERS} "
                                      "listeners already")
-        ws = await self._upgrade(request)
-        listener = _Listener(ws=ws, path=path, expires=grant.expires)
+        # Pings answered by the control loop, so that a hung namespace answers none.
+        ws = await self._upgrade(request, autoping=False)
+        listener = Listener(ws=ws, path=path, host=request.host, expires=grant.expires)
         self.listeners[path].append(listener)
         expiry = asyncio.get_running_loop().create_task(self._expire(listener))
         try:
-            await self._control_loop(listener)
+            await control_loop(listener, namespace=self.name, pending=self._pending,
+                               renew=self._renew, gate=self.while_hung)
         finally:
             expiry.cancel()
             self.listeners[path].remove(listener)
             self._sockets.discard(ws)
             for pending in list(self._pending.values()):
-                if pending.listener is listener and not pending.answer.done():
-                    pending.answer.set_exception(ConnectionAbortedError("listener went away"))
+                if pending.listener is listener:
+                    pending.went_away("its listener went away")
         return ws
 
-    async def _upgrade(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=MAX_BODY, autoping=True)
+    async def _upgrade(self, request: web.Request, *,
+                       autoping: bool = True) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=MAX_BODY, autoping=autoping)
         await ws.prepare(request)
         self._sockets.add(ws)
         return ws
 
-    async def _expire(self, listener: _Listener) -> None:
+    async def _expire(self, listener: Listener) -> None:
         # Polled, not one sleep: renewToken moves the deadline while this waits.
         while (left := listener.expires - self.clock()) > 0:  # noqa: ASYNC110
             await asyncio.sleep(min(left, 1.0))
         _LOG.info("namespace %s: a listener's token expired", self.name)
         await listener.ws.close(code=p.CLOSE_TOKEN_EXPIRED, message=b"token expired")
 
-    async def _control_loop(self, listener: _Listener) -> None:
-        ws = listener.ws
-        while True:
-            msg = await ws.receive()
-            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
-                            WSMsgType.ERROR):
-                return
-            try:
-                if msg.type != WSMsgType.TEXT:
-                    raise p.ProtocolError("expected a text control frame, got a binary one")
-                message = p.decode(msg.data)
-                if isinstance(message, p.RenewToken):
-                    self._renew(listener, message)
-                elif isinstance(message, p.Response):
-                    body = await read_body(ws) if message.body else b""
-                    self._answer(message, body)
-                else:
-                    raise p.ProtocolError(f"a listener may not send {type(message).__name__}")
-            except p.ProtocolError as exc:
-                _LOG.warning("namespace %s: closing a listener: %s", self.name, exc)
-                await ws.close(code=1002, message=str(exc)[:120].encode())
-                return
-            except AuthError as exc:
-                await ws.close(code=p.CLOSE_TOKEN_EXPIRED, message=str(exc)[:120].encode())
-                return
-            except Exception:  # the relay's own fault: the listener should reconnect
-                _LOG.exception("namespace %s: a listener's control channel failed", self.name)
-                await ws.close(code=p.CLOSE_SERVICE_ERROR, message=b"service error")
-                return
-
-    def _renew(self, listener: _Listener, message: p.RenewToken) -> None:
-        listener.expires = grant_for(message.token, listener.path, key_name=self.key_name,
-                                     key=self._key, now=self.clock()).expires
-
-    def _answer(self, response: p.Response, body: bytes) -> None:
-        pending = self._pending.get(response.request_id)
-        if pending is not None and not pending.answer.done():
-            pending.answer.set_result((response, body))
+    def _renew(self, listener: Listener, message: p.RenewToken) -> None:
+        listener.expires = grant_for(message.token, listener.path, host=listener.host,
+                                     key_name=self.key_name, key=self._key,
+                                     now=self.clock()).expires
 
     # -- HTTP senders ---------------------------------------------------------------
 
@@ -309,11 +279,12 @@ class RelayNamespace:
                   and p.headers_size(message.request_headers) <= p.INLINE_HEADERS_LIMIT)
         answer: asyncio.Future[tuple[p.Response, bytes]] = (
             asyncio.get_running_loop().create_future())
-        self._pending[ident] = _Pending(message, body, inline, listener, answer)
+        pending = self._pending[ident] = Pending(message, body, inline, listener, answer)
         try:
-            if inline:
-                await listener.send(message, body if body else None)
-            else:
+            if inline:  # the listener has the request once its message is written
+                await listener.send(message, body if body else None,
+                                    sent=pending.mark_delivered)
+            else:  # only the address: the request goes over the rendezvous socket
                 await listener.send(p.Request(address=message.address, id=ident))
             response, out = await asyncio.wait_for(answer, self.answer_timeout)
             if self._lose_reply():  # the listener answered; the sender never hears of it
@@ -322,7 +293,11 @@ class RelayNamespace:
         except asyncio.TimeoutError:
             return relay_error(504, f"the listener did not answer in {self.answer_timeout:g} s")
         except (ConnectionError, RuntimeError) as exc:
-            return relay_error(502, f"the listener went away before answering ({exc})")
+            if pending.delivered:  # it may have acted on the request: the outcome is unknown
+                return relay_error(504, f"the listener went away after the request reached "
+                                        f"it, before answering ({exc})")
+            return relay_error(502, f"the listener went away before the request reached it "
+                                    f"({exc})")
         finally:
             del self._pending[ident]
         return relayed(response, out, via=f"1.1 {self.name}")
@@ -335,11 +310,14 @@ class RelayNamespace:
         try:
             if not pending.inline:
                 await ws.send_str(p.encode(pending.request))
+                pending.mark_delivered()
                 if pending.body:
                     await ws.send_bytes(pending.body)
             msg = await ws.receive()
+            await self.while_hung()
             if msg.type != WSMsgType.TEXT:
-                raise p.ProtocolError("the rendezvous socket closed before a response")
+                pending.went_away("the rendezvous socket closed before a response")
+                return ws
             message = p.decode(msg.data)
             if not isinstance(message, p.Response):
                 raise p.ProtocolError("a rendezvous socket carries a response")
@@ -348,9 +326,11 @@ class RelayNamespace:
                 pending.answer.set_result((message, body))
             await ws.close()
         except p.ProtocolError as exc:
+            _LOG.warning("namespace %s: closing a rendezvous socket (1002): %s", self.name, exc)
             await ws.close(code=1002, message=str(exc)[:120].encode())
-            if not pending.answer.done():
-                pending.answer.set_exception(ConnectionAbortedError(str(exc)))
+            pending.went_away(str(exc))
+        except (ConnectionError, RuntimeError) as exc:
+            pending.went_away(f"the rendezvous socket failed: {exc}")
         finally:
             self._sockets.discard(ws)
         return ws
@@ -381,7 +361,7 @@ class RelayNamespace:
             return relay_error(*taken)
         try:
             sender = await self._upgrade(request)
-            await pipe(sender, taken)
+            await pipe(sender, taken, self.while_hung)
         finally:
             self._sockets.discard(sender)
             accepting.done.set()  # the listener's side ends with the sender's

@@ -60,6 +60,8 @@ async def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
         await run_relay_drill(scenario="nope", data_dir=tmp_path)
     with pytest.raises(ConfigError, match="at least 1 request"):
         await run_relay_drill(requests=0, data_dir=tmp_path)
+    with pytest.raises(ConfigError, match="relay-hang sends at least 20 requests"):
+        await run_relay_drill(scenario="relay-hang", requests=19, data_dir=tmp_path)
     with pytest.raises(ConfigError, match="run_relay_drill"):
         await run_drill(scenario="relay-outage", data_dir=tmp_path)
 
@@ -114,3 +116,51 @@ def test_cli_options_of_the_other_kind_of_drill_are_refused(
         args: tuple[str, ...], word: str) -> None:
     clean_env(monkeypatch, tmp_path)
     expect_one_line_error(run("drill", *args), 2, word)
+
+
+@pytest.mark.anyio
+async def test_hang_every_first_answer_after_a_hang_is_hedged_within_a_second(
+        tmp_path: Path) -> None:
+    report = await run_relay_drill(scenario="relay-hang", requests=120, data_dir=tmp_path)
+    assert report.passed, report
+    assert (report.sent, report.answered, report.failed) == (120, 120, 0)
+    # Six hangs, each of the namespace the client was using: six failovers, and the
+    # first request after each (a GET) answered by the other namespace
+    assert len(report.first_answer_seconds) == report.failovers == report.role_swaps == 6
+    assert set(report.answered_by) == {"primary", "secondary"}
+    assert report.first_answer_p99 is not None
+    assert report.to_dict()["first_answer_p99_seconds"] == report.first_answer_p99
+
+
+def test_a_hang_drill_fails_when_the_first_answer_after_a_hang_is_over_its_target() -> None:
+    from gateway.drill import RelayDrillReport
+
+    def report(*times: float) -> RelayDrillReport:
+        return RelayDrillReport(scenario="relay-hang", requests=3, sent=3, answered=3,
+                                failed=0, failed_idempotent=0, first_answer_seconds=list(times))
+
+    assert report(0.5, 0.6, 0.99).passed
+    assert report(0.5, 1.2).first_answer_p99 == 1.2 and not report(0.5, 1.2).passed
+    assert not report().passed  # no hang measured: nothing shows it was met
+
+
+def test_cli_relay_hang_drill_table_and_its_failure(
+        run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env(monkeypatch, tmp_path)
+    code, out, err = run("drill", "--scenario", "relay-hang", "--requests", "30",
+                         "--data-dir", str(tmp_path / "d"))
+    assert code == 0, err
+    assert "first answer after hang" in out and "over 6 hangs" in out and "PASS" in out
+    # The same run against a target no hedge can meet fails, and says why
+    monkeypatch.setattr(_drill_relay, "FIRST_ANSWER_TARGET", 0.01)
+    code, out, err = run("drill", "--scenario", "relay-hang", "--requests", "30",
+                         "--data-dir", str(tmp_path / "d"))
+    assert code == 1, err
+    assert "first answer after a hang was too slow" in out
+
+
+def test_cli_relay_hang_with_too_few_requests_is_one_line(
+        run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env(monkeypatch, tmp_path)
+    expect_one_line_error(run("drill", "--scenario", "relay-hang", "--requests", "5",
+                              "--data-dir", str(tmp_path / "d")), 1, "at least 20", "--requests")

@@ -1,5 +1,7 @@
 """A relay listener in its own process, for crash tests: ``python listener_child.py
-MARKER CONN_STRING...``. It answers "child"; on ``/slow`` it touches MARKER and hangs."""
+MARKER CONN_STRING...``. It answers "child"; on a target ending in ``/slow`` it appends
+a line (``child METHOD TARGET``) to MARKER, which counts the requests it executed,
+and hangs."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from gateway.relay import GeoRelayListener, RelayEndpoint, RelayRequest, RelayRe
 
 async def handler(request: RelayRequest) -> RelayResponse:
     if request.target.endswith("/slow"):
-        pathlib.Path(sys.argv[1]).touch()  # noqa: ASYNC240 - a test marker, once
+        with pathlib.Path(sys.argv[1]).open("a") as marker:  # noqa: ASYNC230 - one line
+            marker.write(f"child {request.method} {request.target}\n")
         await asyncio.sleep(3600)
     return RelayResponse(body=b"child")
 

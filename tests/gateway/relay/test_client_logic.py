@@ -306,3 +306,12 @@ def test_persisted_roles_hold_whichever_namespace_the_random_pick_makes_primary(
         assert restarted.roles.generation == 2
     assert picks == {A.namespace, other.namespace}
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_hybrid_connection_missing_in_both_namespaces_is_rejected_naming_it() -> None:
+    hosts = Hosts(status(404), status(404))
+    with client(hosts) as c, pytest.raises(MessageRejected) as info:
+        c.get()
+    assert "hybrid connection 'orders' does not exist in" in str(info.value)
+    assert A.namespace in str(info.value) and B.namespace in str(info.value)
+    assert c.roles.active == A.namespace  # nothing answered: no swap

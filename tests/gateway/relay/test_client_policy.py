@@ -137,3 +137,10 @@ def test_policy_timeouts_keep_failover_short_and_wait_for_the_relay() -> None:
     timeout = RelayClientPolicy().timeout
     assert timeout.connect is not None and timeout.connect <= 0.5
     assert timeout.read is not None and timeout.read > 60  # the relay's own 504 comes first
+
+
+def test_deadlines_keep_a_hung_namespace_within_a_second_for_a_get_and_bound_a_post() -> None:
+    policy = RelayClientPolicy()
+    assert policy.answer_deadline <= 0.5  # then the other namespace answers a GET
+    assert policy.answer_deadline + policy.probe_timeout <= 2.0  # a POST's OperationTimeout
+    assert policy.probe_timeout > policy.answer_deadline

@@ -413,3 +413,23 @@ async def test_a_failing_websocket_handler_closes_with_1011_and_is_reported(
             msg = await asyncio.wait_for(ws.receive(), 5)
     assert msg.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 1011
     assert any(isinstance(e, ValueError) for e in errors)
+
+
+async def test_first_attempts_tell_a_refused_token_and_a_missing_hybrid_connection(
+        emulator: RelayEmulator) -> None:
+    from gateway.errors import ConfigError, MessageRejected
+
+    primary, secondary = endpoints(emulator)
+    wrong_key = RelayEndpoint(namespace=primary.namespace, path=HC, key_name=primary.key_name,
+                              key="d3Jvbmcta2V5", plain=True)
+    missing = RelayEndpoint(namespace=secondary.namespace, path="missing",
+                            key_name=secondary.key_name, key=secondary.key, plain=True)
+    async with GeoRelayListener([wrong_key, missing], echo, backoff=FAST) as lst:
+        await lst.wait_attempted(timeout=10)
+        refused = lst.refused
+    assert set(refused) == {primary.namespace, secondary.namespace}
+    assert isinstance(refused[primary.namespace], MessageRejected)
+    assert "check the shared access key name and key" in str(refused[primary.namespace])
+    assert isinstance(refused[secondary.namespace], ConfigError)
+    assert "'missing' does not exist" in str(refused[secondary.namespace])
+    assert "d3Jvbmcta2V5" not in " ".join(map(str, refused.values()))

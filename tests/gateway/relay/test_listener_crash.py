@@ -1,5 +1,5 @@
-"""A listener process SIGKILLed: its requests in flight get 502, later ones go to the
-other listener."""
+"""A listener process SIGKILLed: its requests in flight get 504 (they had reached it:
+the outcome is unknown), later ones go to the other listener."""
 
 from __future__ import annotations
 
@@ -60,11 +60,60 @@ async def test_sigkilled_listener_loses_only_its_requests_in_flight(
             # When the child is SIGKILLed
             os.kill(child.pid, signal.SIGKILL)
             in_flight = await task
-            # Then that request gets a relay-made 502 and later ones the other listener
-            assert in_flight.status_code == 502 and "via" not in in_flight.headers
+            # Then that request gets a relay-made 504 (it had reached the listener, which
+            # may have acted on it) and later ones the other listener
+            assert in_flight.status_code == 504 and "via" not in in_flight.headers
             await wait_for(lambda: emulator.listener_count("primary", HC) == 1)
             later = [await client.get(ep.http_url(), headers=auth) for _ in range(10)]
             assert {(r.status_code, r.content) for r in later} == {(200, b"parent")}
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.parametrize(("method", "executions", "outcome"), [
+    ("POST", ["child POST"], "OperationTimeout"),  # at most once: not sent again
+    ("PUT", ["child PUT", "secondary PUT"], "secondary"),  # idempotent: fails over
+])
+async def test_a_listener_killed_mid_request_executes_a_post_once_and_fails_over_a_put(
+        emulator: RelayEmulator, tmp_path: Path, method: str, executions: list[str],
+        outcome: str) -> None:
+    from gateway.errors import OperationTimeout
+    from gateway.relay import AsyncGeoRelayClient
+
+    executed = tmp_path / "executed"  # one line per execution, by either listener
+
+    async def secondary(request: RelayRequest) -> RelayResponse:
+        with executed.open("a") as f:
+            f.write(f"secondary {request.method} {request.target}\n")
+        return RelayResponse(body=b"secondary")
+
+    def lines() -> list[str]:
+        text = executed.read_text() if executed.exists() else ""
+        return [" ".join(line.split()[:2]) for line in text.splitlines()]
+
+    # Given the primary served by a listener process, the secondary by one here
+    child = subprocess.Popen([sys.executable, str(CHILD), str(executed),  # noqa: ASYNC220
+                              emulator.connection_string("primary", HC)])
+    primary, other = emulator.endpoint("primary", HC), emulator.endpoint("secondary", HC)
+    try:
+        async with GeoRelayListener([other], secondary), \
+                AsyncGeoRelayClient(primary, other, randomize=False) as client:
+            await wait_for(lambda: emulator.listener_count("primary", HC) == 1
+                           and emulator.listener_count("secondary", HC) == 1)
+            # When the request is at the primary's listener, and that process is SIGKILLed
+            sending = asyncio.ensure_future(client.request(method, "/slow", content=b"pay"))
+            await wait_for(lambda: bool(lines()))
+            os.kill(child.pid, signal.SIGKILL)
+            try:
+                answer = (await sending).text
+            except OperationTimeout as exc:
+                answer = type(exc).__name__
+                assert "outcome unknown" in str(exc)
+    finally:
+        child.kill()
+        child.wait()
+    # Then a POST was executed exactly once (its outcome is unknown to the client), and
+    # a PUT was sent again to the secondary (a resend is over before the call returns:
+    # the secondary's listener writes its line before it answers)
+    assert (answer, lines()) == (outcome, executions)

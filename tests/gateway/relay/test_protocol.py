@@ -97,8 +97,20 @@ def test_wire_field_names_are_the_protocols() -> None:
     assert set(resp["response"]) == {"requestId", "statusCode", "statusDescription",
                                      "responseHeaders", "body"}
     assert decode('{"request":{"address":"a","id":"i"}}').rendezvous  # type: ignore[union-attr]
+    # A rendezvous request carries address and id only: the .NET listener tells the two
+    # kinds apart by whether "body" is present.
+    assert json.loads(encode(Request(address="a", id="i"))) == {
+        "request": {"address": "a", "id": "i"}}
     assert "token" not in repr(RenewToken(token="secret-token"))
     assert "secret-token" not in repr(RenewToken(token="secret-token"))
+
+
+@pytest.mark.parametrize("code", ['"200"', "200"])
+def test_status_code_may_be_a_number_or_its_digits_as_in_the_protocol_article(
+        code: str) -> None:
+    # The article's own example: "statusCode" : "200".
+    frame = '{"response":{"requestId":"x","statusCode":' + code + ',"body":false}}'
+    assert decode(frame) == Response(request_id="x", status_code=200)
 
 
 @pytest.mark.parametrize("frame, words", [
@@ -108,7 +120,9 @@ def test_wire_field_names_are_the_protocols() -> None:
     ('{"hello":{}}', "unknown control message 'hello'"),
     ('{"request":[]}', "must hold a JSON object"),
     ('{"request":{"address":"a"}}', "lacks 'id'"),
-    ('{"response":{"requestId":"x","statusCode":"200"}}', "statusCode"),
+    ('{"response":{"requestId":"x","statusCode":"OK"}}', "statusCode"),
+    ('{"response":{"requestId":"x","statusCode":"2OO"}}', "statusCode"),
+    ('{"response":{"requestId":"x","statusCode":"99"}}', "statusCode"),
     ('{"response":{"requestId":"x","statusCode":99}}', "statusCode"),
     ('{"request":{"address":"a","id":"i","body":"yes"}}', "'body' must be true or false"),
     ('{"request":{"address":"a","id":"i","requestHeaders":{"a":1}}}', "requestHeaders"),

@@ -216,3 +216,49 @@ async def test_lost_replies_leave_the_sender_with_a_relay_made_504(
         task.cancel()
         await ws.close()
     assert r.status_code == 504 and "via" not in r.headers
+
+
+async def test_a_hung_namespace_accepts_connections_and_answers_nothing_until_cleared(
+        emulator: RelayEmulator, session: aiohttp.ClientSession, tmp_path: Path) -> None:
+    ep = emulator.endpoint("primary", HC)
+    # Given a listener connected before the hang (its pings answered by the relay itself)
+    ws = await session.ws_connect(ep.listen_url(token=ep.token()), autoping=False)
+    await ws.ping(b"before")
+    assert (await asyncio.wait_for(ws.receive(), 5)).type == aiohttp.WSMsgType.PONG
+    listener = asyncio.create_task(echo_listener(ws))
+    # When the namespace hangs
+    control = ControlFile(namespace_files("primary", tmp_path)[1])
+    control.update(hang=True)
+    await applied(emulator, hang=True)
+    listener.cancel()
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=None)) as client:
+        # Then a request gets a connection but no answer, nor does a listener's ping
+        sending = asyncio.create_task(client.post(ep.http_url("/during"), content=b"held",
+                                                  headers={"ServiceBusAuthorization":
+                                                           ep.token()}))
+        await ws.ping(b"during")
+        first = asyncio.ensure_future(ws.receive())
+        done, _ = await asyncio.wait([sending, first], timeout=1.0)
+        assert not done
+        # When the hang is lifted, both are answered
+        control.update(hang=False)
+        frames = [await asyncio.wait_for(first, 5)]  # the pong and the request, any order
+        frames.append(await asyncio.wait_for(ws.receive(), 5))
+        assert (aiohttp.WSMsgType.PONG, b"during") in [(f.type, f.data) for f in frames]
+        request = next(decode(f.data) for f in frames if f.type == aiohttp.WSMsgType.TEXT)
+        assert isinstance(request, Request)
+        body = (await ws.receive()).data
+        await ws.send_str(encode(Response(request_id=request.id, body=True)))
+        await ws.send_bytes(b"echo:" + body)
+        r = await asyncio.wait_for(sending, 10)
+    await ws.close()
+    assert (r.status_code, r.content) == (200, b"echo:held")
+
+
+async def applied(emulator: RelayEmulator, *, hang: bool, name: str = "primary") -> None:
+    """Wait until the emulator obeys its control file's ``hang`` (it polls every 0.1 s)."""
+    for _ in range(500):  # 10 s
+        if emulator.control_state(name).hang == hang:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail(f"the emulator did not apply hang={hang}")
