@@ -32,6 +32,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
+from gateway._support.deadlines import within_deadline
 from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._receiver_marks import DoneMarks
@@ -40,12 +41,16 @@ from gateway.geo._receiver_settle import Settler
 from gateway.stores import SqliteDedupStore
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
+    RECEIVE_DEADLINES,
+    DeadlineEstimator,
+    DeadlinePolicy,
     Deduplicator,
     DedupStore,
     DedupWindow,
     GatewayError,
     MessageRejected,
     NamespaceUnavailable,
+    Operation,
     Verdict,
 )
 
@@ -79,6 +84,9 @@ class ReceiverStats:
     held: int
     completed: int
     abandoned: int
+    #: Copies whose settlement failed or got no answer within its deadline (they come
+    #: back when their locks expire: suppressed if done, else delivered again).
+    unsettled: int = 0
 
 
 class AsyncGeoReceiver(Settler, Pumps):
@@ -95,6 +103,10 @@ class AsyncGeoReceiver(Settler, Pumps):
         prefetch: messages each namespace's pump keeps received ahead of the caller.
         hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
         data_dir: the directory of local namespaces.
+        deadlines: how long a settlement, or a receive beyond its own wait, may take
+            on a namespace before it counts as not answering (a hung namespace is
+            then reported down; the other is still read). Default
+            ``replication.RECEIVE_DEADLINES`` (1 to 3 s).
     """
 
     def __init__(
@@ -110,6 +122,7 @@ class AsyncGeoReceiver(Settler, Pumps):
         data_dir: str | os.PathLike[str] | None = None,
         poll_wait: float = 0.25,
         clock: Callable[[], float] = time.time,
+        deadlines: DeadlinePolicy | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError("prefetch must be >= 1")
@@ -147,8 +160,11 @@ class AsyncGeoReceiver(Settler, Pumps):
         self._pumps: list[asyncio.Task[None]] = []
         self._closing = False
         self._counts = dict.fromkeys(
-            ("received", "delivered", "duplicates_suppressed", "completed", "abandoned"), 0
+            ("received", "delivered", "duplicates_suppressed", "completed", "abandoned",
+             "unsettled"), 0
         )
+        self._estimator = DeadlineEstimator(deadlines or RECEIVE_DEADLINES)
+        self._settle_hung: set[str] = set()  # namespaces whose last settlement timed out
 
     @property
     def stats(self) -> ReceiverStats:
@@ -281,14 +297,24 @@ class AsyncGeoReceiver(Settler, Pumps):
     async def dead_letter(
         self, message: ReceivedMessage, *, reason: str, description: str = ""
     ) -> None:
-        """Move the message to its namespace's dead-letter sub-queue; the id counts as done."""
+        """Move the message to its namespace's dead-letter sub-queue; the id counts as done.
+
+        Raises:
+            OperationTimeout: the namespace did not answer within its settle deadline
+                (the id is done; the copy comes back when its lock expires, and is then
+                suppressed as a duplicate).
+            GatewayError: the dead-lettering failed, or the done mark could not be written.
+        """
         try:
             await asyncio.shield(self._queue_done(message, settle=False))
         except GatewayError:
             self._marks.take_error()  # reported here
             raise
         transport = self._transports[message.namespace]
-        await transport.dead_letter(message, reason=reason, description=description)
+        await within_deadline(
+            self._estimator, message.namespace, Operation.SETTLE,
+            lambda: transport.dead_letter(message, reason=reason, description=description),
+            what=f"dead-letter {message.message_id!r}")
         for held in self._held.pop(message.message_id, []):
             await self._settle_duplicate(held)
 

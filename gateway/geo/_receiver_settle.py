@@ -7,10 +7,17 @@ import asyncio
 import logging
 from collections import deque
 
+from gateway._support.deadlines import within_deadline
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._receiver_marks import DoneMarks
 from gateway.transports.base import ReceivedMessage, Transport
-from replication import MessageRejected, TransportError
+from replication import (
+    DeadlineEstimator,
+    MessageRejected,
+    Operation,
+    OperationTimeout,
+    TransportError,
+)
 
 __all__ = ["Settler"]
 
@@ -28,6 +35,8 @@ class Settler:
     _pending: set[str]
     _marks: DoneMarks[tuple[ReceivedMessage, bool]]
     _counts: dict[str, int]
+    _estimator: DeadlineEstimator
+    _settle_hung: set[str]
 
     def _queue_done(self, message: ReceivedMessage, *, settle: bool) -> asyncio.Future[None]:
         self._pending.add(message.message_id)
@@ -71,14 +80,25 @@ class Settler:
         await self._settle(received, "complete")
 
     async def _settle(self, received: ReceivedMessage, how: str) -> None:
-        transport = self._transports[received.namespace]
+        namespace = received.namespace
+        transport = self._transports[namespace]
+        settle = transport.complete if how == "complete" else transport.abandon
         try:
-            if how == "complete":
-                await transport.complete(received)
-            else:
-                await transport.abandon(received)
+            # Within the namespace's settle deadline: a hung namespace must not hold up
+            # the marks and settlements of the other one, nor the caller.
+            await within_deadline(self._estimator, namespace, Operation.SETTLE,
+                                  lambda: settle(received),
+                                  what=f"{how} {received.message_id!r}")
         except (TransportError, MessageRejected) as exc:
             # The lock expires by itself and the copy comes back; a done id is then
             # suppressed, an undone one delivered. Nothing is lost by not settling.
-            logger.info("could not %s %s on %s: %s", how, received.message_id,
-                        received.namespace, exc)
+            self._counts["unsettled"] += 1
+            if isinstance(exc, OperationTimeout) and namespace not in self._settle_hung:
+                self._settle_hung.add(namespace)  # one warning per spell, not per message
+                logger.warning("could not %s %s on %s: %s; its copy comes back when its "
+                               "lock expires", how, received.message_id, namespace, exc)
+            else:
+                logger.info("could not %s %s on %s: %s", how, received.message_id,
+                            namespace, exc)
+        else:
+            self._settle_hung.discard(namespace)
