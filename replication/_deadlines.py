@@ -71,8 +71,9 @@ class DeadlinePolicy:
     The deadline of an operation is ``multiplier`` times the ``percentile`` of the
     last ``window`` successful latencies of that namespace and kind of operation,
     kept between ``floor`` and ``ceiling``, plus ``per_mib`` seconds per MiB of a
-    batch sent. Until a namespace has answered that kind of operation once, it is
-    ``initial``: opening a connection takes longer than a send on it.
+    batch sent. Until a namespace has answered that kind of operation twice, it is
+    ``initial``: the first answer is not counted, as it includes opening the
+    connection, which takes longer than a send on it.
 
     The defaults let the first send after a namespace freezes complete (on the other
     namespace) within 1 s, with local or emulated latencies of a few milliseconds.
@@ -84,7 +85,7 @@ class DeadlinePolicy:
         multiplier: how many times the percentile a deadline allows (>= 1).
         percentile: which percentile of the recent latencies, from 50 to 100.
         window: how many recent latencies are kept per namespace and operation (>= 1).
-        initial: the deadline before any latency is known (>= floor).
+        initial: the deadline before a latency is known (>= floor).
         per_mib: seconds added per MiB of a batch sent (>= 0).
     """
 
@@ -171,6 +172,7 @@ class DeadlineEstimator:
         self.policy = policy or DeadlinePolicy()
         self.clock = clock
         self._windows: dict[tuple[str, Operation], LatencyWindow] = {}
+        self._opened: set[tuple[str, Operation]] = set()  # their first answer came
         # The deadline without a size allowance, until the next latency changes it.
         self._cached: dict[tuple[str, Operation], float] = {}
 
@@ -197,9 +199,14 @@ class DeadlineEstimator:
         """Record that ``operation`` on ``namespace`` succeeded in ``seconds``.
 
         Only successful operations count: a hang must not lengthen the deadline that
-        finds it out. The size allowance of the batch is taken off first.
+        finds it out. The first one of each namespace and operation does not count
+        either: it includes opening the connection. The size allowance of the batch is
+        taken off first.
         """
         key = (namespace, operation)
+        if key not in self._opened:
+            self._opened.add(key)
+            return
         window = self._windows.get(key)
         if window is None:
             window = self._windows[key] = LatencyWindow(self.policy.window)

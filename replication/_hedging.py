@@ -34,6 +34,9 @@ class AttemptState(enum.Enum):
     FAILED = "failed"
 
 
+_RUNNING, _SUCCEEDED = AttemptState.RUNNING, AttemptState.SUCCEEDED
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One namespace's attempt: its state, and the clock reading by which it should
@@ -45,7 +48,7 @@ class Attempt:
 
     def overdue(self, now: float) -> bool:
         """Still running at or after its deadline."""
-        return self.state is AttemptState.RUNNING and now >= self.due
+        return self.state is _RUNNING and now >= self.due
 
 
 @dataclass(frozen=True)
@@ -77,22 +80,33 @@ def next_hedge_step(order: Sequence[str], attempts: Mapping[str, Attempt], *, no
         now: the clock reading the attempts' ``due`` are on.
         mode: passive (fail over, hedge) or active (all at once).
     """
-    running = [a for a in attempts.values() if a.state is AttemptState.RUNNING]
-    overdue = tuple(a.namespace for a in running if a.overdue(now))
-    waiting = [a.due for a in running if not a.overdue(now)]
-    accepted = tuple(ns for ns in order
-                     if ns in attempts and attempts[ns].state is AttemptState.SUCCEEDED)
-    unstarted = [ns for ns in order if ns not in attempts]
+    # One pass (a send pays for this call twice): what is running within its deadline
+    # (the earliest such deadline), running past it, done, and not started yet.
+    wake_at: float | None = None
+    overdue: list[str] = []
+    accepted: list[str] = []
+    unstarted: list[str] = []
+    for ns in order:
+        attempt = attempts.get(ns)
+        if attempt is None:
+            unstarted.append(ns)
+        elif attempt.state is _RUNNING:
+            if now >= attempt.due:
+                overdue.append(ns)
+            elif wake_at is None or attempt.due < wake_at:
+                wake_at = attempt.due
+        elif attempt.state is _SUCCEEDED:
+            accepted.append(ns)
     if mode is Mode.ACTIVE:
         if unstarted:
             return HedgeStep(launch=tuple(unstarted))
-        if waiting:
-            return HedgeStep(wake_at=min(waiting))
-        return HedgeStep(done=True, accepted=accepted, overdue=overdue)
+        if wake_at is not None:
+            return HedgeStep(wake_at=wake_at)
+        return HedgeStep(done=True, accepted=tuple(accepted), overdue=tuple(overdue))
     if accepted:
-        return HedgeStep(done=True, accepted=accepted[:1], overdue=overdue)
-    if unstarted and not waiting:
+        return HedgeStep(done=True, accepted=(accepted[0],), overdue=tuple(overdue))
+    if unstarted and wake_at is None:
         return HedgeStep(launch=(unstarted[0],), hedge=bool(overdue))
-    if waiting:
-        return HedgeStep(wake_at=min(waiting))
-    return HedgeStep(done=True, overdue=overdue)
+    if wake_at is not None:
+        return HedgeStep(wake_at=wake_at)
+    return HedgeStep(done=True, overdue=tuple(overdue))

@@ -75,6 +75,48 @@ def _overdue_error(namespace: str, entity: str, seconds: float) -> OperationTime
         "the second copy)", namespace=namespace)
 
 
+class _Waiter:
+    """Wakes the driver as soon as an attempt ends or a deadline passes.
+
+    The attempts call :meth:`wake` themselves as they end, inside their own last step,
+    so that the driver resumes one loop iteration after an attempt ended (a done
+    callback would cost one more): a send pays for this wait every time.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, tasks: list[asyncio.Task[None]],
+                   timeout: float | None) -> list[asyncio.Task[None]]:
+        """The tasks done once one of them is, or ``timeout`` seconds passed."""
+        done = [t for t in tasks if t.done()]
+        if done:
+            return done
+        self._future = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self.wake)
+        try:
+            await self._future
+        finally:
+            self._future = None
+            if timer is not None:
+                timer.cancel()
+        # An attempt wakes us in its last step, so it is a done task by now.
+        return [t for t in tasks if t.done()]
+
+    async def run(self, attempt: Coroutine[Any, Any, None]) -> None:
+        """Await ``attempt`` (as a task's coroutine), then wake the driver."""
+        try:
+            await attempt
+        finally:
+            self.wake()
+
+
 def _error_of(task: asyncio.Task[None], namespace: str, entity: str) -> GatewayError | None:
     """The gateway error a finished attempt raised (None: it succeeded).
 
@@ -119,34 +161,33 @@ async def run_attempts(
     deadlines: dict[str, float] = {}
     errors: dict[str, GatewayError] = {}
     hedged = refused = False
+    waiter = _Waiter(loop)
     try:
-        while True:
-            step = next_hedge_step(order, attempts, now=clock(), mode=mode)
-            if step.done or refused:
-                break
-            for ns in step.launch:
-                deadlines[ns] = estimator.deadline(ns, Operation.SEND, size=size)
-                attempts[ns] = Attempt(ns, due=clock() + deadlines[ns])
-                tasks[loop.create_task(send(ns))] = ns
-                hedged = hedged or step.hedge
+        step = next_hedge_step(order, attempts, now=clock(), mode=mode)
+        while not step.done and not refused:
+            wake_at = step.wake_at
             if step.launch:
-                continue
+                hedged = hedged or step.hedge
+                for ns in step.launch:
+                    deadlines[ns] = estimator.deadline(ns, Operation.SEND, size=size)
+                    attempts[ns] = Attempt(ns, due=clock() + deadlines[ns])
+                    tasks[loop.create_task(waiter.run(send(ns)))] = ns
+                # What follows a launch: wait for the first deadline of those just started.
+                wake_at = min(attempts[ns].due for ns in step.launch)
             running = [t for t, ns in tasks.items()
                        if attempts[ns].state is AttemptState.RUNNING]
-            wait = None if step.wake_at is None else max(0.0, step.wake_at - clock())
-            done, _ = await asyncio.wait(running, timeout=wait,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
+            wait = None if wake_at is None else max(0.0, wake_at - clock())
+            for task in await waiter.wait(running, wait):
                 ns = tasks[task]
                 error = _error_of(task, ns, entity)
-                if error is None:
-                    attempts[ns] = replace(attempts[ns], state=AttemptState.SUCCEEDED)
-                    continue
-                errors[ns] = error
-                attempts[ns] = replace(attempts[ns], state=AttemptState.FAILED)
-                # Refused for good (passive): the other namespace would refuse it too.
-                refused = refused or (isinstance(error, MessageRejected)
-                                      and mode is Mode.PASSIVE)
+                state = AttemptState.SUCCEEDED if error is None else AttemptState.FAILED
+                attempts[ns] = Attempt(ns, due=attempts[ns].due, state=state)
+                if error is not None:
+                    errors[ns] = error
+                    # Refused for good (passive): the other namespace would refuse it too.
+                    refused = refused or (isinstance(error, MessageRejected)
+                                          and mode is Mode.PASSIVE)
+            step = next_hedge_step(order, attempts, now=clock(), mode=mode)
     except BaseException:
         # The caller was cancelled (or a bug): the attempts go with it, as a plain
         # send would have.

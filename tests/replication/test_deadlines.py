@@ -32,6 +32,17 @@ def test_a_namespace_that_never_answered_gets_the_initial_deadline() -> None:
     assert est.samples("primary", SEND) == 0
 
 
+def test_the_first_answer_opened_the_connection_and_is_not_counted() -> None:
+    est = estimator(floor=0.01, ceiling=10.0, multiplier=2.0, initial=1.5)
+    # Given a first send that took 0.4 s: it waited for the connection to open
+    est.observe("primary", SEND, 0.4)
+    # Then the deadline is still the initial one
+    assert est.deadline("primary", SEND) == 1.5 and est.samples("primary", SEND) == 0
+    # And from the second answer on, the latencies count
+    est.observe("primary", SEND, 0.005)
+    assert est.deadline("primary", SEND) == pytest.approx(0.01)
+
+
 def test_the_deadline_is_the_multiple_of_the_percentile_within_floor_and_ceiling() -> None:
     est = estimator(floor=0.1, ceiling=2.0, multiplier=4.0, percentile=99.0)
     # Given 100 sends of 40 ms
@@ -49,9 +60,10 @@ def test_the_deadline_is_the_multiple_of_the_percentile_within_floor_and_ceiling
 
 def test_namespaces_and_operations_have_deadlines_of_their_own() -> None:
     est = estimator(floor=0.01, ceiling=10.0, multiplier=2.0)
-    est.observe("primary", SEND, 0.1)
-    est.observe("primary", Operation.SETTLE, 0.3)
-    est.observe("secondary", SEND, 0.5)
+    for _ in range(2):  # the first answer of each is not counted
+        est.observe("primary", SEND, 0.1)
+        est.observe("primary", Operation.SETTLE, 0.3)
+        est.observe("secondary", SEND, 0.5)
     assert est.deadline("primary", SEND) == pytest.approx(0.2)
     assert est.deadline("primary", Operation.SETTLE) == pytest.approx(0.6)
     assert est.deadline("secondary", SEND) == pytest.approx(1.0)
@@ -73,7 +85,7 @@ def test_the_percentile_ignores_rare_outliers_and_follows_frequent_ones() -> Non
 
 def test_old_latencies_leave_the_window() -> None:
     est = estimator(floor=0.01, ceiling=100.0, multiplier=1.0, percentile=100.0, window=5)
-    for latency in (5.0, 0.1, 0.1, 0.1, 0.1):
+    for latency in (9.0, 5.0, 0.1, 0.1, 0.1, 0.1):  # 9 s: the first, not counted
         est.observe("primary", SEND, latency)
     assert est.deadline("primary", SEND) == 5.0
     # When one more latency comes, the oldest (5 s) is forgotten
@@ -96,15 +108,17 @@ def test_a_large_batch_gets_more_time_and_its_size_is_not_taken_for_slowness() -
 def test_latencies_are_timed_on_the_injected_clock() -> None:
     clock = FakeClock(100.0)
     est = estimator(clock, floor=0.01, ceiling=10.0, multiplier=2.0)
-    began = est.clock()
-    clock.advance(0.25)
-    est.observe("primary", SEND, est.clock() - began)
+    for _ in range(2):
+        began = est.clock()
+        clock.advance(0.25)
+        est.observe("primary", SEND, est.clock() - began)
     assert est.deadline("primary", SEND) == pytest.approx(0.5)
 
 
 def test_a_negative_latency_counts_as_none() -> None:
     # A receive that returned before its own wait was over: no latency of its own
     est = estimator(floor=0.2, multiplier=2.0)
+    est.observe("primary", Operation.RECEIVE, -0.1)
     est.observe("primary", Operation.RECEIVE, -0.1)
     assert est.deadline("primary", Operation.RECEIVE) == 0.2
 
