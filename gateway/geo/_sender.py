@@ -1,9 +1,10 @@
 """The sender core (async). ``GeoSender`` in ``gateway.geo._client`` drives this same core.
 
 Decisions come from the pure functions in :mod:`replication`; this module routes each
-send (passive failover, active fan-out) over the pieces that do the I/O: the two
-namespaces (``_namespaces``: retried sends, roles, probes), the durable queue
-(``_buffering``) and the background recovery rounds (``_recovery``).
+send (passive failover and hedging, active fan-out) over the pieces that do the I/O:
+the two namespaces (``_namespaces``: retried sends within their deadlines, roles,
+probes; ``_hedge`` runs one send's attempts), the durable queue (``_buffering``) and
+the background recovery rounds (``_recovery``).
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ class AsyncGeoSender:
         mode: ``"passive"`` (send to the active one, fail over) or ``"active"`` (both).
         durable_queue: a path or a ``DurableQueue``: where messages wait while the
             namespaces they belong to are down. ``None``: raise instead.
-        policy: retry bounds, failback and probe interval (``mode`` and ``failback``
-            given here override it).
+        policy: retry bounds, failback, probe interval and the per-operation
+            deadlines after which a send is hedged (``mode`` and ``failback`` given
+            here override it).
         hooks: observability callbacks.
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
         state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
@@ -182,7 +184,9 @@ class AsyncGeoSender:
         """Send messages as one batch (all land in the same place).
 
         Returns once the messages were accepted by a namespace, or are on the client's
-        disk in the durable queue.
+        disk in the durable queue. A namespace that has not answered within its
+        deadline is not waited for: passive mode hedges to the other namespace, active
+        mode buffers that namespace's copy (see :class:`SendResult`).
 
         Raises:
             MessageRejected: a namespace refused them for good, or one is larger than
