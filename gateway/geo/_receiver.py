@@ -235,6 +235,7 @@ class AsyncGeoReceiver(Settler, Pumps):
             ours = self._in_flight.intersection(ids)
             verdicts = await anyio.to_thread.run_sync(self._dedup.check_many, ids)
             again: list[ReceivedMessage] = []
+            duplicates: list[ReceivedMessage] = []
             for received, verdict in zip(take, verdicts, strict=True):
                 if verdict is Verdict.DELIVER and len(out) < max_messages:
                     out.append(received)
@@ -245,13 +246,14 @@ class AsyncGeoReceiver(Settler, Pumps):
                     await anyio.to_thread.run_sync(self._dedup.failed, received.message_id)
                     again.append(received)
                 elif verdict is Verdict.DUPLICATE:
-                    await self._settle_duplicate(received)
+                    duplicates.append(received)
                 elif received.message_id in ours and received.message_id not in self._in_flight:
                     # Its first copy here was settled while this batch was checked.
                     again.append(received)
                 else:
                     self._held.setdefault(received.message_id, []).append(received)
             self._inbox.extendleft(reversed(again))
+            await self._settle_duplicates(duplicates)
 
     def _recheck_foreign_holds(self) -> None:
         # A copy held because another *process* is handling its id is settled by
@@ -289,7 +291,7 @@ class AsyncGeoReceiver(Settler, Pumps):
         await anyio.to_thread.run_sync(self._dedup.failed, message.message_id)
         self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
-        await self._settle(message, "abandon")
+        await self._settle_all([(message, "abandon")])
         for held in reversed(self._held.pop(message.message_id, [])):
             self._inbox.appendleft(held)
         self._arrived.set()
@@ -315,8 +317,7 @@ class AsyncGeoReceiver(Settler, Pumps):
             self._estimator, message.namespace, Operation.SETTLE,
             lambda: transport.dead_letter(message, reason=reason, description=description),
             what=f"dead-letter {message.message_id!r}")
-        for held in self._held.pop(message.message_id, []):
-            await self._settle_duplicate(held)
+        await self._settle_duplicates(self._held.pop(message.message_id, []))
 
     async def run(
         self,
@@ -403,8 +404,7 @@ class AsyncGeoReceiver(Settler, Pumps):
         leftovers = list(self._inbox) + [m for ms in self._held.values() for m in ms]
         self._inbox.clear()
         self._held.clear()
-        for received in leftovers:
-            await self._settle(received, "abandon")
+        await self._settle_all([(received, "abandon") for received in leftovers])
         for transport in self._owned:
             await transport.aclose()
         await anyio.to_thread.run_sync(self._dedup.close)
