@@ -164,7 +164,9 @@ async def run_attempts(
     waiter = _Waiter(loop)
     try:
         step = next_hedge_step(order, attempts, now=clock(), mode=mode)
-        while not step.done and not refused:
+        while not step.done:
+            if refused and step.launch:
+                break  # refused for good: never sent on to the other namespace
             wake_at = step.wake_at
             if step.launch:
                 hedged = hedged or step.hedge
@@ -184,7 +186,9 @@ async def run_attempts(
                 attempts[ns] = Attempt(ns, due=attempts[ns].due, state=state)
                 if error is not None:
                     errors[ns] = error
-                    # Refused for good (passive): the other namespace would refuse it too.
+                    # A passive send refused for good goes nowhere else (the other
+                    # namespace would refuse it too); a hedge already on its way is
+                    # still waited for, within its deadline.
                     refused = refused or (isinstance(error, MessageRejected)
                                           and mode is Mode.PASSIVE)
             step = next_hedge_step(order, attempts, now=clock(), mode=mode)
@@ -195,8 +199,10 @@ async def run_attempts(
             if attempts[ns].state is AttemptState.RUNNING:
                 task.cancel()
         raise
-    if refused:
-        step = replace(step, accepted=(), overdue=())
+    if not step.done:  # ended by a refusal: nothing took the batch
+        now = clock()
+        step = replace(step, done=True, launch=(), accepted=(), overdue=tuple(
+            ns for ns in order if ns in attempts and attempts[ns].overdue(now)))
     for ns in step.overdue:
         errors[ns] = _overdue_error(ns, entity, deadlines[ns])
     late = {ns: t for t, ns in tasks.items() if attempts[ns].state is AttemptState.RUNNING}

@@ -108,12 +108,13 @@ class Recovery:
             async def send(batch: Sequence[Message]) -> None:
                 order = [ns for ns in pair.roles.order if ns not in pair.down]
                 sent = await pair.send_hedged(batch, order, mode=Mode.PASSIVE)
+                if sent.accepted:
+                    return
                 if sent.outcome.rejected is not None:
                     raise sent.outcome.rejected
-                if not sent.accepted:
-                    raise sent.outcome.last_error or NamespaceUnavailable(
-                        "no namespace is up", namespace=ANY_NAMESPACE
-                    )
+                raise sent.outcome.last_error or NamespaceUnavailable(
+                    "no namespace is up", namespace=ANY_NAMESPACE
+                )
         else:
             async def send(batch: Sequence[Message]) -> None:
                 await pair.send_within(namespace, batch)

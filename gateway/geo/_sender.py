@@ -256,14 +256,14 @@ class AsyncGeoSender:
         ids = tuple(m.message_id for m in batch)
         sent = await self._namespaces.send_hedged(batch, attempt, mode=Mode.PASSIVE)
         outcome = sent.outcome
-        if outcome.rejected is not None:
-            raise outcome.rejected
         if sent.accepted:
             return SendResult(
                 message_ids=ids, namespaces=sent.accepted, buffered=(),
                 failed_over=sent.failed_over, hedged=outcome.hedged,
                 unanswered=outcome.overdue,
             )
+        if outcome.rejected is not None:
+            raise outcome.rejected
         dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
         # Planned to buffer only because of a backlog (nothing was attempted)? When
         # nothing was attempted because both namespaces are down and there is no

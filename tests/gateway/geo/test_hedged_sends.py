@@ -10,6 +10,7 @@ under ``anyio.fail_after``: without deadlines, a send to a hung namespace never 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from gateway.transports import FaultyTransport
 from replication import (
     DeadlinePolicy,
     Message,
+    MessageRejected,
     NamespaceUnavailable,
     OperationTimeout,
     ReplicationPolicy,
@@ -138,6 +140,58 @@ async def test_a_first_attempt_that_answers_after_its_deadline_still_wins(
     assert sender.roles.active == "primary" and sender.down == frozenset()
     assert hooks.events == []
     assert await ns.drain_ids("primary") == ["m1"]
+    secondary.unhang()
+
+
+async def test_a_refusal_from_the_slow_namespace_waits_for_the_hedge_on_its_way(
+    make_sender: SenderFactory, ns: Namespaces, primary: FaultyTransport,
+    secondary: FaultyTransport
+) -> None:
+    # Given both namespaces hang, and a send was hedged to the secondary
+    sender = make_sender(policy=SLOW)
+    primary.hang()
+    secondary.hang()
+    primary.fail_next(1, MessageRejected("refused for good (injected)"))
+    results = []
+    with anyio.fail_after(BOUND):
+        async with anyio.create_task_group() as tg:
+
+            async def send() -> None:
+                results.append(await sender.send(Message("a", message_id="m1")))
+
+            tg.start_soon(send)
+            await wait_for(lambda: "send" in secondary.calls)
+            # When the primary refuses it for good, and then the secondary takes it
+            primary.unhang()
+            await wait_for(lambda: primary.hung is False and "send" in primary.calls)
+            secondary.unhang()
+    # Then the send returns what happened to the message: the secondary took it
+    [result] = results
+    assert result.namespaces == ("secondary",) and result.hedged
+    assert await ns.drain_ids("secondary") == ["m1"]
+    assert ns.count("primary") == 0
+
+
+async def test_a_refusal_is_raised_when_the_hedge_gets_no_answer_either(
+    make_sender: SenderFactory, primary: FaultyTransport, secondary: FaultyTransport
+) -> None:
+    # Given both hang, the send was hedged, and the primary then refuses it for good
+    sender = make_sender(policy=SLOW)
+    primary.hang()
+    secondary.hang()
+    primary.fail_next(1, MessageRejected("refused for good (injected)"))
+
+    async def unhang_primary_once_hedged() -> None:
+        await wait_for(lambda: "send" in secondary.calls)
+        primary.unhang()
+
+    helper = asyncio.get_running_loop().create_task(unhang_primary_once_hedged())
+    # When the secondary does not answer within its deadline either
+    # Then the refusal is raised (and it was not buffered or sent a third time)
+    with anyio.fail_after(BOUND), pytest.raises(MessageRejected, match="injected"):
+        await sender.send(Message("a", message_id="m1"))
+    await helper
+    assert secondary.calls.count("send") == 1 and primary.calls.count("send") == 1
     secondary.unhang()
 
 
