@@ -1,9 +1,9 @@
 """Benchmark the first send after the active namespace hangs, against a clean outage.
 
     .venv/bin/python benchmarks/bench_hang.py [--trials 20] [--warmup 50] [--interval 0.01]
-        [--transport local servicebus eventhubs]
+        [--transport local servicebus eventhubs] [--mode passive active]
 
-For each transport and each fault, ``--trials`` times: a new passive ``AsyncGeoSender``
+For each transport, mode and fault, ``--trials`` times: a new ``AsyncGeoSender``
 (default ``ReplicationPolicy``, a durable queue, the background recovery running, as an
 application would run it) sends one message every ``--interval`` seconds, ``--warmup``
 of them, so that the primary's send deadline has adapted to what it normally takes;
@@ -14,7 +14,8 @@ before the next trial (each trial has its own role state).
 Faults, all in the same run:
 
 * ``hang``: ``FaultyTransport.hang()`` on the primary (every operation waits, never
-  answers): the gateway must hedge the send to the secondary at its deadline;
+  answers): at its deadline, passive mode hedges the send to the secondary, active mode
+  returns with the secondary's copy taken and the primary's buffered;
 * ``clean outage``: ``FaultyTransport.go_down()`` on the primary (every operation fails
   at once): the reference a hang is compared with;
 * with ``servicebus`` / ``eventhubs`` only, each namespace is served by its own
@@ -24,8 +25,9 @@ Faults, all in the same run:
   bounded by the SDK transport's own ``operation_timeout``.
 
 The table gives p50, p99 and max of the first send after the fault, how many of those
-sends the secondary took, and how many warm-up sends were hedged although nothing was
-wrong (false alarms). Target: p99 <= 1 s for a hang, as for a clean outage.
+sends the secondary took, and how many warm-up sends were hedged, or returned without a
+namespace's answer, although nothing was wrong (false alarms). Target: p99 <= 1 s for a
+hang, as for a clean outage.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -52,7 +54,7 @@ from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from gateway.transports.base import Transport
 from gateway.transports.eventhubs import EventHubsTransport
 from gateway.transports.servicebus import ServiceBusTransport
-from replication import DeadlinePolicy, Message, ReplicationPolicy
+from replication import DeadlinePolicy, Message, Mode, ReplicationPolicy
 
 QUEUE, HUB = "bench", "bench-events"
 TARGET = 1.0
@@ -63,10 +65,11 @@ NO_DEADLINES = ReplicationPolicy(deadlines=DeadlinePolicy(floor=60, ceiling=60, 
 @dataclass
 class Row:
     transport: str
+    mode: str
     fault: str
     seconds: list[float] = field(default_factory=list)
     to_secondary: int = 0
-    false_hedges: int = 0
+    false_alarms: int = 0
     warm_sends: int = 0
 
 
@@ -113,7 +116,8 @@ async def trial(row: Row, spaces: Namespaces, fault: str, root: Path, n: int,
                 warmup: int, interval: float) -> None:
     primary = FaultyTransport(spaces.open("primary"))
     secondary = FaultyTransport(spaces.open("secondary"))
-    policy = NO_DEADLINES if "before" in fault else ReplicationPolicy()
+    policy = replace(NO_DEADLINES if "before" in fault else ReplicationPolicy(),
+                     mode=Mode.parse(row.mode))
     stopped = False
     try:
         async with AsyncGeoSender(primary=primary, secondary=secondary, entity=spaces.entity,
@@ -122,7 +126,7 @@ async def trial(row: Row, spaces: Namespaces, fault: str, root: Path, n: int,
             for i in range(warmup):
                 result = await sender.send(Message(b"w" * 64, message_id=f"{n}-w{i}"))
                 row.warm_sends += 1
-                row.false_hedges += result.hedged
+                row.false_alarms += result.hedged or bool(result.unanswered)
                 await asyncio.sleep(interval)
             assert sender.roles.active == "primary", "failed over before the fault"
             if fault.startswith("hang"):
@@ -147,9 +151,9 @@ async def trial(row: Row, spaces: Namespaces, fault: str, root: Path, n: int,
         await secondary.aclose()
 
 
-async def measure(kind: str, faults: list[str], trials: int, warmup: int, interval: float,
-                  console: Console) -> list[Row]:
-    rows = [Row(kind, fault) for fault in faults]
+async def measure(kind: str, modes: list[str], faults: list[str], trials: int, warmup: int,
+                  interval: float, console: Console) -> list[Row]:
+    rows = [Row(kind, mode, fault) for mode in modes for fault in faults]
     with tempfile.TemporaryDirectory(prefix="geogateway-bench-hang-") as tmp:
         root = Path(tmp)
         async with namespaces(kind, root) as spaces:
@@ -161,7 +165,7 @@ async def measure(kind: str, faults: list[str], trials: int, warmup: int, interv
                     await trial(row, spaces, row.fault, root, n, warmup, interval)
                     await asyncio.sleep(0.2)  # let a resumed emulator catch up
                 console.print(f"  {kind} trial {t + 1}/{trials}: " + ", ".join(
-                    f"{r.fault} {r.seconds[-1] * 1e3:.0f} ms" for r in rows))
+                    f"{r.mode} {r.fault} {r.seconds[-1] * 1e3:.0f} ms" for r in rows))
     return rows
 
 
@@ -169,17 +173,18 @@ def table(rows: list[Row], elapsed: float, args: argparse.Namespace) -> Table:
     t = Table(title=f"First send after the active namespace hangs vs a clean outage "
                     f"({args.trials} trials each, a send every {args.interval * 1e3:.0f} ms, "
                     f"{elapsed:.0f} s run)")
-    for column in ("transport", "fault", "p50", "p99", "max", "secondary took it",
-                   "false hedges (warm-up)", "target (p99)", ""):
-        t.add_column(column, justify="left" if column in ("transport", "fault") else "right")
+    for column in ("transport", "mode", "fault", "p50", "p99", "max", "secondary took it",
+                   "false alarms (warm-up)", "target (p99)", ""):
+        t.add_column(column,
+                     justify="left" if column in ("transport", "mode", "fault") else "right")
     for row in rows:
         p50, p99 = percentile(row.seconds, 0.5), percentile(row.seconds, 0.99)
         judged = "before" not in row.fault
         ok = "PASS" if p99 <= TARGET else "FAIL"
-        t.add_row(row.transport, row.fault, f"{p50 * 1e3:.0f} ms", f"{p99 * 1e3:.0f} ms",
+        t.add_row(row.transport, row.mode, row.fault, f"{p50 * 1e3:.0f} ms", f"{p99 * 1e3:.0f} ms",
                   f"{max(row.seconds) * 1e3:.0f} ms",
                   f"{row.to_secondary}/{len(row.seconds)}",
-                  f"{row.false_hedges}/{row.warm_sends}",
+                  f"{row.false_alarms}/{row.warm_sends}",
                   f"<= {TARGET:.0f} s" if judged else "(reference)", ok if judged else "",
                   style=None if not judged else ("green" if ok == "PASS" else "red"))
     return t
@@ -193,7 +198,8 @@ async def run(args: argparse.Namespace, console: Console) -> None:
         if kind != "local":
             faults += ["SIGSTOP of its emulator", "SIGSTOP, before (no deadlines)"]
         console.print(f"{kind}: {', '.join(faults)}")
-        rows += await measure(kind, faults, args.trials, args.warmup, args.interval, console)
+        rows += await measure(kind, args.mode, faults, args.trials, args.warmup,
+                              args.interval, console)
     console.print(table(rows, time.monotonic() - began, args))
 
 
@@ -204,6 +210,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.01, help="seconds between sends")
     parser.add_argument("--transport", nargs="+", default=["local", "servicebus", "eventhubs"],
                         choices=("local", "servicebus", "eventhubs"))
+    parser.add_argument("--mode", nargs="+", default=["passive", "active"],
+                        choices=("passive", "active"))
     args = parser.parse_args()
     logging.getLogger("azure").setLevel(logging.CRITICAL)  # mapped errors say enough
     # Every fault logs the namespace going down and the failover: the table says it all.
