@@ -38,6 +38,7 @@ if _TYPE_CHECKING:
     from gateway.stores import SqliteDedupStore
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
+        DeadlinePolicy,
         DedupStore,
         DedupWindow,
         InMemoryDedupStore,
@@ -53,6 +54,7 @@ __version__ = "0.1.0"
 # SQLite stores and the transports, the consumer its blob store (azure-storage), and the
 # `geogateway` command and a process that only needs the errors need none of them.
 _LAZY = {
+    "DeadlinePolicy": "replication",
     "DedupConfig": "gateway.geo",
     "DedupStore": "replication",
     "DedupWindow": "replication",
@@ -83,6 +85,7 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
     "ConfigError",
+    "DeadlinePolicy",
     "DedupConfig",
     "DedupStore",
     "DedupWindow",

@@ -1,9 +1,17 @@
 """Pure replication policy: no I/O of its own and no azure import.
 
-Active and passive replication, role state, failure classification, the
-``MessageId`` de-duplicator, the error tree and the message record.
+Active and passive replication, role state, failure classification, per-operation
+deadlines and hedged sends, the ``MessageId`` de-duplicator, the error tree and the
+message record.
 """
 
+from replication._deadlines import (
+    RECEIVE_DEADLINES,
+    DeadlineEstimator,
+    DeadlinePolicy,
+    LatencyWindow,
+    Operation,
+)
 from replication._dedup import (
     DEFAULT_DEDUP_WINDOW,
     Deduplicator,
@@ -27,6 +35,7 @@ from replication._errors import (
     QueueFull,
     TransportError,
 )
+from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
 from replication._message import Message, PropertyValue
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 from replication._roles import RoleState
@@ -45,7 +54,12 @@ from replication._routing import (
 __all__ = [
     "ANY_NAMESPACE",
     "DEFAULT_DEDUP_WINDOW",
+    "RECEIVE_DEADLINES",
+    "Attempt",
+    "AttemptState",
     "ConfigError",
+    "DeadlineEstimator",
+    "DeadlinePolicy",
     "DedupStats",
     "DedupStore",
     "DedupWindow",
@@ -53,12 +67,15 @@ __all__ = [
     "DurableQueueError",
     "Failure",
     "GatewayError",
+    "HedgeStep",
     "InMemoryDedupStore",
+    "LatencyWindow",
     "Message",
     "MessageRejected",
     "MessageTooLarge",
     "Mode",
     "NamespaceUnavailable",
+    "Operation",
     "OperationTimeout",
     "OwnershipLost",
     "PropertyValue",
@@ -73,6 +90,7 @@ __all__ = [
     "Verdict",
     "classify",
     "destination",
+    "next_hedge_step",
     "parse_destination",
     "plan_send",
     "replayable",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from replication._deadlines import DeadlinePolicy
 from replication._errors import ConfigError
 
 __all__ = ["Mode", "ReplicationPolicy", "RetryPolicy"]
@@ -75,12 +76,15 @@ class ReplicationPolicy:
         failback: once the preferred primary is healthy again, make it active again.
         retry: retries within one namespace before it counts as failed.
         probe_interval: seconds between health probes of a namespace marked down.
+        deadlines: how long one operation on a namespace may take before it counts
+            as failed (a passive send is then hedged to the other namespace).
     """
 
     mode: Mode = Mode.PASSIVE
     failback: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     probe_interval: float = 0.25
+    deadlines: DeadlinePolicy = field(default_factory=DeadlinePolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode.parse(self.mode))
@@ -94,3 +98,8 @@ class ReplicationPolicy:
             raise ConfigError(
                 f"probe_interval must be a number of seconds > 0, not {self.probe_interval!r}"
             )
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+        if not isinstance(self.deadlines, DeadlinePolicy):
+            raise ConfigError(
+                f"deadlines must be a DeadlinePolicy, not {type(self.deadlines).__name__}")

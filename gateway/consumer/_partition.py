@@ -10,7 +10,7 @@ from typing import Protocol
 
 from gateway.consumer._records import ConsumerGroupRef
 from gateway.transports.base import EventPosition, PartitionEvent
-from replication import ConfigError
+from replication import RECEIVE_DEADLINES, ConfigError, DeadlinePolicy
 
 __all__ = [
     "BatchHandler",
@@ -47,6 +47,11 @@ class ProcessorSettings:
         handler_backoff: the first pause before a failed event (or batch) is handed
             to the handler again; it doubles on each failure in a row.
         max_handler_backoff: the longest such pause.
+        deadlines: how long a partition read (beyond ``poll_wait``), a checkpoint
+            write or read, or a partition-id lookup may take before it is given up
+            with ``OperationTimeout`` (reported to ``on_error`` and retried), so that a
+            hung namespace or store holds up neither the other partitions nor a stop
+            (``replication.RECEIVE_DEADLINES``: 1 to 3 s).
     """
 
     max_batch_size: int = 100
@@ -57,6 +62,7 @@ class ProcessorSettings:
     poll_wait: float = 0.5
     handler_backoff: float = 0.1
     max_handler_backoff: float = 5.0
+    deadlines: DeadlinePolicy = RECEIVE_DEADLINES
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "prefetch", "checkpoint_every_events"):
@@ -72,6 +78,9 @@ class ProcessorSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
+        if not isinstance(self.deadlines, DeadlinePolicy):
+            raise ConfigError(
+                f"deadlines must be a DeadlinePolicy, not {type(self.deadlines).__name__}")
 
 
 class Checkpointer(Protocol):

@@ -31,7 +31,9 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
+from gateway._support.deadlines import within_deadline
 from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._partition import (
@@ -46,11 +48,16 @@ from gateway.consumer._reading import PartitionReader, ReadingSetup, guard
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef
 from gateway.consumer._store import CheckpointStore
 from gateway.transports.base import EventPosition, PartitionEvent, Transport
-from replication import ConfigError
+from replication import ConfigError, DeadlineEstimator, Operation
 
 __all__ = ["AsyncPartitionProcessor"]
 
 logger = logging.getLogger("geogateway.consumer")
+
+T = TypeVar("T")
+
+#: The estimator's key for the checkpoint store's calls.
+_STORE = "checkpoint store"
 
 
 class AsyncPartitionProcessor:
@@ -109,10 +116,14 @@ class AsyncPartitionProcessor:
         self._on_error = on_error
         self._start: StartingPosition = starting_position or EventPosition.earliest()
         self._clock = clock
+        # Reads, checkpoints and lookups within their deadlines: one that hangs is given
+        # up, so it holds up neither the other partitions nor the balancing loop.
+        self._estimator = DeadlineEstimator(self.settings.deadlines, clock=clock)
         self._reading = ReadingSetup(
             transport=transport, entity=entity, consumer_group=consumer_group,
             settings=self.settings, clock=clock, on_event=on_event, on_batch=on_event_batch,
             on_init=on_partition_initialize, report=self._error, checkpoint=self.checkpoint,
+            estimator=self._estimator,
         )
         self._readers: dict[str, PartitionReader] = {}
         self._checkpoints: dict[str, Checkpoint] = {}
@@ -170,6 +181,8 @@ class AsyncPartitionProcessor:
 
         Raises:
             OwnershipLost: another instance owns the partition now.
+            OperationTimeout: the store did not answer within its deadline (the
+                checkpoint may or may not be written).
         """
         checkpoint = Checkpoint(
             fully_qualified_namespace=self.group.fully_qualified_namespace,
@@ -179,7 +192,10 @@ class AsyncPartitionProcessor:
             offset=str(event.offset),
             sequence_number=event.sequence_number,
         )
-        await self.store.update_checkpoint(checkpoint, owner_id=self.instance_id)
+        await self._store_call(
+            Operation.CHECKPOINT,
+            lambda: self.store.update_checkpoint(checkpoint, owner_id=self.instance_id),
+            f"checkpoint partition {partition_id}")
         reader = self._readers.get(partition_id)
         if reader is not None:
             reader.since_checkpoint, reader.checkpointed_at = 0, self._clock()
@@ -188,7 +204,17 @@ class AsyncPartitionProcessor:
     # -- ownership callbacks --------------------------------------------------------
 
     async def _partition_ids(self) -> Sequence[str]:
-        return await self.transport.get_partition_ids(self.entity)
+        return await within_deadline(
+            self._estimator, self.transport.namespace, Operation.MANAGE,
+            lambda: self.transport.get_partition_ids(self.entity),
+            what=f"get the partition ids of {self.entity!r}")
+
+    async def _store_call(self, operation: Operation, call: Callable[[], Awaitable[T]],
+                          what: str) -> T:
+        # The store is not a namespace, but it can hang too: its own deadline.
+        return await within_deadline(self._estimator, self.group.fully_qualified_namespace,
+                                     operation, call, what=f"{what} in the checkpoint store",
+                                     key=_STORE)
 
     async def _start_partition(self, partition_id: str) -> None:
         reader = PartitionReader(PartitionContext(self, partition_id), self._reading,
@@ -206,7 +232,10 @@ class AsyncPartitionProcessor:
         # whatever the clocks of the machines involved. A level only fences while
         # its reader is open, so a later reader with a lower one (say, the SDK's
         # EventHubConsumerClient taking the consumer group over) is not blocked.
-        for record in await self.store.list_ownership(self.group):
+        records = await self._store_call(
+            Operation.CHECKPOINT, lambda: self.store.list_ownership(self.group),
+            f"list the owners of partition {partition_id}")
+        for record in records:
             if (record.partition_id == partition_id and record.owner_id == self.instance_id
                     and record.last_modified_time is not None):
                 return int(record.last_modified_time * 1000)
@@ -237,7 +266,9 @@ class AsyncPartitionProcessor:
     async def _position(self, partition_id: str) -> EventPosition | None:
         """Where to read from; None when the store failed (the reader asks again)."""
         try:
-            checkpoints = await self.store.list_checkpoints(self.group)
+            checkpoints = await self._store_call(
+                Operation.CHECKPOINT, lambda: self.store.list_checkpoints(self.group),
+                f"read the checkpoint of partition {partition_id}")
         except Exception as exc:
             reader = self._readers.get(partition_id)
             await self._error(reader.context if reader is not None else None, exc)

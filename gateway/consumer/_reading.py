@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway._support.deadlines import within_deadline
 from gateway.consumer._partition import (
     BatchHandler,
     CloseReason,
@@ -17,7 +18,7 @@ from gateway.consumer._partition import (
     ProcessorSettings,
 )
 from gateway.transports.base import EventPosition, PartitionEvent, Transport
-from replication import GatewayError, OwnershipLost
+from replication import DeadlineEstimator, GatewayError, Operation, OwnershipLost
 
 __all__ = ["ErrorReport", "PartitionReader", "ReadingSetup", "guard"]
 
@@ -43,6 +44,8 @@ class ReadingSetup:
     report: ErrorReport
     #: The processor's fenced checkpoint write (it also resets the reader's counts).
     checkpoint: Callable[[str, PartitionEvent], Awaitable[None]]
+    #: The deadlines of the reads (and the processor's store calls).
+    estimator: DeadlineEstimator
 
 
 async def guard(report: ErrorReport, ctx: PartitionContext, call: Awaitable[Any]) -> None:
@@ -109,17 +112,13 @@ class PartitionReader:
                 if settings.max_wait_time is not None:
                     wait = min(wait, settings.max_wait_time)
                 try:
-                    events = await setup.transport.read_partition(
-                        setup.entity, ctx.partition_id, position=position,
-                        max_events=max(settings.prefetch, settings.max_batch_size),
-                        max_wait=wait, owner_level=owner_level,
-                        consumer_group=setup.consumer_group,
-                    )
+                    events = await self._read(position, wait, owner_level)
                 except (OwnershipLost, asyncio.CancelledError):
                     raise
                 except Exception as exc:
-                    # An outage (TransportError) or any other read error: reported,
-                    # then read again; a reader never dies silently.
+                    # An outage (TransportError; OperationTimeout when the namespace
+                    # hangs) or any other read error: reported, then read again; a
+                    # reader never dies silently.
                     await setup.report(ctx, exc)
                     await asyncio.sleep(settings.poll_wait)
                     continue
@@ -134,6 +133,20 @@ class PartitionReader:
         except OwnershipLost:
             # A reader with a higher owner level took the partition: stop here.
             await self._close(self, CloseReason.OWNERSHIP_LOST)
+
+    async def _read(self, position: EventPosition, wait: float,
+                    owner_level: int) -> list[PartitionEvent]:
+        # Within the read's own wait plus the namespace's deadline: a read that hangs
+        # is given up (OperationTimeout), so that halt() and a stop never wait on it.
+        setup, settings = self._setup, self._setup.settings
+        transport = setup.transport
+        return await within_deadline(
+            setup.estimator, transport.namespace, Operation.READ,
+            lambda: transport.read_partition(
+                setup.entity, self.context.partition_id, position=position,
+                max_events=max(settings.prefetch, settings.max_batch_size),
+                max_wait=wait, owner_level=owner_level, consumer_group=setup.consumer_group),
+            what=f"read partition {self.context.partition_id} of {setup.entity!r}", wait=wait)
 
     async def halt(self) -> None:
         """Stop the reader and wait until it has ended (its handler call finished).

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from gateway.geo._namespace_config import KINDS, NamespaceConfig, endpoint_key
-from replication import ConfigError, DedupWindow, Mode, ReplicationPolicy, RetryPolicy
+from replication import (
+    ConfigError,
+    DeadlinePolicy,
+    DedupWindow,
+    Mode,
+    ReplicationPolicy,
+    RetryPolicy,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -153,6 +160,10 @@ _ENV_KEYS = {
     "KIND": ("kind",),
 }
 
+#: ``GEOGATEWAY_DEADLINE_<KEY>`` sets ``[deadlines] <key>`` (a number).
+_DEADLINE_KEYS = ("floor", "ceiling", "multiplier", "percentile", "window", "initial",
+                  "per_mib")
+
 
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
     for suffix, keys in _ENV_KEYS.items():
@@ -174,6 +185,26 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
                 section[keys[1]] = _from_cwd(value)
         else:
             data[keys[0]] = _from_cwd(value) if keys[0] in _PATH_KEYS else value
+    for key in _DEADLINE_KEYS:
+        variable = f"{ENV_PREFIX}DEADLINE_{key.upper()}"
+        value = env.get(variable)
+        if value is not None:
+            section = data.setdefault("deadlines", {})
+            if isinstance(section, dict):
+                section[key] = env_number(variable, value, whole=key == "window")
+
+
+def env_number(variable: str, value: str, *, whole: bool = False) -> float | int:
+    """An environment variable's number (a whole one with ``whole``).
+
+    Raises:
+        ConfigError: it is not a number (the policy checks its range).
+    """
+    try:
+        return int(value.strip()) if whole else float(value.strip())
+    except ValueError:
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(f"${variable} must be {kind}, not {value!r}") from None
 
 
 _CHOICES = {"mode": tuple(m.value for m in Mode), "kind": KINDS}
@@ -191,7 +222,7 @@ def _env_choice(key: str, variable: str, value: str) -> str:
 
 #: The keys (top level, or a section's ``path``) that hold paths.
 _PATH_KEYS = ("data_dir", "state_dir", "path")
-_SECTIONS = ("retry", "durable_queue", "dedup")
+_SECTIONS = ("retry", "deadlines", "durable_queue", "dedup")
 
 
 def _from_cwd(value: Any) -> Any:
@@ -241,7 +272,7 @@ def env_flag(variable: str, value: str) -> bool:
 
 _TOP_KEYS = {
     "primary", "secondary", "entity", "mode", "failback", "probe_interval",
-    "data_dir", "state_dir", "retry", "durable_queue", "dedup", "kind",
+    "data_dir", "state_dir", "retry", "deadlines", "durable_queue", "dedup", "kind",
 }
 
 
@@ -255,12 +286,14 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
             )
     retry = _section(data, "retry", {"attempts", "initial_backoff", "max_backoff", "max_delay"},
                      source)
+    deadlines = _section(data, "deadlines", set(_DEADLINE_KEYS), source)
     try:
         policy = ReplicationPolicy(
             mode=Mode.parse(data.get("mode", "passive")),
             failback=data.get("failback", False),
             retry=RetryPolicy(**retry),
             probe_interval=data.get("probe_interval", 0.25),
+            deadlines=DeadlinePolicy(**deadlines),
         )
     except TypeError as exc:  # a value of the wrong type inside the dataclasses
         raise ConfigError(f"bad value in {source}: {exc}") from None

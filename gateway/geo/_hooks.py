@@ -22,7 +22,9 @@ class GatewayHooks:
         """Sends moved from one namespace to the other (roles swapped)."""
 
     def on_namespace_down(self, *, namespace: str, error: BaseException) -> None:
-        """A namespace failed and is skipped until a probe finds it healthy.
+        """A namespace failed and is skipped until a probe finds it healthy. A namespace
+        that did not answer within its deadline (it hangs) comes with an
+        ``OperationTimeout``.
 
         A receiver also calls it, with a ``MessageRejected`` error, for a namespace
         that refused to be read for good (a wrong key, no such queue): that one is

@@ -9,8 +9,10 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -20,13 +22,24 @@ from tenacity import (
 )
 
 from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
+from gateway.geo._hedge import HedgeOutcome, batch_bytes, run_attempts
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._splitting import send_in_parts
 from gateway.stores import RoleStore
 from gateway.transports.base import Transport
-from replication import GatewayError, Message, RetryPolicy, RoleState, TransportError
+from replication import (
+    DeadlineEstimator,
+    DeadlinePolicy,
+    GatewayError,
+    Message,
+    Mode,
+    Operation,
+    RetryPolicy,
+    RoleState,
+    TransportError,
+)
 
-__all__ = ["NamespacePair"]
+__all__ = ["NamespacePair", "SendOutcome"]
 
 logger = logging.getLogger("geogateway")
 
@@ -34,12 +47,27 @@ logger = logging.getLogger("geogateway")
 _PREPARE_WAIT = 5.0
 
 
+@dataclass(frozen=True)
+class SendOutcome:
+    """How :meth:`NamespacePair.send_hedged` ended: the attempts' outcome, and whether
+    the roles were swapped."""
+
+    outcome: HedgeOutcome
+    failed_over: bool
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        return self.outcome.accepted
+
+
 class NamespacePair:
     """The primary and secondary namespace of one sender, and what it knows of them.
 
     It sends a batch to one namespace with the retry policy, or to the first of
-    several that takes it (swapping the roles, persisted under ``state_dir``, when
-    that one was not the active one); marks namespaces down and probes them back;
+    several that takes it within its deadline, hedging to the next one when the one
+    before has not answered in time (swapping the roles, persisted under
+    ``state_dir``, when that one was not the active one); marks namespaces down and
+    probes them back;
     opens their links ahead of sends. Which namespace to try is the caller's
     decision (``replication.plan_send``), made from ``roles`` and ``down``.
     """
@@ -51,6 +79,7 @@ class NamespacePair:
         *,
         entity: str,
         retry: RetryPolicy,
+        deadlines: DeadlinePolicy,
         hooks: Sequence[GatewayHooks],
         data_dir: str | os.PathLike[str] | None,
         state_dir: str | os.PathLike[str] | None,
@@ -59,6 +88,8 @@ class NamespacePair:
     ) -> None:
         self.entity = entity
         self._retry = retry
+        #: Each namespace's send deadline, from its recent latencies.
+        self.estimator = DeadlineEstimator(deadlines)
         self._hooks = hooks
         self._clock = clock
         self._sleep = sleep
@@ -81,31 +112,52 @@ class NamespacePair:
         # Opening links ahead of sends (prepare_send); awaited, not cancelled, by aclose():
         # an SDK client cancelled halfway through opening can leave its socket open.
         self._preparing: set[asyncio.Task[None]] = set()
+        # Sends past their deadline that have not ended yet (run_attempts' ``late``).
+        self._late: set[asyncio.Task[None]] = set()
 
     # -- sending --------------------------------------------------------------------
 
-    async def send_any(
-        self, batch: Sequence[Message], attempt: Sequence[str]
-    ) -> tuple[str | None, bool, TransportError | None]:
-        """Try namespaces in order until one takes the batch; swap roles if needed.
+    async def send_hedged(
+        self, batch: Sequence[Message], order: Sequence[str], *, mode: Mode
+    ) -> SendOutcome:
+        """Send ``batch`` to the namespaces of ``order`` with deadlines and hedging.
 
-        Returns:
-            The namespace that took it (``None``: none did), whether the roles were
-            swapped, and the last ``TransportError`` met on the way.
+        Passive: one after the other until one takes it; the next one also when the
+        one before has not answered within its deadline (a hedge, not cancelling
+        it); the roles are swapped when the one that took it was not active. Active:
+        all at once, each within its deadline. A namespace that failed, or had not
+        answered in time, is marked down (``on_namespace_down``), after the hedge
+        succeeded.
+
+        Raises:
+            Exception: a bug in a transport (anything but a ``GatewayError``).
         """
-        last: TransportError | None = None
-        for ns in attempt:
-            try:
-                await self.send_to(ns, batch)
-            except TransportError as exc:
-                self.mark_down(ns, exc)
-                last = exc
-                continue
-            failed_over = ns != self.roles.active
+        outcome = await run_attempts(
+            order, lambda ns: self.send_to(ns, batch), mode=mode,
+            estimator=self.estimator, entity=self.entity, size=batch_bytes(batch))
+        for ns, task in outcome.late.items():
+            self._keep_late(ns, task)
+        for ns, error in outcome.errors.items():
+            if isinstance(error, TransportError):
+                self.mark_down(ns, error)
+        failed_over = False
+        if mode is Mode.PASSIVE and outcome.accepted:
+            failed_over = outcome.accepted[0] != self.roles.active
             if failed_over:
                 self.set_roles(self.roles.swap(self._clock()))
-            return ns, failed_over, last
-        return None, False, last
+        return SendOutcome(outcome, failed_over)
+
+    async def send_within(self, namespace: str, batch: Sequence[Message]) -> None:
+        """Send to one namespace (with the retry policy) within its deadline; an
+        attempt past it goes on in the background.
+
+        Raises:
+            TransportError: it failed (``OperationTimeout``: no answer in time).
+            MessageRejected: it refused the batch for good.
+        """
+        result = await self.send_hedged(batch, [namespace], mode=Mode.ACTIVE)
+        if not result.accepted:
+            raise result.outcome.errors[namespace]
 
     async def send_to(self, namespace: str, batch: Sequence[Message]) -> None:
         """Send with the retry policy; a batch the namespace refuses for size goes again
@@ -116,13 +168,14 @@ class NamespacePair:
 
     async def _send_retried(self, namespace: str, batch: Sequence[Message]) -> None:
         """Send with the retry policy: ``attempts`` tries at most, none begun after
-        ``max_delay``, a random exponential backoff between them."""
+        ``max_delay``, a random exponential backoff between them. Each success's
+        latency goes to the namespace's deadline estimator."""
         transport = self.transports[namespace]
         retry = self._retry
         started = time.monotonic()
         try:
             # Most sends succeed at once: only one that failed pays for tenacity.
-            await transport.send(self.entity, batch)
+            await self._timed_send(transport, batch)
             return
         except TransportError:
             if retry.attempts <= 1 or time.monotonic() - started >= retry.max_delay:
@@ -139,7 +192,36 @@ class NamespacePair:
             reraise=True,
             sleep=self._sleep,
         )
-        await retrying(transport.send, self.entity, batch)
+        await retrying(self._timed_send, transport, batch)
+
+    async def _timed_send(self, transport: Transport, batch: Sequence[Message]) -> None:
+        estimator = self.estimator
+        began = estimator.clock()
+        await transport.send(self.entity, batch)
+        estimator.observe(transport.namespace, Operation.SEND, estimator.clock() - began,
+                          size=batch_bytes(batch))
+
+    def _keep_late(self, namespace: str, task: asyncio.Task[None]) -> None:
+        # An attempt past its deadline goes on; say how it ended, and let aclose()
+        # cancel it if it is still hanging then.
+        over = time.monotonic()
+        self._late.add(task)
+
+        def ended(task: asyncio.Task[None]) -> None:
+            self._late.discard(task)
+            after = time.monotonic() - over
+            if task.cancelled():
+                return
+            error = task.exception()
+            if error is None:
+                logger.info("a send to %s still running when its send was over landed "
+                            "%.3f s later (a second copy, if any, is removed by the "
+                            "receivers)", namespace, after)
+            else:
+                logger.info("a send to %s still running when its send was over failed "
+                            "%.3f s later: %s", namespace, after, error)
+
+        task.add_done_callback(ended)
 
     # -- health and roles -----------------------------------------------------------
 
@@ -166,15 +248,19 @@ class NamespacePair:
         self.set_roles(self.roles.fail_back(self._clock()))
 
     async def probe_down(self) -> None:
-        """Probe the namespaces marked down; mark up (``on_namespace_up``) and reopen
-        the links of those that answer."""
-        for ns in list(self.down):
+        """Probe the namespaces marked down, at once and each within the deadline
+        policy's ``initial`` (a hung namespace stays down); mark up
+        (``on_namespace_up``) and reopen the links of those that answer."""
+        await asyncio.gather(*(self._probe(ns) for ns in list(self.down)))
+
+    async def _probe(self, ns: str) -> None:
+        with anyio.move_on_after(self.estimator.policy.initial):
             try:
                 await self.transports[ns].probe()
             except TransportError:
-                continue
+                return
             if self.down.pop(ns, None) is None:
-                continue  # marked up meanwhile
+                return  # marked up meanwhile
             logger.warning("namespace %s is back", ns)
             emit(self._hooks, "on_namespace_up", namespace=ns)
             self.prepare_soon(ns)
@@ -198,7 +284,14 @@ class NamespacePair:
         await asyncio.gather(*(one(ns) for ns in namespaces if ns not in self.down))
 
     async def aclose(self) -> None:
-        """Wait (bounded) for links being opened, then close the transports opened here."""
+        """Cancel the sends still running past their deadline (their outcome was
+        unknown already), wait (bounded) for links being opened, then close the
+        transports opened here."""
+        hanging = list(self._late)
+        for task in hanging:
+            task.cancel()
+        if hanging:
+            await asyncio.gather(*hanging, return_exceptions=True)
         if self._preparing:
             _, late = await asyncio.wait(self._preparing, timeout=_PREPARE_WAIT)
             for task in late:

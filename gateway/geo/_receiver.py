@@ -32,6 +32,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
+from gateway._support.deadlines import within_deadline
 from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._receiver_marks import DoneMarks
@@ -40,12 +41,16 @@ from gateway.geo._receiver_settle import Settler
 from gateway.stores import SqliteDedupStore
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
+    RECEIVE_DEADLINES,
+    DeadlineEstimator,
+    DeadlinePolicy,
     Deduplicator,
     DedupStore,
     DedupWindow,
     GatewayError,
     MessageRejected,
     NamespaceUnavailable,
+    Operation,
     Verdict,
 )
 
@@ -79,6 +84,9 @@ class ReceiverStats:
     held: int
     completed: int
     abandoned: int
+    #: Copies whose settlement failed or got no answer within its deadline (they come
+    #: back when their locks expire: suppressed if done, else delivered again).
+    unsettled: int = 0
 
 
 class AsyncGeoReceiver(Settler, Pumps):
@@ -95,6 +103,10 @@ class AsyncGeoReceiver(Settler, Pumps):
         prefetch: messages each namespace's pump keeps received ahead of the caller.
         hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
         data_dir: the directory of local namespaces.
+        deadlines: how long a settlement, or a receive beyond its own wait, may take
+            on a namespace before it counts as not answering (a hung namespace is
+            then reported down; the other is still read). Default
+            ``replication.RECEIVE_DEADLINES`` (1 to 3 s).
     """
 
     def __init__(
@@ -110,6 +122,7 @@ class AsyncGeoReceiver(Settler, Pumps):
         data_dir: str | os.PathLike[str] | None = None,
         poll_wait: float = 0.25,
         clock: Callable[[], float] = time.time,
+        deadlines: DeadlinePolicy | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError("prefetch must be >= 1")
@@ -147,8 +160,11 @@ class AsyncGeoReceiver(Settler, Pumps):
         self._pumps: list[asyncio.Task[None]] = []
         self._closing = False
         self._counts = dict.fromkeys(
-            ("received", "delivered", "duplicates_suppressed", "completed", "abandoned"), 0
+            ("received", "delivered", "duplicates_suppressed", "completed", "abandoned",
+             "unsettled"), 0
         )
+        self._estimator = DeadlineEstimator(deadlines or RECEIVE_DEADLINES)
+        self._settle_hung: set[str] = set()  # namespaces whose last settlement timed out
 
     @property
     def stats(self) -> ReceiverStats:
@@ -219,6 +235,7 @@ class AsyncGeoReceiver(Settler, Pumps):
             ours = self._in_flight.intersection(ids)
             verdicts = await anyio.to_thread.run_sync(self._dedup.check_many, ids)
             again: list[ReceivedMessage] = []
+            duplicates: list[ReceivedMessage] = []
             for received, verdict in zip(take, verdicts, strict=True):
                 if verdict is Verdict.DELIVER and len(out) < max_messages:
                     out.append(received)
@@ -229,13 +246,14 @@ class AsyncGeoReceiver(Settler, Pumps):
                     await anyio.to_thread.run_sync(self._dedup.failed, received.message_id)
                     again.append(received)
                 elif verdict is Verdict.DUPLICATE:
-                    await self._settle_duplicate(received)
+                    duplicates.append(received)
                 elif received.message_id in ours and received.message_id not in self._in_flight:
                     # Its first copy here was settled while this batch was checked.
                     again.append(received)
                 else:
                     self._held.setdefault(received.message_id, []).append(received)
             self._inbox.extendleft(reversed(again))
+            await self._settle_duplicates(duplicates)
 
     def _recheck_foreign_holds(self) -> None:
         # A copy held because another *process* is handling its id is settled by
@@ -273,7 +291,7 @@ class AsyncGeoReceiver(Settler, Pumps):
         await anyio.to_thread.run_sync(self._dedup.failed, message.message_id)
         self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
-        await self._settle(message, "abandon")
+        await self._settle_all([(message, "abandon")])
         for held in reversed(self._held.pop(message.message_id, [])):
             self._inbox.appendleft(held)
         self._arrived.set()
@@ -281,16 +299,25 @@ class AsyncGeoReceiver(Settler, Pumps):
     async def dead_letter(
         self, message: ReceivedMessage, *, reason: str, description: str = ""
     ) -> None:
-        """Move the message to its namespace's dead-letter sub-queue; the id counts as done."""
+        """Move the message to its namespace's dead-letter sub-queue; the id counts as done.
+
+        Raises:
+            OperationTimeout: the namespace did not answer within its settle deadline
+                (the id is done; the copy comes back when its lock expires, and is then
+                suppressed as a duplicate).
+            GatewayError: the dead-lettering failed, or the done mark could not be written.
+        """
         try:
             await asyncio.shield(self._queue_done(message, settle=False))
         except GatewayError:
             self._marks.take_error()  # reported here
             raise
         transport = self._transports[message.namespace]
-        await transport.dead_letter(message, reason=reason, description=description)
-        for held in self._held.pop(message.message_id, []):
-            await self._settle_duplicate(held)
+        await within_deadline(
+            self._estimator, message.namespace, Operation.SETTLE,
+            lambda: transport.dead_letter(message, reason=reason, description=description),
+            what=f"dead-letter {message.message_id!r}")
+        await self._settle_duplicates(self._held.pop(message.message_id, []))
 
     async def run(
         self,
@@ -377,8 +404,7 @@ class AsyncGeoReceiver(Settler, Pumps):
         leftovers = list(self._inbox) + [m for ms in self._held.values() for m in ms]
         self._inbox.clear()
         self._held.clear()
-        for received in leftovers:
-            await self._settle(received, "abandon")
+        await self._settle_all([(received, "abandon") for received in leftovers])
         for transport in self._owned:
             await transport.aclose()
         await anyio.to_thread.run_sync(self._dedup.close)

@@ -12,7 +12,14 @@ import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.transports.base import ReceivedMessage, Transport
-from replication import GatewayError, MessageRejected, TransportError
+from replication import (
+    DeadlineEstimator,
+    GatewayError,
+    MessageRejected,
+    Operation,
+    OperationTimeout,
+    TransportError,
+)
 
 __all__ = ["Pumps"]
 
@@ -38,6 +45,7 @@ class Pumps:
     _fatal: GatewayError | None
     _pumps: list[asyncio.Task[None]]
     _closing: bool
+    _estimator: DeadlineEstimator
 
     @property
     def down(self) -> frozenset[str]:
@@ -94,30 +102,52 @@ class Pumps:
         self._answer.set()
         self._arrived.set()
 
+    def _went_down(self, namespace: str, exc: TransportError) -> None:
+        if namespace not in self._down:
+            logger.warning("namespace %s is down: %s; receiving from the other",
+                           namespace, exc)
+            self._down.add(namespace)
+            emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
+        self._answer.set()
+        self._arrived.set()  # receive() looks again: both may be down now
+
+    def _no_answer(self, namespace: str, seconds: float) -> None:
+        # The receive is still waiting past its deadline: the namespace hangs. It counts
+        # as down (both hung is an outage, never an empty queue); the receive goes on,
+        # and an answer brings the namespace back.
+        self._went_down(namespace, OperationTimeout(
+            f"receive from {self.entity!r} on {namespace!r} got no answer within its "
+            f"deadline of {seconds:.3g} s (the namespace is not answering)",
+            namespace=namespace))
+
     async def _pump(self, namespace: str) -> None:
         transport = self._transports[namespace]
+        loop = asyncio.get_running_loop()
+        estimator = self._estimator
         while not self._closing:
             room = self._prefetch - len(self._inbox)
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
                 continue
+            seconds = self._poll_wait + estimator.deadline(namespace, Operation.RECEIVE)
+            watchdog = loop.call_later(seconds, self._no_answer, namespace, seconds)
+            began = estimator.clock()
             try:
                 batch = await transport.receive(
                     self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
                 )
             except TransportError as exc:
-                if namespace not in self._down:
-                    logger.warning("namespace %s is down: %s; receiving from the other",
-                                   namespace, exc)
-                    self._down.add(namespace)
-                    emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
-                self._answer.set()
+                self._went_down(namespace, exc)
                 await anyio.sleep(self._poll_wait)
                 continue
             except MessageRejected as exc:
                 self._refuse(namespace, exc)
                 return
+            finally:
+                watchdog.cancel()
+            estimator.observe(namespace, Operation.RECEIVE,
+                              estimator.clock() - began - self._poll_wait)
             self._read.add(namespace)
             self._answer.set()
             if namespace in self._down:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Sequence
+
+import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._receiver_marks import DoneMarks
 from gateway.transports.base import ReceivedMessage, Transport
-from replication import MessageRejected, TransportError
+from replication import DeadlineEstimator, MessageRejected, Operation, TransportError
 
 __all__ = ["Settler"]
 
@@ -28,6 +31,8 @@ class Settler:
     _pending: set[str]
     _marks: DoneMarks[tuple[ReceivedMessage, bool]]
     _counts: dict[str, int]
+    _estimator: DeadlineEstimator
+    _settle_hung: set[str]
 
     def _queue_done(self, message: ReceivedMessage, *, settle: bool) -> asyncio.Future[None]:
         self._pending.add(message.message_id)
@@ -51,34 +56,80 @@ class Settler:
                 # held copy goes back to the inbox (held again while the claim lasts).
                 self._inbox.extendleft(reversed(held))
         if settle:
-            await asyncio.gather(*(self._settle_done(copies) for copies in settle))
-
-    async def _settle_done(self, copies: list[ReceivedMessage]) -> None:
-        first, *duplicates = copies
-        await self._settle(first, "complete")
-        for held in duplicates:
-            await self._settle_duplicate(held)
+            await self._settle_all(
+                [(m, "complete") for m, *_ in settle],
+                duplicates=[d for _, *held in settle for d in held])
 
     def _raise_mark_error(self) -> None:
         error = self._marks.take_error()
         if error is not None:
             raise error
 
-    async def _settle_duplicate(self, received: ReceivedMessage) -> None:
-        self._counts["duplicates_suppressed"] += 1
-        emit(self._hooks, "on_duplicate", message_id=received.message_id,
-             namespace=received.namespace)
-        await self._settle(received, "complete")
+    async def _settle_duplicates(self, copies: list[ReceivedMessage]) -> None:
+        await self._settle_all([], duplicates=copies)
 
-    async def _settle(self, received: ReceivedMessage, how: str) -> None:
-        transport = self._transports[received.namespace]
+    async def _settle_all(self, work: list[tuple[ReceivedMessage, str]], *,
+                          duplicates: Sequence[ReceivedMessage] = ()) -> None:
+        """Settle copies (``how`` each; ``duplicates`` are completed as duplicates) at
+        once, within the longest settle deadline of their namespaces.
+
+        One deadline for the group, not one per copy: a timer per settlement cost a
+        tenth of the receive path. Settlements still running at the deadline are cut
+        short and reported: a hung namespace holds up neither the other namespace's
+        settlements nor the caller.
+        """
+        for held in duplicates:
+            self._counts["duplicates_suppressed"] += 1
+            emit(self._hooks, "on_duplicate", message_id=held.message_id,
+                 namespace=held.namespace)
+        work = [*work, *((held, "complete") for held in duplicates)]
+        if not work:
+            return
+        estimator = self._estimator
+        seconds = max(estimator.deadline(ns, Operation.SETTLE)
+                      for ns in {received.namespace for received, _ in work})
+        cut: list[tuple[ReceivedMessage, str]] = []
+        with anyio.move_on_after(seconds) as scope:
+            if len(work) == 1:
+                await self._settle(*work[0], cut=cut)
+            else:
+                await asyncio.gather(*(self._settle(r, how, cut=cut) for r, how in work))
+        if scope.cancelled_caught:
+            for received, how in cut:
+                self._settle_timed_out(received, how, seconds)
+
+    def _settle_timed_out(self, received: ReceivedMessage, how: str, seconds: float) -> None:
+        # The lock expires by itself and the copy comes back; a done id is then
+        # suppressed, an undone one delivered. Nothing is lost by not settling.
+        namespace = received.namespace
+        self._counts["unsettled"] += 1
+        level = logging.INFO if namespace in self._settle_hung else logging.WARNING
+        self._settle_hung.add(namespace)  # one warning per spell, not one per message
+        logger.log(level, "could not %s %s on %s: no answer within its deadline of %.3g s "
+                   "(the namespace is not answering); its copy comes back when its lock "
+                   "expires", how, received.message_id, namespace, seconds)
+
+    async def _settle(self, received: ReceivedMessage, how: str, *,
+                      cut: list[tuple[ReceivedMessage, str]]) -> None:
+        # One settlement; its caller (_settle_all) bounds it, and hears in ``cut`` of
+        # the ones its deadline cut short.
+        namespace = received.namespace
+        transport = self._transports[namespace]
+        estimator = self._estimator
+        began = estimator.clock()
         try:
             if how == "complete":
                 await transport.complete(received)
             else:
                 await transport.abandon(received)
         except (TransportError, MessageRejected) as exc:
-            # The lock expires by itself and the copy comes back; a done id is then
-            # suppressed, an undone one delivered. Nothing is lost by not settling.
-            logger.info("could not %s %s on %s: %s", how, received.message_id,
-                        received.namespace, exc)
+            # As for a timeout: the copy comes back when its lock expires.
+            self._counts["unsettled"] += 1
+            logger.info("could not %s %s on %s: %s", how, received.message_id, namespace,
+                        exc)
+        except asyncio.CancelledError:
+            cut.append((received, how))
+            raise
+        else:
+            estimator.observe(namespace, Operation.SETTLE, estimator.clock() - began)
+            self._settle_hung.discard(namespace)

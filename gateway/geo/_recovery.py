@@ -16,6 +16,7 @@ from replication import (
     ConfigError,
     DurableQueueError,
     Message,
+    Mode,
     NamespaceUnavailable,
     QueueCorrupt,
     TransportError,
@@ -190,14 +191,17 @@ class Recovery:
             # Buffered while both were down: to whichever takes it, active first.
             async def send(batch: Sequence[Message]) -> None:
                 order = [ns for ns in pair.roles.order if ns not in pair.down]
-                accepted, _, last = await pair.send_any(batch, order)
-                if accepted is None:
-                    raise last or NamespaceUnavailable(
-                        "no namespace is up", namespace=ANY_NAMESPACE
-                    )
+                sent = await pair.send_hedged(batch, order, mode=Mode.PASSIVE)
+                if sent.accepted:
+                    return
+                if sent.outcome.rejected is not None:
+                    raise sent.outcome.rejected
+                raise sent.outcome.last_error or NamespaceUnavailable(
+                    "no namespace is up", namespace=ANY_NAMESPACE
+                )
         else:
             async def send(batch: Sequence[Message]) -> None:
-                await pair.send_to(namespace, batch)
+                await pair.send_within(namespace, batch)
         report = None if progress is None else functools.partial(progress, dest)
         replayed, seconds, stopped_by = await self._buffer.drain(dest, send, report)
         why = ""

@@ -1,9 +1,10 @@
 """The sender core (async). ``GeoSender`` in ``gateway.geo._client`` drives this same core.
 
 Decisions come from the pure functions in :mod:`replication`; this module routes each
-send (passive failover, active fan-out) over the pieces that do the I/O: the two
-namespaces (``_namespaces``: retried sends, roles, probes), the durable queue
-(``_buffering``) and the background recovery rounds (``_recovery``).
+send (passive failover and hedging, active fan-out) over the pieces that do the I/O:
+the two namespaces (``_namespaces``: retried sends within their deadlines, roles,
+probes; ``_hedge`` runs one send's attempts), the durable queue (``_buffering``) and
+the background recovery rounds (``_recovery``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 
 import anyio
@@ -28,7 +29,6 @@ from gateway.geo._recovery import Recovery, ReplayReport
 from replication import (
     ANY_NAMESPACE,
     Message,
-    MessageRejected,
     Mode,
     NamespaceUnavailable,
     ReplicationPolicy,
@@ -52,12 +52,20 @@ class SendResult:
 
     ``namespaces``: where the messages were accepted now. ``buffered``: durable queue
     destinations they were written to for later replay. Either may be empty, not both.
+    ``failed_over``: the roles were swapped (the active namespace failed, or did not
+    answer in time). ``hedged``: passive mode sent the batch to the other namespace
+    too, because the one before it had not answered within its deadline (both may
+    hold a copy; receivers remove the second). ``unanswered``: namespaces that had not
+    answered within their deadline when the send returned (the outcome there is
+    unknown: the copy may still land).
     """
 
     message_ids: tuple[str, ...]
     namespaces: tuple[str, ...]
     buffered: tuple[str, ...]
     failed_over: bool = False
+    hedged: bool = False
+    unanswered: tuple[str, ...] = ()
 
 
 def _coerce(message: MessageLike) -> Message:
@@ -75,8 +83,9 @@ class AsyncGeoSender:
         mode: ``"passive"`` (send to the active one, fail over) or ``"active"`` (both).
         durable_queue: a path or a ``DurableQueue``: where messages wait while the
             namespaces they belong to are down. ``None``: raise instead.
-        policy: retry bounds, failback and probe interval (``mode`` and ``failback``
-            given here override it).
+        policy: retry bounds, failback, probe interval and the per-operation
+            deadlines after which a send is hedged (``mode`` and ``failback`` given
+            here override it).
         hooks: observability callbacks.
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
         state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
@@ -101,19 +110,18 @@ class AsyncGeoSender:
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         policy = policy or ReplicationPolicy()
-        self.policy = ReplicationPolicy(
+        self.policy = replace(
+            policy,
             mode=Mode.parse(mode) if mode is not None else policy.mode,
             failback=policy.failback if failback is None else failback,
-            retry=policy.retry,
-            probe_interval=policy.probe_interval,
         )
         self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
         self._sleep = sleep or anyio.sleep
         self._namespaces = NamespacePair(
             primary, secondary, entity=self.entity, retry=self.policy.retry,
-            hooks=self._hooks, data_dir=data_dir, state_dir=state_dir,
-            clock=clock, sleep=self._sleep,
+            deadlines=self.policy.deadlines, hooks=self._hooks, data_dir=data_dir,
+            state_dir=state_dir, clock=clock, sleep=self._sleep,
         )
         self._buffer = Buffer(durable_queue, transports=self._namespaces.transports,
                               entity=self.entity, hooks=self._hooks)
@@ -176,7 +184,9 @@ class AsyncGeoSender:
         """Send messages as one batch (all land in the same place).
 
         Returns once the messages were accepted by a namespace, or are on the client's
-        disk in the durable queue.
+        disk in the durable queue. A namespace that has not answered within its
+        deadline is not waited for: passive mode hedges to the other namespace, active
+        mode buffers that namespace's copy (see :class:`SendResult`).
 
         A batch a namespace refuses for size is sent to it again in halves, in order
         (down to single messages), so a batch is refused only for a message that is
@@ -259,25 +269,31 @@ class AsyncGeoSender:
         self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
     ) -> SendResult:
         ids = tuple(m.message_id for m in batch)
-        accepted, failed_over, last = await self._namespaces.send_any(batch, attempt)
-        if accepted is not None:
+        sent = await self._namespaces.send_hedged(batch, attempt, mode=Mode.PASSIVE)
+        outcome = sent.outcome
+        if sent.accepted:
             return SendResult(
-                message_ids=ids, namespaces=(accepted,), buffered=(), failed_over=failed_over
+                message_ids=ids, namespaces=sent.accepted, buffered=(),
+                failed_over=sent.failed_over, hedged=outcome.hedged,
+                unanswered=outcome.overdue,
             )
+        if outcome.rejected is not None:
+            raise outcome.rejected
         dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
         # Planned to buffer only because of a backlog (nothing was attempted)? When
         # nothing was attempted because both namespaces are down and there is no
         # backlog (a put failed with QueueFull), buffer now: replanning would spin.
         await self._buffer.put(
-            dest, batch, cause=last, while_backlog=not attempt and dest in self._buffer.pending
+            dest, batch, cause=outcome.last_error,
+            while_backlog=not attempt and dest in self._buffer.pending,
         )
-        return SendResult(message_ids=ids, namespaces=(), buffered=(dest,))
+        return SendResult(message_ids=ids, namespaces=(), buffered=(dest,),
+                          hedged=outcome.hedged, unanswered=outcome.overdue)
 
     async def _send_active(
         self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
     ) -> SendResult:
         ids = tuple(m.message_id for m in batch)
-        errors: dict[str, BaseException | None] = {}
         attempt, buffered = list(attempt), []
         for dest in buffer:
             ns, _ = parse_destination(dest)
@@ -289,28 +305,17 @@ class AsyncGeoSender:
             except BacklogCleared:
                 attempt.append(ns)
         buffer = [d for d in buffer if d not in buffered]
-
-        async def one(ns: str) -> None:
-            try:
-                await self._namespaces.send_to(ns, batch)
-                errors[ns] = None
-            except (TransportError, MessageRejected) as exc:
-                errors[ns] = exc
-
-        async with anyio.create_task_group() as tg:
-            for ns in attempt:
-                tg.start_soon(one, ns)
-        rejected = [e for e in errors.values() if isinstance(e, MessageRejected)]
-        if rejected:
-            raise rejected[0]
-        accepted = tuple(ns for ns in attempt if errors[ns] is None)
+        # Each namespace within its deadline; a copy that is not answered in time is
+        # buffered for its namespace like a failed one (the attempt goes on).
+        outcome = (await self._namespaces.send_hedged(batch, attempt, mode=Mode.ACTIVE)).outcome
+        if outcome.rejected is not None:
+            raise outcome.rejected
+        accepted = outcome.accepted
         to_buffer = list(buffer)
-        last: TransportError | None = None
-        for ns, exc in errors.items():
+        last = outcome.last_error
+        for ns, exc in outcome.errors.items():
             if isinstance(exc, TransportError):
-                self._namespaces.mark_down(ns, exc)
                 to_buffer.append(destination(ns, self.entity))
-                last = exc
         if self._buffer.queue is None and not accepted:
             raise last or NamespaceUnavailable(
                 "both namespaces are down and no durable queue is configured",
@@ -322,7 +327,8 @@ class AsyncGeoSender:
                 continue
             await self._buffer.put(dest, batch, cause=last)
             buffered.append(dest)
-        return SendResult(message_ids=ids, namespaces=accepted, buffered=tuple(buffered))
+        return SendResult(message_ids=ids, namespaces=accepted, buffered=tuple(buffered),
+                          unanswered=outcome.overdue)
 
     # -- recovery -------------------------------------------------------------------
 

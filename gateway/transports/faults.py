@@ -248,6 +248,12 @@ class FaultyTransport(Transport):
             entity, partition_id, position=position, max_events=max_events,
             max_wait=max_wait, owner_level=owner_level, consumer_group=consumer_group))
 
+    async def prepare_send(self, entity: str) -> None:
+        """Open ``inner``'s link ahead of sends (not recorded in :attr:`calls`); nothing
+        while down or hung: it is best effort, and a send finds the fault out."""
+        if not self.is_down and not self.hung:
+            await self.inner.prepare_send(entity)
+
     async def probe(self) -> None:
         """Probe ``inner``, with injected faults."""
         await self._before("probe")
