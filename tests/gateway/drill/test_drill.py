@@ -97,6 +97,19 @@ async def test_lost_replies(mode: str, batch_size: int, tmp_path: Path) -> None:
     # count before the drill ends is likely, not certain, so it is not asserted.)
 
 
+@pytest.mark.parametrize("mode", ["passive", "active"])
+async def test_hang(mode: str, tmp_path: Path) -> None:
+    # The primary accepts and never answers from 30% to 60% of the messages
+    report = await drill(mode, Scenario.HANG, tmp_path)
+    # Every send made meanwhile returned within the 1 s the drill is judged by
+    assert report.hung_send_seconds, "sends were made while the primary hung"
+    assert report.hung_send_p99 is not None and report.hung_send_p99 <= 1.0, report
+    assert report.to_dict()["first_hung_send_seconds"] == report.hung_send_seconds[0]
+    assert report.failover_seconds and max(report.failover_seconds) <= 1.0
+    if mode == "active":
+        assert report.buffered > 0  # the hung primary's copies waited on disk
+
+
 async def test_drill_keeps_its_files_in_data_dir_on_request(tmp_path: Path) -> None:
     report = await run_drill(messages=50, data_dir=tmp_path / "drill", keep_state=True)
     assert report.passed and report.state_dir is not None
@@ -134,6 +147,13 @@ def test_report_passed() -> None:
     assert report(duplicates_suppressed=5).passed  # suppressed duplicates are fine
     data = report(lost=2).to_dict()
     assert data["passed"] is False and data["lost"] == 2
+
+
+def test_a_hang_drill_fails_when_sends_waited_on_the_hung_namespace() -> None:
+    assert report(hung_send_seconds=[0.3, 0.31]).passed
+    slow = report(hung_send_seconds=[0.3] * 50 + [2.4] * 2)
+    assert slow.hung_send_p99 is not None and slow.hung_send_p99 > 1.0
+    assert not slow.passed and slow.to_dict()["passed"] is False
 
 
 def test_report_failover_p99() -> None:
