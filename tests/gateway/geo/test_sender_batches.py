@@ -16,7 +16,15 @@ from gateway.emulator.amqp import _servicebus
 from gateway.emulator.amqp._message import decode_message
 from gateway.geo._config import NamespaceConfig
 from gateway.transports import LocalNamespace, LocalTransport, ReceiveMode
-from replication import Message, MessageRejected, MessageTooLarge
+from replication import (
+    DeadlinePolicy,
+    Message,
+    MessageRejected,
+    MessageTooLarge,
+    ReplicationPolicy,
+)
+
+PATIENT = ReplicationPolicy(deadlines=DeadlinePolicy(initial=30.0, ceiling=30.0, per_mib=30.0))
 
 pytestmark = pytest.mark.anyio
 
@@ -46,9 +54,12 @@ async def make_sender(emulator: Emulator, data_dir: Path,
             return NamespaceConfig(connection_string=emulator.connection_string(name),
                                    name=name, kind="servicebus")
 
+        # These tests are about splitting, not deadlines: a loaded machine may take
+        # more than the default first-answer deadline to open a connection and take a
+        # 1 MiB batch, which would hedge (passive) or buffer (active) instead.
         sender = AsyncGeoSender(primary=config("primary"), secondary=config("secondary"),
                                 entity=QUEUE, mode=mode, data_dir=data_dir, recovery=False,
-                                state_dir=tmp_path / "state")
+                                state_dir=tmp_path / "state", policy=PATIENT)
         made.append(sender)
         return sender
 
