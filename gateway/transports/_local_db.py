@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -103,7 +104,6 @@ class Database:
         self.busy_deadline = busy_deadline
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
-        self._retrying = busy_retrying(busy_deadline)
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retried while the file is busy.
@@ -134,8 +134,18 @@ class Database:
             return transaction(self._connection(), fn, begin=begin)
 
         with self._lock:
+            started = time.monotonic()
             try:
-                return self._retrying(attempt)
+                try:
+                    # Nearly every transaction succeeds at once: only a busy file pays
+                    # for tenacity's bookkeeping (about a fifth of the emulator's CPU
+                    # per single send, benchmarks/README.md "emulator CPU").
+                    return attempt()
+                except sqlite3.Error as exc:
+                    if not is_busy(exc):
+                        raise
+                left = max(0.0, self.busy_deadline - (time.monotonic() - started))
+                return busy_retrying(left)(attempt)
             except sqlite3.Error as exc:
                 raise self._map(exc) from exc
 
