@@ -121,8 +121,10 @@ def test_an_idle_instance_woken_through_the_store_balances_at_its_next_heartbeat
         [listed] = [h for h in await g.store.list_heartbeats(GROUP) if h.instance_id == "b"]
         await g.store.wake([listed])
         # Then "b" comes to fast cycles at its next heartbeat, and goes idle again
-        await g.until(lambda: not b.idle, S.heartbeat_interval + 0.1)
-        await g.until(lambda: b.idle, (S.settle_cycles + 1) * S.interval)
+        woke = await g.until(lambda: not b.idle, S.heartbeat_interval + 0.1)
+        assert woke <= S.heartbeat_interval + 0.1
+        slept = await g.until(lambda: b.idle, (S.settle_cycles + 1) * S.interval)
+        assert slept <= (S.settle_cycles + 1) * S.interval
         await g.close()
     virtual(main())
 
@@ -167,5 +169,8 @@ def test_a_store_from_before_wakes_still_balances():
                       30)
         await g.cancel("e")
         await g.until(lambda: g.balanced(NAMES[:-1]), S.heartbeat_expiry + 6 * S.idle_interval)
+        # Then the survivors own every partition between them, none twice
+        owners = {o.partition_id: o.owner_id for o in await g.store.list_ownership(GROUP)}
+        assert set(owners.values()) <= set(NAMES[:-1]) and g.balanced(NAMES[:-1])
         await g.close()
     virtual(main())
