@@ -18,6 +18,7 @@ from gateway.errors import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    StoreUnavailable,
     TransportError,
 )
 
@@ -116,6 +117,7 @@ __all__ = [
     "RetryPolicy",
     "SendResult",
     "SqliteDedupStore",
+    "StoreUnavailable",
     "TransportError",
     "__version__",
 ]

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "local namespaces to the Azure SDKs."),
     "namespace": ("gateway.cli._namespace",
                   "Take embedded namespaces down and up, inject faults, show their state."),
+    "postgres": ("gateway.cli._postgres", "Start, stop and show an embedded PostgreSQL "
+                 "server (for trying the fleet stores)."),
     "queue": ("gateway.cli._queue",
               "Inspect, export, purge, replay and salvage the durable queue."),
     "receive": ("gateway.cli._send",

@@ -1,5 +1,7 @@
-"""What is kept between runs and shared between processes: the de-duplication store
-(with its transactional inbox) and the roles store, on SQLite files.
+"""What is kept between runs and shared between processes and machines: the
+de-duplication store (with its transactional inbox), the outbox and the roles store,
+on SQLite files (one machine) and on PostgreSQL (a fleet), and the embedded PostgreSQL
+server that tests, drills and ``geogateway postgres start`` run.
 
 Imported on first use (PEP 562): the stores bring in SQLite helpers that a sender
 without de-duplication never needs.
@@ -12,9 +14,18 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
+    from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
+    from gateway.stores._pg_server import EmbeddedPostgres
     from gateway.stores._roles import RoleStore
 
 _LAZY = {
+    "EmbeddedPostgres": "gateway.stores._pg_server",
+    "PgTarget": "gateway.stores._pg",
+    "describe_dsn": "gateway.stores._pg",
+    "is_dsn": "gateway.stores._pg",
+    "migrate": "gateway.stores._pg",
+    "open_pool": "gateway.stores._pg",
+    "pg_errors": "gateway.stores._pg",
     "RoleStore": "gateway.stores._roles",
     "SqliteDedupStore": "gateway.stores._dedup",
 }
@@ -22,4 +33,14 @@ _LAZY = {
 __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
-__all__ = ["RoleStore", "SqliteDedupStore"]
+__all__ = [
+    "EmbeddedPostgres",
+    "PgTarget",
+    "RoleStore",
+    "SqliteDedupStore",
+    "describe_dsn",
+    "is_dsn",
+    "migrate",
+    "open_pool",
+    "pg_errors",
+]
