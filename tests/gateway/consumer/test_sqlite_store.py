@@ -1,6 +1,7 @@
 """SqliteCheckpointStore: the CheckpointStore contract (run against the in-memory
-twin and the PostgreSQL store too, so they cannot drift), many processes on one file, the file itself,
-and the Azure SDK's dict interface as EventHubConsumerClient drives it."""
+twin and the PostgreSQL store too, so they cannot drift), many processes on one
+file, the file itself, and the Azure SDK's dict interface as EventHubConsumerClient
+drives it."""
 
 from __future__ import annotations
 
