@@ -162,12 +162,12 @@ class RoleKeeper:
         try:
             stored = await self._io(self.store.swap, before, new)
         except (GatewayError, OSError) as exc:
-            self._store_failed(exc)
             self._unsaved = before
-            stored = new
+            self._adopt(before, new, ours=True)
+            self._store_failed(exc)
         else:
             self._store_back()
-        self._adopt(before, stored, ours=stored == new)
+            self._adopt(before, stored, ours=stored == new)
         return self.state.active != before.active
 
     def _adopt(self, before: RoleState, after: RoleState, *, ours: bool) -> None:
