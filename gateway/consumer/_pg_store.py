@@ -200,31 +200,37 @@ class PostgresCheckpointStore(CheckpointStore):
     # -- transactions (in a worker thread, on a pooled connection) ----------------------
 
     def _claim(self, claims: list[Ownership], conn: psycopg.Connection[Any]) -> list[Ownership]:
-        won: dict[int, Ownership] = {}
-        # Key order (stable: the first claim of a partition in the batch goes first).
+        # Key order (stable: the first claim of a partition in the batch goes first),
+        # all statements sent at once (one round trip), run in order by the server.
         order = sorted(range(len(claims)), key=lambda i: (
             *_group_key(claims[i].group), claims[i].partition_id))
-        for i in order:
-            claim = claims[i]
-            key = (*_group_key(claim.group), claim.partition_id)
-            etag = uuid.uuid4().hex
-            if claim.etag is None:
-                row = conn.execute(
-                    f"INSERT INTO {self._own} ({_GROUP}, partition_id, owner_id, "
-                    f"last_modified_time, etag) VALUES (%s, %s, %s, %s, %s, {_NOW}, %s) "
-                    "ON CONFLICT DO NOTHING RETURNING last_modified_time",
-                    (*key, claim.owner_id, self._now(), etag)).fetchone()
-            else:
-                row = conn.execute(
-                    f"UPDATE {self._own} SET owner_id = %s, last_modified_time = {_NOW}, "
-                    f"etag = %s WHERE {_KEY} AND partition_id = %s AND etag = %s "
-                    "RETURNING last_modified_time",
-                    (claim.owner_id, self._now(), etag, *key, claim.etag)).fetchone()
+        etags = {i: uuid.uuid4().hex for i in order}
+        with conn.pipeline():
+            cursors = {i: self._claim_one(claims[i], etags[i], conn) for i in order}
+        won = []
+        for i in sorted(order):
+            row = cursors[i].fetchone()
             if row is not None:
-                won[i] = Ownership(**_fields(claim.group), partition_id=claim.partition_id,
-                                   owner_id=claim.owner_id, last_modified_time=float(row[0]),
-                                   etag=etag)
-        return [won[i] for i in sorted(won)]
+                claim = claims[i]
+                won.append(Ownership(**_fields(claim.group), partition_id=claim.partition_id,
+                                     owner_id=claim.owner_id,
+                                     last_modified_time=float(row[0]), etag=etags[i]))
+        return won
+
+    def _claim_one(self, claim: Ownership, etag: str,
+                   conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+        key = (*_group_key(claim.group), claim.partition_id)
+        if claim.etag is None:
+            return conn.execute(
+                f"INSERT INTO {self._own} ({_GROUP}, partition_id, owner_id, "
+                f"last_modified_time, etag) VALUES (%s, %s, %s, %s, %s, {_NOW}, %s) "
+                "ON CONFLICT DO NOTHING RETURNING last_modified_time",
+                (*key, claim.owner_id, self._now(), etag))
+        return conn.execute(
+            f"UPDATE {self._own} SET owner_id = %s, last_modified_time = {_NOW}, "
+            f"etag = %s WHERE {_KEY} AND partition_id = %s AND etag = %s "
+            "RETURNING last_modified_time",
+            (claim.owner_id, self._now(), etag, *key, claim.etag))
 
     def _put_checkpoint(self, checkpoint: Checkpoint, owner_id: str,
                         conn: psycopg.Connection[Any]) -> None:
