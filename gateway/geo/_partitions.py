@@ -56,6 +56,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from gateway.consumer import (
     AsyncPartitionProcessor,
@@ -70,7 +71,7 @@ from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, PartitionHandler
 from gateway.geo._receiver import StopFlag
-from gateway.stores import SqliteDedupStore
+from gateway.stores import SqliteDedupStore, is_dsn
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
     ConfigError,
@@ -81,6 +82,9 @@ from replication import (
     RetryPolicy,
     TransportError,
 )
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 __all__ = [
     "DEFAULT_HANDLER_RETRY",
@@ -100,6 +104,17 @@ DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff
 _RUN_POLL = 0.05
 
 
+def _open_checkpoint_store(
+    target: str | os.PathLike[str] | ConnectionPool[Any],
+) -> CheckpointStore:
+    """A PostgreSQL store for a DSN or a pool, a SQLite one for a path."""
+    if isinstance(target, (str, os.PathLike)) and not is_dsn(target):
+        return SqliteCheckpointStore(target)
+    from gateway.consumer import PostgresCheckpointStore
+
+    return PostgresCheckpointStore(target)  # type: ignore[arg-type]  # a DSN or a pool
+
+
 class AsyncGeoPartitionReceiver:
     """Reads a partitioned entity on both namespaces and delivers each ``MessageId`` once.
 
@@ -109,7 +124,9 @@ class AsyncGeoPartitionReceiver:
         secondary: the same for the secondary namespace (a different namespace).
         entity: the partitioned entity (event hub).
         checkpoint_store: a ``CheckpointStore`` (shared by the instances of the
-            group; the caller closes it) or the path of a SQLite one (closed here).
+            group; the caller closes it), the path of a SQLite one (one machine), or
+            a PostgreSQL DSN or ``psycopg_pool.ConnectionPool`` (a fleet: a
+            ``PostgresCheckpointStore``); a store opened here is closed here.
             Checkpoints and ownership are kept per namespace.
         dedup_store: a path (a persistent SQLite window, shareable between
             processes) or a ``DedupStore``; closed by :meth:`aclose`.
@@ -141,7 +158,7 @@ class AsyncGeoPartitionReceiver:
         primary: NamespaceLike,
         secondary: NamespaceLike,
         entity: str,
-        checkpoint_store: CheckpointStore | str | os.PathLike[str],
+        checkpoint_store: CheckpointStore | str | os.PathLike[str] | ConnectionPool[Any],
         dedup_store: str | os.PathLike[str] | DedupStore,
         consumer_group: str = "$Default",
         instance_id: str | None = None,
@@ -170,7 +187,7 @@ class AsyncGeoPartitionReceiver:
         if isinstance(checkpoint_store, CheckpointStore):
             self._store = checkpoint_store
         else:
-            self._store = SqliteCheckpointStore(checkpoint_store)
+            self._store = _open_checkpoint_store(checkpoint_store)
             self._owned.append(self._store)
         dedup = (dedup_store if isinstance(dedup_store, DedupStore)
                  else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow()))

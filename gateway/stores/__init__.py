@@ -15,8 +15,9 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
+    from gateway.stores._pg_roles import PostgresRoleStore
     from gateway.stores._pg_server import EmbeddedPostgres
-    from gateway.stores._roles import RoleStore
+    from gateway.stores._roles import RoleStore, RoleStoreLike
 
 _LAZY = {
     "EmbeddedPostgres": "gateway.stores._pg_server",
@@ -26,7 +27,9 @@ _LAZY = {
     "migrate": "gateway.stores._pg",
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
+    "PostgresRoleStore": "gateway.stores._pg_roles",
     "RoleStore": "gateway.stores._roles",
+    "RoleStoreLike": "gateway.stores._roles",
     "SqliteDedupStore": "gateway.stores._dedup",
 }
 
@@ -36,7 +39,9 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 __all__ = [
     "EmbeddedPostgres",
     "PgTarget",
+    "PostgresRoleStore",
     "RoleStore",
+    "RoleStoreLike",
     "SqliteDedupStore",
     "describe_dsn",
     "is_dsn",

@@ -209,12 +209,19 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
 
     def body(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"geogateway:{schema}",))
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {schema}.geogateway_schema ("
-            " component text PRIMARY KEY, version integer NOT NULL,"
-            " migrated_at timestamptz NOT NULL DEFAULT now())"
-        )
+        # Created only when missing: CREATE ... IF NOT EXISTS checks the right to
+        # create first, and a user with rights on the tables only (an administrator
+        # migrated them) must be able to start.
+        found = conn.execute("SELECT to_regnamespace(%s), to_regclass(%s)",
+                             (schema, f"{schema}.geogateway_schema")).fetchone()
+        if found is None or found[0] is None:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        if found is None or found[1] is None:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {schema}.geogateway_schema ("
+                " component text PRIMARY KEY, version integer NOT NULL,"
+                " migrated_at timestamptz NOT NULL DEFAULT now())"
+            )
         row = conn.execute(
             f"SELECT version FROM {schema}.geogateway_schema WHERE component = %s",
             (component,),
