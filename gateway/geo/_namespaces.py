@@ -10,7 +10,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 from tenacity import (
@@ -103,9 +102,7 @@ class NamespacePair:
             if owned:
                 self._owned.append(transport)
         names = list(self.transports)
-        self._roles_store = RoleStore(
-            Path(state_dir or default_state_dir()) / f"roles-{names[0]}-{names[1]}.json"
-        )
+        self._roles_store = RoleStore.of_pair(state_dir or default_state_dir(), *names)
         self.roles = self._roles_store.load(names[0], names[1])
         #: Namespaces marked down, with when: skipped until a probe succeeds.
         self.down: dict[str, float] = {}

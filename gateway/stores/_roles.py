@@ -22,6 +22,13 @@ class RoleStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
+    @classmethod
+    def of_pair(cls, state_dir: str | os.PathLike[str], primary: str,
+                secondary: str) -> RoleStore:
+        """The store a sender of the namespaces ``primary`` and ``secondary`` (their
+        names) keeps in ``state_dir``: ``roles-PRIMARY-SECONDARY.json``."""
+        return cls(Path(state_dir) / f"roles-{primary}-{secondary}.json")
+
     def load(self, primary: str, secondary: str) -> RoleState:
         """The saved state for this pair, or the initial one (primary active).
 
