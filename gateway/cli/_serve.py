@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +91,23 @@ def serve(config_path: Path | None, entity: str | None, checkpoint_store: Path |
                      probe_deadline=probe_deadline, max_age=max_age)
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                           access_log=False))
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # Handled below instead: uvicorn's own handlers raise the signal again once
+            # it has stopped, and a stop asked for would end as "killed by SIGTERM".
+            yield
+
+    server = Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+
+    def stop() -> None:
+        server.should_exit = True
 
     async def go() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop)
         serving = asyncio.ensure_future(server.serve(sockets=[sock]))
         # uvicorn says it is listening with a flag only.
         while not server.started and not serving.done():  # noqa: ASYNC110
