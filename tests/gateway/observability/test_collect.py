@@ -21,7 +21,7 @@ from gateway.observability import (
     status_page,
     wants_html,
 )
-from gateway.observability import _collect
+from gateway.observability import _collect as collect_module
 from tests.gateway.observability.serving import make_gateway
 
 KEY = "Endpoint=sb://h/;SharedAccessKeyName=k;SharedAccessKey=TOPSECRET"
@@ -97,14 +97,14 @@ async def test_concurrent_callers_share_one_collection_and_reuse_it(
         dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a reader whose collections are counted and take a moment
     calls = []
-    real = _collect.collect_status
+    real = collect_module.collect_status
 
     async def counted(*args, **kwargs):
         calls.append(1)
         await asyncio.sleep(0.05)
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(_collect, "collect_status", counted)
+    monkeypatch.setattr(collect_module, "collect_status", counted)
     config = GatewayConfig.load(make_gateway(dirs))
     reader = StatusReader(config, max_age=60)
     # When ten callers ask at once, then once more

@@ -152,7 +152,8 @@ def test_a_damaged_queue_file_is_not_ready_and_stays_as_it_was(
     ready = httpx.get(f"{served.url}/readyz")
     assert ready.status_code == 503
     (reason,) = ready.json()["not_ready"]
-    assert reason.startswith("the durable queue is not writable: queue file") and "salvage" in reason
+    assert reason.startswith("the durable queue is not writable: queue file")
+    assert "salvage" in reason
     assert queue.read_bytes() == b"this is not a queue" * 300
 
 
