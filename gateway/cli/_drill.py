@@ -6,16 +6,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from gateway.cli._common import err, fail, out, print_table, run
+from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
@@ -180,16 +173,8 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     _check_options(ctx, scenario)
     _check_picture(scenario, html_path, png_path)
     quiet = json_path is not None and str(json_path) == "-"
-    with Progress(
-        TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done)
+    with LiveProgress(enabled=not quiet) as bars:
+        progress = bars.update
 
         def on_state_dir(path: Path) -> None:
             err.print(f"drill state: {path}", markup=False)
