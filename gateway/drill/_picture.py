@@ -119,12 +119,15 @@ def _message_rates(fig: Any, timeline: DrillTimeline, end: float) -> None:
                          (timeline.delivered_label, timeline.delivered)):
         # A replay sends the backlog at once: its burst would flatten every other line
         # here. It shows as the backlog's fall below, and in the deliveries.
-        for name in sorted(set(series) - {REPLAYED}, key=lambda n: (n == BUFFERED, n)):
+        names = sorted(set(series) - {REPLAYED}, key=lambda n: (n == BUFFERED, n))
+        for i, name in enumerate(names):
             x, y = _rates(series[name], width, end)
             label = "buffered" if name == BUFFERED else f"{kind} {name}"
+            # The first line drawn is wider: in active mode the namespaces take the same
+            # messages, and the second line would hide it entirely.
             fig.add_trace(go.Scatter(
                 x=x, y=y, name=label, mode="lines", line_shape="hv",
-                line={"color": _colour(name, colours), "width": 2,
+                line={"color": _colour(name, colours), "width": 4 if i == 0 else 2,
                       "dash": "solid" if kind == "sent to" else "dot"}), row=1, col=1)
     fig.update_yaxes(title_text="messages per second", rangemode="tozero", row=1, col=1)
 
