@@ -117,6 +117,7 @@ def serve(config_path: Path | None, entity: str | None, checkpoint_store: Path |
             click.echo(f"serving http://{where}:{bound} (/healthz /readyz /metrics /status)")
             sys.stdout.flush()
         await serving
+        await app.state.status_reader.aclose()  # probes past their deadline end first
 
     try:
         run(go())

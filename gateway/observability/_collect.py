@@ -13,6 +13,8 @@ multiply the probes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import logging
 import os
 import time
@@ -33,7 +35,7 @@ from gateway.observability._status import (
     QueueHealth,
 )
 from gateway.stores import RoleStore
-from gateway.transports import ControlFile, namespace_files
+from gateway.transports import ControlFile, Transport, namespace_files
 from replication import GatewayError, MessageRejected, TransportError
 
 __all__ = ["DEFAULT_PROBE_DEADLINE", "StatusReader", "StoreLike", "collect_status"]
@@ -42,6 +44,10 @@ logger = logging.getLogger("geogateway.observability")
 
 #: Seconds a namespace has to answer a probe: the initial send deadline of the policy.
 DEFAULT_PROBE_DEADLINE = 2.0
+
+#: The transport module each kind of Azure namespace needs (imported off the loop).
+_SDK_MODULES = {"servicebus": "gateway.transports.servicebus",
+                "eventhubs": "gateway.transports.eventhubs"}
 
 #: A checkpoint store: an open one (the caller closes it), or a SQLite file's path.
 StoreLike = CheckpointStore | str | os.PathLike[str]
@@ -54,8 +60,14 @@ async def collect_status(
     consumer_group: str = "$Default",
     probe_deadline: float = DEFAULT_PROBE_DEADLINE,
     clock: Callable[[], float] = time.time,
+    late: set[asyncio.Task[None]] | None = None,
 ) -> GatewayStatus:
     """Look at the gateway of ``config`` once (see the module docstring).
+
+    A probe of an Azure namespace that has not answered at the deadline is reported
+    as ``no answer`` but not cancelled (an SDK client cancelled while it opens can
+    leave its socket open): it ends within the transport's own ``probe_timeout``, and
+    its transport is closed then.
 
     Args:
         config: the gateway's configuration (namespaces, entity, queue, state dir).
@@ -63,11 +75,15 @@ async def collect_status(
         consumer_group: their consumer group.
         probe_deadline: seconds each namespace has to answer its probe.
         clock: wall-clock time, for ages.
+        late: where to leave the probes still running at the deadline (each closes its
+            transport when it ends); ``None``: wait for them before returning, so that
+            nothing is left running.
     """
     names = (config.primary.name, config.secondary.name)
     roles, role_note = await anyio.to_thread.run_sync(_roles, config, names)
+    running: set[asyncio.Task[None]] = set() if late is None else late
     probes = await asyncio.gather(*(
-        _probe(ns, preferred, roles.get(ns.name, "unknown"), config, probe_deadline)
+        _probe(ns, preferred, roles.get(ns.name, "unknown"), config, probe_deadline, running)
         for ns, preferred in ((config.primary, "primary"), (config.secondary, "secondary"))))
     queue = None
     if config.durable_queue is not None:
@@ -75,11 +91,14 @@ async def collect_status(
     consumers = None
     if checkpoint_store is not None:
         consumers = await _consumers(checkpoint_store, config, names, consumer_group, clock())
-    return GatewayStatus(
+    status = GatewayStatus(
         entity=config.entity, mode=config.policy.mode.value, checked_at=clock(),
         namespaces=tuple(probes), queue=queue, consumers=consumers,
         notes=(role_note,) if role_note else (),
     )
+    if late is None and running:
+        await asyncio.wait(running)
+    return status
 
 
 def _roles(config: GatewayConfig, names: tuple[str, str]) -> tuple[dict[str, str], str | None]:
@@ -98,7 +117,7 @@ def _kind(ns: NamespaceConfig) -> str:
 
 
 async def _probe(ns: NamespaceConfig, preferred: str, role: str, config: GatewayConfig,
-                 deadline: float) -> NamespaceHealth:
+                 deadline: float, late: set[asyncio.Task[None]]) -> NamespaceHealth:
     def health(state: str, reason: str | None = None,
                seconds: float | None = None) -> NamespaceHealth:
         return NamespaceHealth(name=ns.name, preferred=preferred, url=ns.url, kind=_kind(ns),
@@ -113,26 +132,45 @@ async def _probe(ns: NamespaceConfig, preferred: str, role: str, config: Gateway
             return health("error", str(exc))
         if absent is not None:
             return health(*absent)
-    started = time.monotonic()
+    else:
+        # The SDK's first import takes seconds: not on the event loop, which serves
+        # /healthz meanwhile, nor inside the probe's deadline.
+        await anyio.to_thread.run_sync(importlib.import_module, _SDK_MODULES[ns.kind])
     try:
         transport, owned = open_transport(ns, data_dir=config.data_dir)
     except GatewayError as exc:
         return health("error", str(exc))
-    try:
-        await asyncio.wait_for(transport.probe(), deadline)
-    except asyncio.TimeoutError:
-        return health("no answer", f"no answer within {deadline:g} s",
-                      round(time.monotonic() - started, 3))
-    except TransportError as exc:
-        return health("down", str(exc), round(time.monotonic() - started, 3))
-    except MessageRejected as exc:  # it answered, and refuses this client for good
-        return health("refused", str(exc), round(time.monotonic() - started, 3))
-    except GatewayError as exc:
-        return health("error", str(exc), round(time.monotonic() - started, 3))
-    finally:
-        if owned:
-            await _close(transport.aclose)
-    return health("up", None, round(time.monotonic() - started, 3))
+    started = time.monotonic()
+    probe = asyncio.ensure_future(transport.probe())
+    await asyncio.wait({probe}, timeout=deadline)
+    took = round(time.monotonic() - started, 3)
+    if not probe.done():
+        if ns.is_local:
+            probe.cancel()  # a local probe waits without a socket: cancelling is safe
+        finishing = asyncio.ensure_future(_finish(probe, transport if owned else None))
+        late.add(finishing)
+        finishing.add_done_callback(late.discard)
+        return health("no answer", f"no answer within {deadline:g} s", took)
+    if owned:
+        await _close(transport.aclose)
+    error = probe.exception()
+    if error is None:
+        return health("up", None, took)
+    if isinstance(error, TransportError):
+        return health("down", str(error), took)
+    if isinstance(error, MessageRejected):  # it answered, and refuses this client for good
+        return health("refused", str(error), took)
+    if isinstance(error, GatewayError):
+        return health("error", str(error), took)
+    raise error
+
+
+async def _finish(probe: asyncio.Future[None], transport: Transport | None) -> None:
+    """Let a probe past its deadline end, then close its transport."""
+    with contextlib.suppress(asyncio.CancelledError, GatewayError, OSError):
+        await probe
+    if transport is not None:
+        await _close(transport.aclose)
 
 
 def _absent(ns: NamespaceConfig, data_dir: Path | None) -> tuple[str, str | None] | None:
@@ -234,6 +272,8 @@ class StatusReader:
         self._clock = clock
         self._last: tuple[float, GatewayStatus] | None = None
         self._running: asyncio.Future[GatewayStatus] | None = None
+        #: Probes past their deadline, still ending (see :func:`collect_status`).
+        self.late: set[asyncio.Task[None]] = set()
 
     async def status(self) -> GatewayStatus:
         """The current status: a fresh one, or one younger than ``max_age``."""
@@ -245,9 +285,14 @@ class StatusReader:
         # collection the others wait for.
         return await asyncio.shield(self._running)
 
+    async def aclose(self) -> None:
+        """Wait for the probes still ending (each within its transport's probe timeout)."""
+        if self.late:
+            await asyncio.wait(set(self.late))
+
     async def _collect(self) -> GatewayStatus:
         status = await collect_status(
             self.config, checkpoint_store=self._store, consumer_group=self._group,
-            probe_deadline=self._deadline, clock=self._clock)
+            probe_deadline=self._deadline, clock=self._clock, late=self.late)
         self._last = (time.monotonic(), status)
         return status
