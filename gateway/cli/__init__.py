@@ -41,6 +41,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "namespaces (Azure Relay)."),
     "send": ("gateway.cli._send",
              "Send BODIES (or --count generated messages) through the gateway."),
+    "serve": ("gateway.cli._serve", "Serve /healthz, /readyz, /metrics and /status over HTTP."),
+    "status": ("gateway.cli._serve", "Show each namespace's role and health, the durable "
+               "queue's backlog and the partition owners, as /status does."),
 }
 
 

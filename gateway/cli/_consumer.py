@@ -10,10 +10,7 @@ created.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +19,15 @@ from click.core import ParameterSource
 
 from gateway.cli._common import data_dir_option, fail, out, print_json, print_table, run
 from gateway.consumer import (
-    LEAVING_SUFFIX,
-    LEFT_SUFFIX,
-    SUFFIXES,
     BalanceSettings,
-    BalanceView,
     Checkpoint,
     CheckpointStore,
     ConsumerGroupRef,
     Heartbeat,
     Ownership,
-    leaving_instances,
-    live_instances,
 )
+from gateway.observability import ConsumerNamespaceStatus, PartitionStatus, consumer_status
 from gateway.stores import is_dsn
-from gateway.transports.local import LocalNamespace, PartitionInfo
-from replication import ConfigError, MessageRejected, NamespaceUnavailable
 
 #: Blob retries for an interactive command: the storage SDK's defaults keep an
 #: unreachable account silent for more than a minute.
@@ -53,203 +43,6 @@ def register(group: click.Group) -> None:
 @click.group()
 def consumer() -> None:
     """Inspect the partition-balanced consumers of an entity."""
-
-
-# -- the report ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Partition:
-    namespace: str
-    partition: str
-    owner: str | None = None
-    released: bool = False
-    lease_age: float | None = None
-    owner_alive: bool | None = None
-    checkpoint_sequence_number: int | None = None
-    checkpoint_offset: str | None = None
-    last_sequence_number: int | None = None
-    empty: bool | None = None
-    lag: int | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "partition": self.partition,
-            "owner": self.owner,
-            "released": self.released,
-            "lease_age_seconds": None if self.lease_age is None else round(self.lease_age, 3),
-            "owner_alive": self.owner_alive,
-            "checkpoint_sequence_number": self.checkpoint_sequence_number,
-            "checkpoint_offset": self.checkpoint_offset,
-            "last_sequence_number": self.last_sequence_number,
-            "lag": self.lag,
-        }
-
-
-@dataclass
-class _Namespace:
-    namespace: str
-    state: str  # "up", "down" or "unknown" (no local namespace to ask)
-    notes: list[str] = field(default_factory=list)
-    partitions: list[_Partition] = field(default_factory=list)
-    instances: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def alive(self) -> list[dict[str, Any]]:
-        return [i for i in self.instances if i["alive"]]
-
-    @property
-    def total_lag(self) -> int | None:
-        lags = [p.lag for p in self.partitions]
-        return None if not lags or None in lags else sum(x for x in lags if x is not None)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "state": self.state,
-            "notes": self.notes,
-            "instances_alive": len(self.alive),
-            "instances": self.instances,
-            "unowned": sum(1 for p in self.partitions if not p.owner_alive),
-            "total_lag": self.total_lag,
-            "partitions": [p.as_json() for p in self.partitions],
-        }
-
-
-def _pid_key(pid: str) -> tuple[int, int | str]:
-    return (0, int(pid)) if pid.isdigit() else (1, pid)
-
-
-#: (state, partition info by id or None when unknown, note) of one local namespace.
-_Local = tuple[str, dict[str, PartitionInfo] | None, str | None]
-
-
-def _local_partitions(name: str, entity: str, data_dir: Path | None) -> _Local:
-    """What the local namespace says about the entity's partitions; never creates its file."""
-    try:
-        ns = LocalNamespace(name, data_dir=data_dir)
-    except ConfigError:
-        return "unknown", None, f"{name!r} is not a local namespace name: lag unknown"
-    try:
-        if not os.path.exists(ns.path):
-            return "unknown", None, f"no local namespace {name} at {ns.path}: lag unknown"
-        if not ns.status().up:
-            return "down", None, (f"namespace {name} is down: rows from the store, lag "
-                                  "unknown")
-        try:
-            infos = ns.partition_info(entity)
-        except MessageRejected:
-            return "up", None, f"no partitioned entity {entity!r} in {name}: lag unknown"
-        except NamespaceUnavailable as exc:
-            return "down", None, f"{exc}; lag unknown"
-        return "up", {i.partition_id: i for i in infos}, None
-    finally:
-        ns.close()
-
-
-def _instances(
-    ownerships: list[Ownership], heartbeats: list[Heartbeat], alive: set[str],
-    leaving: set[str], now: float,
-) -> list[dict[str, Any]]:
-    beats = {h.instance_id: h for h in heartbeats if not h.instance_id.endswith(SUFFIXES)}
-    left = {h.instance_id[: -len(LEFT_SUFFIX)]: h for h in heartbeats
-            if h.instance_id.endswith(LEFT_SUFFIX)}
-    for h in heartbeats:  # a leaving instance heartbeats under <id>#leaving
-        if h.instance_id.endswith(LEAVING_SUFFIX):
-            x = h.instance_id[: -len(LEAVING_SUFFIX)]
-            if x in leaving:
-                beats[x] = h
-    owned: dict[str, int] = {}
-    for o in ownerships:
-        if o.owner_id:
-            owned[o.owner_id] = owned.get(o.owner_id, 0) + 1
-    report = []
-    for instance in sorted(set(beats) | set(owned) | set(left)):
-        beat = beats.get(instance)
-        at = beat.last_modified_time if beat is not None else None
-        gone = left.get(instance)
-        report.append({
-            "instance_id": instance,
-            "alive": instance in alive,
-            "heartbeat_age_seconds": None if at is None else round(max(0.0, now - at), 3),
-            "leaving": instance in leaving,
-            "left": gone is not None and (at is None or (gone.last_modified_time or 0) >= at),
-            "partitions": owned.get(instance, 0),
-        })
-    return report
-
-
-def _report_namespace(
-    name: str, entity: str, consumer_group: str, ownerships: list[Ownership],
-    checkpoints: list[Checkpoint], heartbeats: list[Heartbeat], local: _Local,
-    settings: BalanceSettings, now: float,
-) -> _Namespace:
-    state, infos, note = local
-    report = _Namespace(namespace=name, state=state, notes=[note] if note else [])
-    group = ConsumerGroupRef(fully_qualified_namespace=name, eventhub_name=entity,
-                             consumer_group=consumer_group)
-    view = BalanceView(group=group, partition_ids=tuple(infos or ()),
-                       ownerships=tuple(ownerships), heartbeats=tuple(heartbeats))
-    # "" is never an owner (it is a released record), so it stands in for "me".
-    leaving = set(leaving_instances(view, now=now, settings=settings))
-    alive = (set(live_instances(view, me="", now=now, settings=settings)) | leaving) - {""}
-    with_heartbeat = {h.instance_id for h in heartbeats}
-    records = {o.partition_id: o for o in ownerships}
-    marks = {c.partition_id: c for c in checkpoints}
-    pids = set(records) | set(marks) | set(infos or ())
-    for pid in sorted(pids, key=_pid_key):
-        row = _Partition(namespace=name, partition=pid)
-        record = records.get(pid)
-        if record is not None:
-            row.owner = record.owner_id or None
-            row.released = not record.owner_id
-            if record.last_modified_time is not None:
-                row.lease_age = max(0.0, now - record.last_modified_time)
-            if record.owner_id:
-                # As balancing sees it: an owner without heartbeats lives by the record's age.
-                row.owner_alive = record.owner_id in alive and (
-                    record.owner_id in with_heartbeat
-                    or (row.lease_age is not None and row.lease_age <= settings.ownership_expiry)
-                )
-        mark = marks.get(pid)
-        if mark is not None:
-            row.checkpoint_sequence_number = mark.sequence_number
-            row.checkpoint_offset = mark.offset
-        info = (infos or {}).get(pid)
-        if info is not None:
-            row.last_sequence_number = info.last_sequence_number
-            row.empty = info.last_sequence_number is None
-            next_sequence = 0 if info.last_sequence_number is None else (
-                info.last_sequence_number + 1)
-            done = 0 if row.checkpoint_sequence_number is None else (
-                row.checkpoint_sequence_number + 1)
-            row.lag = next_sequence - done
-        report.partitions.append(row)
-    if infos is not None:
-        extra = sorted((set(records) | set(marks)) - set(infos), key=_pid_key)
-        if extra:
-            report.notes.append(f"the store has partitions {', '.join(extra)} that {name} "
-                                f"does not have")
-    if not ownerships and not checkpoints and not heartbeats:
-        report.notes.append(f"the store has nothing for consumer group "
-                            f"{group.consumer_group!r} of {entity!r} on {name}")
-    report.instances = _instances(ownerships, heartbeats, alive, leaving, now)
-    return report
-
-
-async def _read_store(
-    store: CheckpointStore, names: Iterable[str], entity: str, consumer_group: str
-) -> dict[str, tuple[list[Ownership], list[Checkpoint], list[Heartbeat]]]:
-    found = {}
-    async with store:
-        for name in names:
-            group = ConsumerGroupRef(fully_qualified_namespace=name, eventhub_name=entity,
-                                     consumer_group=consumer_group)
-            found[name] = (await store.list_ownership(group),
-                           await store.list_checkpoints(group),
-                           await store.list_heartbeats(group))
-    return found
 
 
 # -- opening the store --------------------------------------------------------------------
@@ -345,15 +138,15 @@ def _yes(value: bool | None) -> str | None:
     return None if value is None else "yes" if value else "NO"
 
 
-def _owner(row: _Partition) -> str:
+def _owner(row: PartitionStatus) -> str:
     return "(released)" if row.released else row.owner or "-"
 
 
-def _last(row: _Partition) -> str | int | None:
+def _last(row: PartitionStatus) -> str | int | None:
     return "(empty)" if row.empty else row.last_sequence_number
 
 
-def _summary(ns: _Namespace) -> str:
+def _summary(ns: ConsumerNamespaceStatus) -> str:
     def who(instances: list[dict[str, Any]]) -> str:
         return ", ".join(f"{i['instance_id']} owns {i['partitions']}"
                          + (" (leaving)" if i.get("leaving") else "") for i in instances)
@@ -415,15 +208,15 @@ def status(ctx: click.Context, store: str | None, schema: str, connection_string
         assert store is not None
         opened = _open_sqlite(Path(store))
         where = store
-    found = run(_read_store(opened, names, entity, consumer_group))
     settings = BalanceSettings()
-    now = time.time()
-    reports = []
-    for name in names:
-        ownerships, checkpoints, heartbeats = found[name]
-        reports.append(_report_namespace(
-            name, entity, consumer_group, ownerships, checkpoints, heartbeats,
-            _local_partitions(name, entity, data_dir), settings, now))
+
+    async def read() -> list[ConsumerNamespaceStatus]:
+        async with opened:
+            return await consumer_status(opened, names, entity=entity,
+                                         consumer_group=consumer_group, data_dir=data_dir,
+                                         now=time.time(), settings=settings)
+
+    reports = run(read())
     if as_json:
         print_json({
             "entity": entity, "consumer_group": consumer_group, "store": where,

@@ -6,16 +6,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
-from gateway.cli._common import err, out, print_table, run
+from gateway.cli._common import err, fail, out, print_table, run
+from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
@@ -24,8 +17,11 @@ from gateway.drill import (
     RelayDrillReport,
     RelayScenario,
     Scenario,
+    find_chromium,
     run_drill,
     run_relay_drill,
+    write_html,
+    write_png,
 )
 
 
@@ -104,6 +100,32 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
                                "not use it")
 
 
+def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None) -> None:
+    """Refuse a picture the drill cannot draw before it runs, not after."""
+    if html_path is None and png_path is None:
+        return
+    if scenario in _RELAY_SCENARIOS:
+        raise click.UsageError(f"--html, --png: only for the message scenarios; {scenario} "
+                               "does not draw one")
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        fail("the drill's picture needs plotly: pip install 'geogateway[picture]'", code=2)
+    if png_path is not None and find_chromium() is None:
+        fail("--png needs Chromium to render the picture: install it (Debian: apt-get "
+             "install chromium) or name it in $GEOGATEWAY_CHROMIUM; --html FILE needs no "
+             "browser", code=2)
+
+
+def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) -> None:
+    if html_path is not None:
+        write_html(report, html_path)
+        err.print(f"picture written to {html_path}", markup=False)
+    if png_path is not None:
+        write_png(report, png_path)
+        err.print(f"picture written to {png_path}", markup=False)
+
+
 @click.command()
 @click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
@@ -131,10 +153,17 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw the run as a self-contained HTML page: messages per second, "
+                   "outages shaded, failovers marked, the backlog, duplicates suppressed.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw the run as a PNG (the HTML page rendered by headless "
+                   "Chromium; $GEOGATEWAY_CHROMIUM names another).")
 @click.pass_context
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
-          settle_timeout: float, transport: str) -> None:
+          settle_timeout: float, transport: str, html_path: Path | None,
+          png_path: Path | None) -> None:
     """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
@@ -142,17 +171,10 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     folder, printed first; it is removed when the drill passes.
     """
     _check_options(ctx, scenario)
+    _check_picture(scenario, html_path, png_path)
     quiet = json_path is not None and str(json_path) == "-"
-    with Progress(
-        TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done)
+    with LiveProgress(enabled=not quiet) as bars:
+        progress = bars.update
 
         def on_state_dir(path: Path) -> None:
             err.print(f"drill state: {path}", markup=False)
@@ -172,6 +194,8 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
         err.print("drill passed: its state folder was removed")
     else:
         err.print(f"drill state kept in {report.state_dir}", markup=False)
+    if isinstance(report, DrillReport):
+        _draw(report, html_path, png_path)
     if quiet:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

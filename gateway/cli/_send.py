@@ -17,6 +17,7 @@ from gateway.cli._common import (
     run,
     warning_line,
 )
+from gateway.cli._progress import LiveProgress
 from replication import Message, PropertyValue
 
 #: Seconds ``receive`` waits at most for each namespace's first answer.
@@ -79,7 +80,7 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
     texts = list(bodies) + [f"message {i}" for i in range(count or 0)]
     messages = [Message(t, message_id=message_id or "", properties=props) for t in texts]
 
-    async def go() -> list[dict[str, Any]]:
+    async def go(bars: LiveProgress) -> list[dict[str, Any]]:
         async with AsyncGeoSender(
             primary=config.primary, secondary=config.secondary, entity=config.entity,
             policy=config.policy, data_dir=config.data_dir, state_dir=config.state_dir,
@@ -92,9 +93,13 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
                 r = await sender.send(m)
                 results.append({"message_id": m.message_id, "namespaces": list(r.namespaces),
                                 "buffered": list(r.buffered), "failed_over": r.failed_over})
+                if len(results) % 50 == 0 or len(results) == len(messages):
+                    bars.update("sending", len(results), len(messages))
             return results
 
-    results = run(go())
+    # A bar for many messages only: one send is over before it would show.
+    with LiveProgress(enabled=not as_json and len(messages) > _ROWS) as bars:
+        results = run(go(bars))
     if as_json:
         print_json(results)
         return

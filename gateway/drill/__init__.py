@@ -25,17 +25,30 @@ the workers) stop by themselves if the drill's process is killed
 The runner (:func:`run_drill`) is :mod:`gateway.drill._runner`, the queue scenarios
 :mod:`gateway.drill._queues`, and what the scenarios share (the scenario names,
 progress, state folders) :mod:`gateway.drill._common`. The report and what its fields
-mean: :mod:`gateway.drill._report`. The relay drills (requests through a geo-redundant
-Azure Relay hybrid connection, while a namespace is down, flaps or hangs) are
-:func:`run_relay_drill`, in :mod:`gateway.drill._relay`.
+mean: :mod:`gateway.drill._report`; the timeline every drill records
+(:mod:`gateway.drill._timeline`) and its picture (:mod:`gateway.drill._picture`). The
+relay drills (requests through a geo-redundant Azure Relay hybrid connection, while a
+namespace is down, flaps or hangs) are :func:`run_relay_drill`, in
+:mod:`gateway.drill._relay`.
 """
 
 from __future__ import annotations
 
 from gateway.drill._common import RelayScenario, Scenario
+from gateway.drill._picture import (
+    FAILOVER_COLOUR,
+    drill_figure,
+    find_chromium,
+    screenshot,
+    write_html,
+    write_png,
+)
 from gateway.drill._relay import FIRST_ANSWER_TARGET, RelayDrillReport, run_relay_drill
 from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
 from gateway.drill._runner import TRANSPORTS, run_drill
+from gateway.drill._timeline import DrillTimeline, Window
 
-__all__ = ["FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "TRANSPORTS", "DrillReport",
-           "RelayDrillReport", "RelayScenario", "Scenario", "run_drill", "run_relay_drill"]
+__all__ = ["FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "TRANSPORTS",
+           "DrillReport", "DrillTimeline", "RelayDrillReport", "RelayScenario", "Scenario",
+           "Window", "drill_figure", "find_chromium", "run_drill", "run_relay_drill",
+           "screenshot", "write_html", "write_png"]

@@ -38,6 +38,7 @@ from pathlib import Path
 from gateway.drill import _consumer_shared as shared
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._timeline import DrillTimeline
 from gateway.drill._workers import Workers
 from gateway.emulator import EmulatorProcess
 from gateway.geo import AsyncGeoSender, NamespaceConfig, NamespaceLike
@@ -108,7 +109,9 @@ class _ConsumerDrill:
             shared.create_delivered_table(conn)
             conn.commit()
         self.workers = Workers(root, stop_timeout=_STOP_TIMEOUT)
-        self.counters = DrillCounters()
+        #: What happened when, for the drill's picture (deliveries by worker).
+        self.timeline = DrillTimeline(delivered_label="delivered by")
+        self.counters = DrillCounters(self.timeline)
         self.sent = 0
         self.script = list(_SCRIPTS[scenario])
         self.connection_strings: dict[str, str] = {}  # Event Hubs on the emulator, if set
@@ -121,7 +124,8 @@ class _ConsumerDrill:
                             kind="eventhubs") for ns in (PRIMARY, SECONDARY))
 
     async def run(self, settle_timeout: float) -> DrillReport:
-        started = time.monotonic()
+        started = self.timeline.started = time.monotonic()
+        wall = time.time()
         try:
             await asyncio.gather(*(self._start(name) for name in _START[self.scenario]))
             primary, secondary = self._namespaces()
@@ -143,7 +147,10 @@ class _ConsumerDrill:
             await asyncio.sleep(0.5)  # a late duplicate would still be counted
         finally:
             await self.workers.stop_all()
+        self.timeline.finish()
         rows = await asyncio.to_thread(self._rows)
+        for worker, at in await asyncio.to_thread(self._deliveries):
+            self.timeline.delivered.setdefault(worker, []).append(max(0.0, at - wall))
         ids = [f"drill-{i:08d}" for i in range(self.sent)]
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
@@ -152,7 +159,7 @@ class _ConsumerDrill:
             duplicates_delivered=sum(c - 1 for c in rows.values() if c > 1),
             duplicates_suppressed=self._suppressed(), buffered=self.counters.buffered,
             replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
-            elapsed_seconds=round(time.monotonic() - started, 3),
+            elapsed_seconds=round(time.monotonic() - started, 3), timeline=self.timeline,
         )
 
     # -- workers --------------------------------------------------------------------
@@ -164,6 +171,7 @@ class _ConsumerDrill:
                                         str(self.root), "--worker", name], env)
 
     async def _act(self, action: str, name: str) -> None:
+        self.timeline.add_fault(action, name)
         if action == "start":
             await self._start(name)  # the next step waits until this worker is up
         elif action == "kill":
@@ -188,7 +196,8 @@ class _ConsumerDrill:
                         partition_key=f"key-{i % 64}")
                 for i in range(self.sent, min(self.sent + self.batch_size, self.total))
             ]
-            await sender.send_batch(batch)
+            result = await sender.send_batch(batch)
+            self.timeline.add_sent(result.namespaces, len(batch))
             self.sent += len(batch)
             if self.sent % 500 < self.batch_size or self.sent == self.total:
                 self.progress("sent", self.sent, self.total)
@@ -199,6 +208,9 @@ class _ConsumerDrill:
         while True:
             delivered = await asyncio.to_thread(self._count)
             self.progress("delivered", delivered, self.total)
+            suppressed = await asyncio.to_thread(self._progress_counts, "duplicates")
+            seen = self.timeline.duplicates
+            seen.extend([self.timeline.now()] * max(0, suppressed - len(seen)))
             while script and delivered >= script[0][0] * self.total:
                 _, action, name = script[0]
                 await self._act(action, name)
@@ -231,16 +243,26 @@ class _ConsumerDrill:
         if self.workers.killed:
             return True
         copies = self.sent * (2 if self.mode is Mode.ACTIVE else 1)
-        consumed = 0
+        consumed = self._progress_counts("delivered") + self._progress_counts("duplicates")
+        return consumed >= copies
+
+    def _progress_counts(self, counter: str) -> int:
+        """A counter summed over the workers' progress files (written every 0.2 s)."""
+        total = 0
         for path in (self.root / "progress").glob("*.json"):
             with contextlib.suppress(OSError, ValueError, KeyError):
-                counters = json.loads(path.read_text())
-                consumed += int(counters["delivered"]) + int(counters["duplicates"])
-        return consumed >= copies
+                total += int(json.loads(path.read_text())[counter])
+        return total
 
     def _count(self) -> int:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
             return int(conn.execute("SELECT count(*) FROM drill_delivered").fetchone()[0])
+
+    def _deliveries(self) -> list[tuple[str, float]]:
+        """(worker, wall-clock time) of each first delivery."""
+        with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
+            return [(str(w), float(at)) for w, at in
+                    conn.execute("SELECT worker, at FROM drill_delivered ORDER BY at")]
 
     def _rows(self) -> dict[str, int]:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:

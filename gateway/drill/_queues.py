@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._timeline import DrillTimeline, DuplicateRecorder
 from gateway.emulator import EmulatorProcess
 from gateway.geo import (
     AsyncGeoPartitionReceiver,
@@ -88,7 +89,9 @@ class _Drill:
             else:
                 namespace.create_queue(ENTITY, lock_duration=_LOCK,
                                        max_delivery_count=_MAX_DELIVERIES)
-        self.counters = DrillCounters()
+        #: What happened when, for the drill's picture.
+        self.timeline = DrillTimeline()
+        self.counters = DrillCounters(self.timeline)
         self.delivered: Counter[str] = Counter()
         self.sent_ids: list[str] = []
         self.failover_seconds: list[float] = []
@@ -102,7 +105,7 @@ class _Drill:
         self._up_at: float | None = None
 
     async def run(self, settle_timeout: float) -> DrillReport:
-        started = time.monotonic()
+        started = self.timeline.started = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
             if self.transport == "local":
                 primary: NamespaceLike = f"local://{PRIMARY}"
@@ -118,6 +121,7 @@ class _Drill:
                                     kind=self.transport)
                     for ns in (PRIMARY, SECONDARY))
             suppressed, replay_seconds = await self._run(primary, secondary, settle_timeout)
+        self.timeline.finish()
         unique = set(self.sent_ids)
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
@@ -129,6 +133,7 @@ class _Drill:
             failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
             hung_send_seconds=self.hung_send_seconds,
             elapsed_seconds=round(time.monotonic() - started, 3), transport=self.transport,
+            timeline=self.timeline,
         )
 
     async def _run(self, primary: NamespaceLike, secondary: NamespaceLike,
@@ -145,11 +150,13 @@ class _Drill:
                 primary=primary, secondary=secondary, entity=self.entity,
                 checkpoint_store=self.root / "checkpoints.db",
                 dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+                hooks=DuplicateRecorder(self.timeline),
             )
         else:
             receiver = AsyncGeoReceiver(
                 primary=primary, secondary=secondary, entity=self.entity,
                 dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+                hooks=DuplicateRecorder(self.timeline),
             )
         stop = asyncio.Event()
         async with sender, receiver:
@@ -173,6 +180,7 @@ class _Drill:
 
     async def _handle(self, message: ReceivedMessage | PartitionEvent) -> None:
         self.delivered[message.message.message_id] += 1
+        self.timeline.add_delivered(message.namespace)
         delivered = len(self.delivered)
         if delivered % 500 == 0 or delivered == self.total:
             self.progress("delivered", delivered, self.total)
@@ -196,6 +204,7 @@ class _Drill:
             result = await sender.send_batch(batch)
             if hung:
                 self.hung_send_seconds.append(round(time.monotonic() - started, 4))
+            self.timeline.add_sent(result.namespaces, len(batch))
             self._note_failover(result.namespaces, started)
             self.sent_ids.extend(m.message_id for m in batch)
             sent += len(batch)
@@ -214,6 +223,7 @@ class _Drill:
 
     def _inject(self, action: str, ns: str) -> None:
         namespace = self.namespaces[ns]
+        self.timeline.add_fault(action, ns)
         if action == "down":
             namespace.down()
             self._down.add(ns)
@@ -253,8 +263,9 @@ class _Drill:
         faulty, since = self._fault
         if (since is not None and started < since) or not accepted or faulty in accepted:
             return
-        self.failover_seconds.append(
-            round(time.monotonic() - (started if since is None else since), 4))
+        seconds = round(time.monotonic() - (started if since is None else since), 4)
+        self.failover_seconds.append(seconds)
+        self.timeline.add_failover(seconds)
         self._fault = None
 
     async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:

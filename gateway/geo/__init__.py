@@ -13,7 +13,7 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
     from gateway.geo._config import DedupConfig, DurableQueueConfig, GatewayConfig
-    from gateway.geo._factory import NamespaceLike
+    from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
     from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
@@ -39,7 +39,9 @@ _LAZY = {
     "ReceiverStats": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
+    "default_state_dir": "gateway.geo._factory",
     "emit": "gateway.geo._hooks",
+    "open_transport": "gateway.geo._factory",
 }
 
 __getattr__ = _lazy_exports(__name__, _LAZY)
@@ -62,5 +64,7 @@ __all__ = [
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
+    "default_state_dir",
     "emit",
+    "open_transport",
 ]

@@ -19,7 +19,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 import anyio.to_thread
@@ -54,8 +53,7 @@ def open_role_store(
             the PostgreSQL store cannot be opened.
     """
     if roles_store is None:
-        path = Path(state_dir or default_state_dir()) / f"roles-{names[0]}-{names[1]}.json"
-        return RoleStore(path), True
+        return RoleStore.of_pair(state_dir or default_state_dir(), names[0], names[1]), True
     if isinstance(roles_store, str):
         if not is_dsn(roles_store):
             raise ConfigError("roles_store must be a PostgreSQL DSN (postgresql://user:"

@@ -64,6 +64,13 @@ class RoleStore:
     def close(self) -> None:
         """Nothing to release (each call opens and closes the file)."""
 
+    @classmethod
+    def of_pair(cls, state_dir: str | os.PathLike[str], primary: str,
+                secondary: str) -> RoleStore:
+        """The store a sender of the namespaces ``primary`` and ``secondary`` (their
+        names) keeps in ``state_dir``: ``roles-PRIMARY-SECONDARY.json``."""
+        return cls(Path(state_dir) / f"roles-{primary}-{secondary}.json")
+
     def load(self, primary: str, secondary: str) -> RoleState:
         """The saved state for this pair, or the initial one (primary active).
 
