@@ -36,7 +36,7 @@ if _TYPE_CHECKING:
         ReplayReport,
         SendResult,
     )
-    from gateway.stores import SqliteDedupStore
+    from gateway.stores import PostgresDedupStore, SqliteDedupStore
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -69,6 +69,7 @@ _LAZY = {
     "Message": "replication",
     "Mode": "replication",
     "NamespaceConfig": "gateway.geo",
+    "PostgresDedupStore": "gateway.stores",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
@@ -107,6 +108,7 @@ __all__ = [
     "NamespaceUnavailable",
     "OperationTimeout",
     "OwnershipLost",
+    "PostgresDedupStore",
     "QueueCorrupt",
     "QueueFull",
     "ReceiveMode",

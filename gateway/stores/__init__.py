@@ -15,6 +15,7 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
+    from gateway.stores._pg_dedup import PostgresDedupStore
     from gateway.stores._pg_server import EmbeddedPostgres
     from gateway.stores._roles import RoleStore
 
@@ -26,6 +27,7 @@ _LAZY = {
     "migrate": "gateway.stores._pg",
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
+    "PostgresDedupStore": "gateway.stores._pg_dedup",
     "RoleStore": "gateway.stores._roles",
     "SqliteDedupStore": "gateway.stores._dedup",
 }
@@ -36,6 +38,7 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 __all__ = [
     "EmbeddedPostgres",
     "PgTarget",
+    "PostgresDedupStore",
     "RoleStore",
     "SqliteDedupStore",
     "describe_dsn",
