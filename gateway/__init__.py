@@ -36,7 +36,7 @@ if _TYPE_CHECKING:
         ReplayReport,
         SendResult,
     )
-    from gateway.stores import PostgresDedupStore, SqliteDedupStore
+    from gateway.stores import FallbackDedupStore, PostgresDedupStore, SqliteDedupStore
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -60,6 +60,7 @@ _LAZY = {
     "DedupStore": "replication",
     "DedupWindow": "replication",
     "DurableQueueConfig": "gateway.geo",
+    "FallbackDedupStore": "gateway.stores",
     "GatewayConfig": "gateway.geo",
     "GatewayHooks": "gateway.geo",
     "GeoPartitionReceiver": "gateway.geo",
@@ -93,6 +94,7 @@ __all__ = [
     "DedupWindow",
     "DurableQueueConfig",
     "DurableQueueError",
+    "FallbackDedupStore",
     "GatewayConfig",
     "GatewayError",
     "GatewayHooks",

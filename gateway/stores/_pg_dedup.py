@@ -37,8 +37,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway._support.secrets import redact
-from gateway.stores._pg import PgTarget, migrate, open_pool, pg_errors
+from gateway.stores._pg import PgTarget, _reason, migrate, open_pool, pg_errors
 from replication import (
     DEFAULT_DEDUP_WINDOW,
     ConfigError,
@@ -134,6 +133,10 @@ class _Lost(Exception):
     """The inbox's mark found another copy's mark: roll the effect back."""
 
 
+class _Broken(StoreUnavailable):
+    """The connection broke: worth one more try on a new one."""
+
+
 class PostgresDedupStore(DedupStore):
     """A :class:`replication.DedupStore` (and transactional inbox) on PostgreSQL.
 
@@ -202,8 +205,10 @@ class PostgresDedupStore(DedupStore):
 
     @contextlib.contextmanager
     def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; a broken one or a pool timeout is StoreUnavailable, an
-        error on a sound connection (a deadlock, a statement timeout) a GatewayError."""
+        """A pooled connection, errors mapped: a broken connection is :class:`_Broken`
+        (tried again on a new one), none to be had within ``connect_timeout``
+        StoreUnavailable, an error on a sound connection (a deadlock, a statement
+        timeout) a GatewayError."""
         import psycopg
 
         target = self._live()
@@ -213,20 +218,22 @@ class PostgresDedupStore(DedupStore):
                 with target.pool.connection() as conn:
                     yield conn
             except psycopg.OperationalError as exc:
-                if conn is not None and not conn.broken and not conn.closed:
+                sound = conn is not None and not conn.broken and not conn.closed
+                if sound:
                     raise GatewayError(f"{what}: PostgreSQL at {target.where} failed "
-                                       f"({redact(' '.join(str(exc).split()))[:300]})"
-                                       ) from exc
+                                       f"({_reason(exc)})") from exc
                 with contextlib.suppress(Exception):
                     target.pool.check()  # drop the other broken connections too
-                raise
+                raise _Broken(f"{what}: PostgreSQL at {target.where} is unavailable "
+                              f"({_reason(exc)})") from exc
 
     def _retried(self, what: str, attempt: Callable[[], T]) -> T:
         # A connection found broken (the server restarted since it was last used) is
-        # replaced and the call made once more: nothing of the failed one committed.
+        # replaced and the call made once more: nothing of the failed one committed. A
+        # pool that had no connection to give within connect_timeout is not retried.
         try:
             return attempt()
-        except StoreUnavailable:
+        except _Broken:
             return attempt()
 
     def _statement(self, what: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
