@@ -15,6 +15,7 @@ warning of its own and ``on_dedup_fallback``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -80,7 +81,7 @@ class StoreWatch:
         # Store callbacks come from worker threads; hooks run on the receiver's loop.
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(emit, self._hooks, hook, **kwargs)
+            loop.call_soon_threadsafe(functools.partial(emit, self._hooks, hook, **kwargs))
         else:
             emit(self._hooks, hook, **kwargs)
 

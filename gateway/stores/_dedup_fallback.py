@@ -21,7 +21,6 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -30,7 +29,6 @@ from replication import (
     ConfigError,
     DedupStore,
     DedupWindow,
-    GatewayError,
     StoreUnavailable,
     TransactionalDedupStore,
     Verdict,
@@ -89,7 +87,9 @@ class FallbackDedupStore(DedupStore):
         self._lock = threading.Lock()
         self._failing_since: float | None = None
         self._local_since: float | None = None  # wall time the fallback was taken
-        self._back = threading.Event()
+        # The done marks written locally, to hand to the shared store once it is back.
+        self._marked: list[tuple[float, list[str]]] = []
+        self._copied = 0
         self._closed = threading.Event()
         self._prober: threading.Thread | None = None
 
@@ -119,8 +119,6 @@ class FallbackDedupStore(DedupStore):
 
     def _call(self, op: Callable[[DedupStore], T]) -> T:
         with self._lock:
-            if self._local_since is not None and self._back.is_set():
-                self._return()
             if self._local_since is not None:
                 return op(self._local)
             try:
@@ -138,7 +136,6 @@ class FallbackDedupStore(DedupStore):
 
     def _leave(self, exc: StoreUnavailable) -> None:
         self._local_since = time.time()
-        self._back.clear()
         logger.warning("the shared dedup store stayed unavailable for %.3g s (%s): using "
                        "the local window %s meanwhile; messages may be delivered more than "
                        "once across machines until it is back", self._after, exc,
@@ -148,28 +145,9 @@ class FallbackDedupStore(DedupStore):
         self._prober.start()
         self._tell(True, exc)
 
-    def _return(self) -> None:
-        assert self._local_since is not None
-        marks = self._local.done_since(self._local_since - 1.0)
-        by_time: dict[float, list[str]] = defaultdict(list)
-        for message_id, done_at in marks:
-            by_time[done_at].append(message_id)
-        try:
-            for done_at, ids in by_time.items():
-                self._shared.finish_many(ids, owner="", succeeded=True, now=done_at)
-        except StoreUnavailable:
-            self._back.clear()  # not back after all: probe again
-            self._prober = threading.Thread(target=self._probe, daemon=True,
-                                            name="geogateway-dedup-probe")
-            self._prober.start()
-            return
-        self._local_since = None
-        self._failing_since = None
-        logger.warning("the shared dedup store is back: %d done mark(s) of the local window "
-                       "%s copied to it; using it again", len(marks), self._local.path)
-        self._tell(False, None)
-
     def _probe(self) -> None:
+        # Until the shared store answers again and takes the local marks: then it is
+        # used again from the next call (an idle receiver hears of it at once too).
         while not self._closed.wait(self._probe_every):
             try:
                 ping = getattr(self._shared, "ping", None)
@@ -177,10 +155,26 @@ class FallbackDedupStore(DedupStore):
                     ping()
                 else:
                     self._shared.peek("", now=time.time())
-            except GatewayError:
+                with self._lock:
+                    if self._closed.is_set():
+                        return
+                    self._return()
+            except Exception:  # still away: probe again
                 continue
-            self._back.set()
             return
+
+    def _return(self) -> None:
+        while self._marked:
+            done_at, ids = self._marked[0]
+            self._shared.finish_many(ids, owner="", succeeded=True, now=done_at)
+            self._marked.pop(0)
+            self._copied += len(ids)
+        marks, self._copied = self._copied, 0
+        self._local_since = None
+        self._failing_since = None
+        logger.warning("the shared dedup store is back: %d done mark(s) of the local window "
+                       "%s copied to it; using it again", marks, self._local.path)
+        self._tell(False, None)
 
     def _tell(self, active: bool, error: BaseException | None) -> None:
         for listener in self._listeners:
@@ -205,8 +199,12 @@ class FallbackDedupStore(DedupStore):
         self, message_ids: Sequence[str], *, owner: str, succeeded: bool, now: float
     ) -> None:
         """See :meth:`replication.DedupStore.finish_many`."""
-        self._call(lambda s: s.finish_many(message_ids, owner=owner, succeeded=succeeded,
-                                           now=now))
+        def finish(store: DedupStore) -> None:
+            store.finish_many(message_ids, owner=owner, succeeded=succeeded, now=now)
+            if succeeded and store is self._local:
+                self._marked.append((now, list(message_ids)))
+
+        self._call(finish)
 
     def peek(self, message_id: str, *, now: float) -> Verdict:
         """See :meth:`replication.DedupStore.peek`."""

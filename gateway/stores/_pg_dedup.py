@@ -210,6 +210,7 @@ class PostgresDedupStore(DedupStore):
         StoreUnavailable, an error on a sound connection (a deadlock, a statement
         timeout) a GatewayError."""
         import psycopg
+        from psycopg_pool import PoolTimeout
 
         target = self._live()
         conn: psycopg.Connection[Any] | None = None
@@ -217,6 +218,8 @@ class PostgresDedupStore(DedupStore):
             try:
                 with target.pool.connection() as conn:
                     yield conn
+            except PoolTimeout:
+                raise  # no connection to be had: StoreUnavailable, not tried again
             except psycopg.OperationalError as exc:
                 sound = conn is not None and not conn.broken and not conn.closed
                 if sound:

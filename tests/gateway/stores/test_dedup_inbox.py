@@ -16,20 +16,24 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from gateway.aio import AsyncGeoPartitionReceiver
 from gateway.consumer import BalanceSettings, ProcessorSettings
-from gateway.stores._dedup import SqliteDedupStore
+from gateway.stores import PostgresDedupStore, SqliteDedupStore
 from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import PartitionEvent
 from replication import ConfigError, GatewayError, Message
 from replication._dedup import Deduplicator, DedupWindow, InMemoryDedupStore, Verdict
 from tests.gateway.conftest import Recorder, wait_for
+from tests.postgres import Pg
 
 pytestmark = pytest.mark.anyio
 
@@ -319,3 +323,48 @@ async def test_a_process_killed_inside_its_inbox_handler_loses_the_effect_and_th
         assert check.peek("only", now=time.time()) is Verdict.DUPLICATE
     finally:
         check.close()
+
+
+async def test_transactional_partition_receiver_on_postgres_writes_each_effect_once(
+    tmp_path: Path, hubs: None, pg: Pg
+) -> None:
+    # Given 30 ids sent to both namespaces, and the application's table in PostgreSQL
+    ids = [f"m{i:03d}" for i in range(30)]
+    await send(tmp_path, ids)
+    store = PostgresDedupStore(pg.dsn, schema=pg.schema)
+    table = f"{pg.schema}.effects"
+    with psycopg.connect(pg.dsn) as conn:
+        conn.execute(f"CREATE TABLE {table} (message_id text NOT NULL)")
+
+    def counts() -> dict[str, int]:
+        with psycopg.connect(pg.dsn) as conn:
+            return dict(conn.execute(f"SELECT message_id, count(*) FROM {table}"
+                                     " GROUP BY message_id").fetchall())
+
+    inside: set[int] = set()
+    most = 0
+    lock = threading.Lock()
+
+    def pg_inbox(event: PartitionEvent, conn: psycopg.Connection[Any]) -> None:
+        nonlocal most
+        with lock:
+            inside.add(threading.get_ident())
+            most = max(most, len(inside))
+        conn.execute(f"INSERT INTO {table} VALUES (%s)", (event.message.message_id,))
+        time.sleep(0.02)  # long enough for the partitions' handlers to overlap
+        with lock:
+            inside.discard(threading.get_ident())
+
+    hooks = Recorder()
+    # When a receiver on PostgreSQL runs the inbox handler, two at a time at most
+    async with receiver(tmp_path, hooks=hooks, dedup_store=store) as geo:
+        stop = asyncio.Event()
+        task = asyncio.create_task(geo.run(pg_inbox, stop=stop, transactional=True,
+                                           concurrency=2))
+        await wait_for(lambda: len(counts()) == 30
+                       and len(hooks.named("on_duplicate")) == 30, within=20)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    # Then each effect committed once, and the handlers of different partitions overlapped
+    assert counts() == dict.fromkeys(ids, 1)
+    assert most == 2
