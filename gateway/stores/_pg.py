@@ -209,12 +209,19 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
 
     def body(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"geogateway:{schema}",))
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {schema}.geogateway_schema ("
-            " component text PRIMARY KEY, version integer NOT NULL,"
-            " migrated_at timestamptz NOT NULL DEFAULT now())"
-        )
+        # Create only what is missing: a user without CREATE on the database can use a
+        # schema made (and migrated) by its owner.
+        found = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL,"
+                             " to_regclass(%s) IS NOT NULL",
+                             (schema, f"{schema}.geogateway_schema")).fetchone()
+        if not (found and found[0]):
+            conn.execute(f"CREATE SCHEMA {schema}")
+        if not (found and found[1]):
+            conn.execute(
+                f"CREATE TABLE {schema}.geogateway_schema ("
+                " component text PRIMARY KEY, version integer NOT NULL,"
+                " migrated_at timestamptz NOT NULL DEFAULT now())"
+            )
         row = conn.execute(
             f"SELECT version FROM {schema}.geogateway_schema WHERE component = %s",
             (component,),

@@ -8,6 +8,7 @@ The window's semantics shared with SQLite are in ``test_dedup_store.py`` (run on
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,31 @@ def test_a_deduplicator_over_the_store(store: PostgresDedupStore) -> None:
         assert dedup.check_many(["a", "b", "a"]) == [DELIVER, DELIVER, HOLD]
         dedup.succeeded_many(["a", "b"])
         assert dedup.is_done("a") and dedup.is_done("b")
+
+
+def test_the_rights_the_store_needs(pg: Pg) -> None:
+    # Given a user that may connect to the database but not create schemas in it
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'app-pw'")
+        conn.execute(f"GRANT CONNECT ON DATABASE geogateway TO {role}")
+    app = pg.dsn.replace(pg.dsn.split("://", 1)[1].split("@", 1)[0], f"{role}:app-pw")
+    # Then it cannot create the tables: one line naming the database and what to do
+    with pytest.raises(ConfigError, match="permission denied for database") as caught:
+        PostgresDedupStore(app, schema=pg.schema)
+    assert "app-pw" not in str(caught.value)
+    # When the owner migrates the schema once and grants it the tables' rows
+    PostgresDedupStore(pg.dsn, schema=pg.schema).close()
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA {pg.schema} TO {role}")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
+                     f"{pg.schema} TO {role}")
+        # Or creates a schema it owns
+        conn.execute(f"CREATE SCHEMA {pg.schema}_own AUTHORIZATION {role}")
+    # Then the user runs the store in either
+    for schema in (pg.schema, f"{pg.schema}_own"):
+        store = PostgresDedupStore(app, schema=schema)
+        try:
+            assert store.claim(["m1"], owner="a", now=0, lease=10) == [DELIVER]
+        finally:
+            store.close()
