@@ -115,8 +115,9 @@ class Runner:
             reserve = getattr(self._dedup.store, "reserve", None)
             if reserve is not None:
                 await anyio.to_thread.run_sync(reserve, concurrency)
+        stopped: Callable[[], bool] = (lambda: False) if stop is None else stop.is_set
         call: _Call = (
-            functools.partial(self._handle_inbox, handler) if transactional
+            functools.partial(self._handle_inbox, handler, stopped) if transactional
             else functools.partial(self._handle, handler))
         try:
             await self._run(call, max_messages, stop, idle_timeout, concurrency)
@@ -193,13 +194,14 @@ class Runner:
                 await self._marks.wait()
 
     async def _handle_inbox(self, handler: Handler | MessageInboxHandler,
-                            message: ReceivedMessage) -> None:
+                            stopped: Callable[[], bool], message: ReceivedMessage) -> None:
         effect = functools.partial(handler, message)
         try:
             # An outage of the store is waited out here (the effect is tried again on
-            # a new transaction); the handler's own failure abandons the message.
+            # a new transaction) until run() is told to stop; then, as after the
+            # handler's own failure, nothing was kept and the message is abandoned.
             ran = await self._watch.call("the inbox", self._dedup.succeeded_with,
-                                         message.message_id, effect)
+                                         message.message_id, effect, give_up=stopped)
         except Exception:
             logger.exception("inbox handler failed for message %s", message.message_id)
             await self.abandon(message)

@@ -117,11 +117,13 @@ class StoreWatch:
         self.answered()
         return result
 
-    async def call(self, doing: str, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, doing: str, fn: Callable[..., T], *args: Any,
+                   give_up: Callable[[], bool] = lambda: False) -> T:
         """``fn(*args)`` in a worker thread, tried again while the store is unavailable.
 
         Raises:
-            StoreUnavailable: still unavailable when the receiver began to stop.
+            StoreUnavailable: still unavailable when the receiver began to stop (or
+                ``give_up()`` became true).
             Exception: whatever else ``fn`` raised.
         """
         self._loop = asyncio.get_running_loop()
@@ -134,7 +136,7 @@ class StoreWatch:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(StoreUnavailable),
             wait=wait_random_exponential(multiplier=0.05, max=self._max_backoff),
-            stop=lambda _state: self._stopping(),
+            stop=lambda _state: self._stopping() or give_up(),
             before_sleep=report,
             reraise=True,
         )

@@ -158,3 +158,38 @@ async def test_the_opt_in_fallback_uses_the_local_window_and_hands_it_back(
     assert any("using the local window" in line and "more than once" in line
                for line in lines)
     assert any("is back: 2 done mark(s)" in line for line in lines)
+
+
+async def test_run_stops_when_told_while_the_store_is_away(
+    pg_server_factory: Callable[[], EmbeddedPostgres], ns: Namespaces,
+    make_receiver: ReceiverFactory,
+) -> None:
+    # Given an inbox run on a store that went away after its first claim
+    server = pg_server_factory()
+    hooks = Recorder()
+    receiver = await make_receiver(
+        dedup_store=PostgresDedupStore(server.dsn, connect_timeout=1), hooks=hooks)
+    await send_to_both(ns, ["m1"])
+    claimed = asyncio.Event()
+
+    def inbox(message: ReceivedMessage, conn: Any) -> None:
+        raise AssertionError("the store is away: the inbox cannot have run")
+
+    real = receiver._dedup.succeeded_with
+
+    def away_first(*args: Any) -> bool:
+        if not claimed.is_set():
+            claimed.set()
+            server.stop(mode="fast")
+        return real(*args)
+
+    receiver._dedup.succeeded_with = away_first  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(receiver.run(inbox, stop=stop, transactional=True))
+    # When run() is told to stop during the outage
+    await wait_for(lambda: bool(hooks.named("on_store_down")), within=20)
+    stop.set()
+    # Then it returns, the message abandoned, not lost (both copies still queued)
+    await asyncio.wait_for(task, 20)
+    assert receiver.stats.abandoned == 1 and receiver.stats.completed == 0
+    assert ns.count("primary") == ns.count("secondary") == 1
