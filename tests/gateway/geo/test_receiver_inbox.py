@@ -11,11 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from gateway import PostgresDedupStore, SqliteDedupStore
+from gateway import GeoReceiver, PostgresDedupStore, SqliteDedupStore
 from gateway.transports import ReceivedMessage
 from replication import ConfigError, InMemoryDedupStore, Message
 from tests.gateway.conftest import Namespaces, ReceiverFactory, Recorder, wait_for
@@ -198,3 +199,24 @@ async def test_an_async_pool_or_another_type_is_refused(make_receiver: ReceiverF
         await make_receiver(dedup_store=pool)
     with pytest.raises(ConfigError, match="dedup_store must be"):
         await make_receiver(dedup_store=42)
+
+
+def test_the_sync_receiver_runs_the_inbox(pg: Pg, pg_effects: str, ns: Namespaces,
+                                          data_dir: Path) -> None:
+    # Given five messages in both namespaces
+    ids = [f"m{i}" for i in range(5)]
+    anyio.run(send_to_both, ns, ids)
+
+    def inbox(message: ReceivedMessage, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"INSERT INTO {pg_effects} VALUES (%s)", (message.message_id,))
+
+    # When a GeoReceiver runs it, two at a time, until idle
+    with GeoReceiver(primary="local://primary", secondary="local://secondary",
+                     entity="orders", data_dir=data_dir, poll_wait=0.05,
+                     dedup_store=PostgresDedupStore(pg.dsn, schema=pg.schema)) as receiver:
+        receiver.run(inbox, transactional=True, concurrency=2, idle_timeout=1.5)
+        stats = receiver.stats
+    # Then each effect committed once and every copy was settled
+    assert pg_counts(pg, pg_effects) == dict.fromkeys(ids, 1)
+    assert (stats.completed, stats.duplicates_suppressed) == (5, 5)
+    assert ns.count("primary") == ns.count("secondary") == 0
