@@ -1,9 +1,11 @@
 """``geogateway consumer status``: who owns which partition, lease ages, checkpoint lag.
 
-Reads one consumer group of one entity from a checkpoint store (a SQLite file or an
-Azure Blob Storage container), per namespace, and the last sequence number of each
-partition from the embedded local namespaces, to show how far behind each
-checkpoint is. It only reads: a missing store file is an error, never created.
+Reads one consumer group of one entity from a checkpoint store (a SQLite file, a
+PostgreSQL database or an Azure Blob Storage container), per namespace, and the last
+sequence number of each partition from the embedded local namespaces, to show how
+far behind each checkpoint is. It only reads: a missing store file is an error, never
+created, and a PostgreSQL store is read in READ ONLY transactions, its tables never
+created.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gateway.consumer import (
     leaving_instances,
     live_instances,
 )
+from gateway.stores import is_dsn
 from gateway.transports.local import LocalNamespace, PartitionInfo
 from replication import ConfigError, MessageRejected, NamespaceUnavailable
 
@@ -256,8 +259,8 @@ def _explicit(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, None)
 
 
-def _choose(ctx: click.Context, store: Path | None, connection_string: str | None
-            ) -> tuple[Path | None, str | None]:
+def _choose(ctx: click.Context, store: str | None, connection_string: str | None
+            ) -> tuple[str | None, str | None]:
     if store is not None and connection_string is not None:
         # An option given on the command line beats the other's environment variable.
         on_line = (_explicit(ctx, "store"), _explicit(ctx, "connection_string"))
@@ -268,8 +271,9 @@ def _choose(ctx: click.Context, store: Path | None, connection_string: str | Non
         raise click.UsageError("give --store or --blob-connection-string, not both", ctx=ctx)
     if store is None and connection_string is None:
         raise click.UsageError(
-            "no checkpoint store: pass --store PATH (or set GEOGATEWAY_CHECKPOINT_STORE), "
-            "or --blob-connection-string and --container", ctx=ctx)
+            "no checkpoint store: pass --store PATH or DSN (or set "
+            "GEOGATEWAY_CHECKPOINT_STORE), or --blob-connection-string and --container",
+            ctx=ctx)
     return store, connection_string
 
 
@@ -284,6 +288,15 @@ def _open_sqlite(path: Path) -> CheckpointStore:
     if path.stat().st_size == 0:
         fail(f"{path} is an empty file, not a checkpoint store: check the path")
     return SqliteCheckpointStore(path, read_only=True)
+
+
+def _open_postgres(dsn: str, schema: str) -> tuple[CheckpointStore, str]:
+    from gateway.consumer import PostgresCheckpointStore
+
+    # Read only: no table is created (a wrong schema is an error, not a new store),
+    # and every transaction is READ ONLY.
+    store = PostgresCheckpointStore(dsn, schema=schema, read_only=True, connect_timeout=5)
+    return store, f"PostgreSQL {store.where}, schema {schema}"
 
 
 def _open_blob(connection_string: str, container: str) -> CheckpointStore:
@@ -358,8 +371,11 @@ def _summary(ns: _Namespace) -> str:
 
 
 @consumer.command()
-@click.option("--store", type=click.Path(path_type=Path), envvar="GEOGATEWAY_CHECKPOINT_STORE",
-              show_envvar=True, help="The SQLite checkpoint store file.")
+@click.option("--store", envvar="GEOGATEWAY_CHECKPOINT_STORE", show_envvar=True,
+              help="The SQLite checkpoint store file, or a PostgreSQL DSN "
+                   "(postgresql://user:password@host:port/database).")
+@click.option("--schema", default="geogateway", show_default=True, envvar="GEOGATEWAY_PG_SCHEMA",
+              help="The schema of a PostgreSQL store.")
 @click.option("--blob-connection-string", "connection_string",
               envvar="GEOGATEWAY_BLOB_CONNECTION_STRING", show_envvar=True,
               help="A storage connection string: the store is a blob container.")
@@ -371,7 +387,7 @@ def _summary(ns: _Namespace) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @data_dir_option
 @click.pass_context
-def status(ctx: click.Context, store: Path | None, connection_string: str | None,
+def status(ctx: click.Context, store: str | None, schema: str, connection_string: str | None,
            container: str | None, entity: str, consumer_group: str,
            namespaces: tuple[str, ...], as_json: bool, data_dir: Path | None) -> None:
     """Who owns which partition of which namespace, lease ages and checkpoint lag.
@@ -392,10 +408,13 @@ def status(ctx: click.Context, store: Path | None, connection_string: str | None
             raise click.UsageError("--blob-connection-string needs --container", ctx=ctx)
         opened = _open_blob(connection_string, container)
         where = f"blob container {container}"
+    elif is_dsn(store):
+        assert store is not None
+        opened, where = _open_postgres(store, schema)
     else:
         assert store is not None
-        opened = _open_sqlite(store)
-        where = str(store)
+        opened = _open_sqlite(Path(store))
+        where = store
     found = run(_read_store(opened, names, entity, consumer_group))
     settings = BalanceSettings()
     now = time.time()

@@ -246,6 +246,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
                     primary=config.primary, secondary=config.secondary, entity=entity,
                     durable_queue=q, data_dir=config.data_dir, recovery=False,
                     policy=config.policy, state_dir=config.state_dir,
+                    roles_store=config.roles_store,
                 ) as sender:
                     report = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": int(report),

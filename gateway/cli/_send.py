@@ -83,6 +83,7 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
         async with AsyncGeoSender(
             primary=config.primary, secondary=config.secondary, entity=config.entity,
             policy=config.policy, data_dir=config.data_dir, state_dir=config.state_dir,
+            roles_store=config.roles_store,
             durable_queue=config.durable_queue.path if config.durable_queue else None,
             recovery=False,
         ) as sender:

@@ -31,16 +31,14 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import signal
 import sqlite3
 import time
 from pathlib import Path
 
-from gateway._support.parent_watch import child_command
 from gateway.drill import _consumer_shared as shared
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._workers import Workers
 from gateway.emulator import EmulatorProcess
 from gateway.geo import AsyncGeoSender, NamespaceConfig, NamespaceLike
 from gateway.stores import SqliteDedupStore
@@ -63,13 +61,10 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
     Scenario.CONSUMER_SCALE: [(0.3, "start", "w3"), (0.6, "term", "w1")],
 }
 _POLL = 0.1
-# The directory that holds the gateway package, for the workers' PYTHONPATH.
-_PROJECT = str(Path(__file__).resolve().parents[2])
 # A worker's graceful stop waits at most DRILL_BALANCE.handover_timeout for takers,
 # then hands over what is left (each partition after its handler call): a worker
 # still running this long after SIGTERM is stuck.
 _STOP_TIMEOUT = 4 * shared.DRILL_BALANCE.handover_timeout
-_READY_TIMEOUT = 30.0
 
 
 async def run_consumer_drill(
@@ -112,9 +107,7 @@ class _ConsumerDrill:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
             shared.create_delivered_table(conn)
             conn.commit()
-        (root / "logs").mkdir(exist_ok=True)
-        self.workers: dict[str, asyncio.subprocess.Process] = {}
-        self.killed: set[str] = set()
+        self.workers = Workers(root, stop_timeout=_STOP_TIMEOUT)
         self.counters = DrillCounters()
         self.sent = 0
         self.script = list(_SCRIPTS[scenario])
@@ -149,7 +142,7 @@ class _ConsumerDrill:
                         await watching
             await asyncio.sleep(0.5)  # a late duplicate would still be counted
         finally:
-            await self._stop_all()
+            await self.workers.stop_all()
         rows = await asyncio.to_thread(self._rows)
         ids = [f"drill-{i:08d}" for i in range(self.sent)]
         return DrillReport(
@@ -165,65 +158,22 @@ class _ConsumerDrill:
     # -- workers --------------------------------------------------------------------
 
     async def _start(self, name: str) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PROJECT, env.get("PYTHONPATH", "")) if p)
-        for ns, value in self.connection_strings.items():
-            env[shared.connection_string_variable(ns)] = value
-        log = await asyncio.to_thread(open, self.root / "logs" / f"{name}.log", "ab")
-        # It stops gracefully by itself should this process die (gateway._support.parent_watch).
-        command, fds = child_command(["-m", "gateway.drill._consumer_worker", "--root",
-                                      str(self.root), "--worker", name])
-        with log:
-            self.workers[name] = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=log, env=env, pass_fds=fds,
-            )
-        # Wait until it can take a SIGTERM gracefully (it imports for a second or so).
-        process = self.workers[name]
-        assert process.stdout is not None
-        try:
-            line = await asyncio.wait_for(process.stdout.readline(), _READY_TIMEOUT)
-        except asyncio.TimeoutError:
-            line = b""
-        if line.strip() != b"ready":
-            raise RuntimeError(f"drill worker {name} did not start; see "
-                               f"{self.root / 'logs' / f'{name}.log'}")
+        env = {shared.connection_string_variable(ns): value
+               for ns, value in self.connection_strings.items()}
+        await self.workers.start(name, ["-m", "gateway.drill._consumer_worker", "--root",
+                                        str(self.root), "--worker", name], env)
 
     async def _act(self, action: str, name: str) -> None:
-        process = self.workers.get(name)
         if action == "start":
             await self._start(name)  # the next step waits until this worker is up
-            return
-        if process is None or process.returncode is not None:
-            return
-        if action == "kill":
-            process.send_signal(signal.SIGKILL)
-            self.killed.add(name)
+        elif action == "kill":
+            self.workers.kill(name)
         elif action == "term":
-            process.send_signal(signal.SIGTERM)
-
-    async def _stop_all(self) -> None:
-        for process in self.workers.values():
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
-        for name, process in self.workers.items():
-            try:
-                await asyncio.wait_for(process.wait(), _STOP_TIMEOUT)
-            except asyncio.TimeoutError:
-                logger.warning("drill worker %s did not stop in %s s: killed; see %s", name,
-                               _STOP_TIMEOUT, self.root / "logs" / f"{name}.log")
-                process.kill()
-                await process.wait()
-            if process.returncode not in (0, -signal.SIGKILL) or (
-                    process.returncode == -signal.SIGKILL and name not in self.killed):
-                logger.warning("drill worker %s exited with %s; see %s", name,
-                               process.returncode, self.root / "logs" / f"{name}.log")
+            self.workers.terminate(name)
 
     def _suppressed(self) -> int:
         total = 0
-        for name in self.workers:
+        for name in self.workers.processes:
             path = self.root / "stats" / f"{name}.json"
             if path.exists():
                 total += int(json.loads(path.read_text())["duplicates"])
@@ -278,7 +228,7 @@ class _ConsumerDrill:
         """True once the workers handled or suppressed every copy (one per namespace
         in active mode), by their progress files. A SIGKILLed worker's last counts
         are lost with it, so with one the drill does not wait for this."""
-        if self.killed:
+        if self.workers.killed:
             return True
         copies = self.sent * (2 if self.mode is Mode.ACTIVE else 1)
         consumed = 0

@@ -76,8 +76,14 @@ class GatewayConfig:
     dedup: DedupConfig | None = None
     data_dir: Path | None = None
     state_dir: Path | None = None
+    #: A PostgreSQL DSN: the senders' roles live there, shared by a fleet (a secret:
+    #: it may hold a password, so it is kept out of the repr).
+    roles_store: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.roles_store is not None and not _is_dsn(self.roles_store):
+            raise ConfigError("roles_store must be a PostgreSQL DSN (postgresql://user:"
+                              "password@host:port/database); role files go in state_dir")
         if not isinstance(self.entity, str) or not self.entity.strip():
             raise ConfigError("entity must be the name of a queue or event hub")
         if self.primary.name == self.secondary.name or endpoint_key(
@@ -146,6 +152,7 @@ _ENV_KEYS = {
     "FAILBACK": ("failback",),
     "DATA_DIR": ("data_dir",),
     "STATE_DIR": ("state_dir",),
+    "ROLES_STORE": ("roles_store",),
     "DURABLE_QUEUE": ("durable_queue", "path"),
     "DEDUP_STORE": ("dedup", "path"),  # or ("dedup", "store") for a DSN
     "DEDUP_SCHEMA": ("dedup", "schema"),
@@ -276,6 +283,7 @@ def env_flag(variable: str, value: str) -> bool:
 _TOP_KEYS = {
     "primary", "secondary", "entity", "mode", "failback", "probe_interval",
     "data_dir", "state_dir", "retry", "deadlines", "durable_queue", "dedup", "kind",
+    "roles_store",
 }
 
 
@@ -319,6 +327,7 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
         if data.get("data_dir") else None,
         state_dir=_path(base, data["state_dir"], "state_dir", source)
         if data.get("state_dir") else None,
+        roles_store=_dsn(data.get("roles_store"), "roles_store", source),
     )
 
 
@@ -342,6 +351,22 @@ def _dedup(base: Path, dedup: dict[str, Any], source: str) -> DedupConfig:
             count=dedup.get("window_count", 1_000_000),
         ),
     )
+
+
+def _is_dsn(value: object) -> bool:
+    from gateway.stores import is_dsn
+
+    return is_dsn(value)
+
+
+def _dsn(value: Any, what: str, source: str) -> str | None:
+    """A PostgreSQL DSN from the config (never echoed: it may hold a password)."""
+    if value is None or value == "":
+        return None
+    if not _is_dsn(value):
+        raise ConfigError(f"{what} in {source} must be a PostgreSQL DSN (postgresql://user:"
+                          "password@host:port/database)")
+    return str(value)
 
 
 def _path(base: Path, value: Any, what: str, source: str) -> Path:

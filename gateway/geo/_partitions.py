@@ -65,6 +65,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
@@ -83,7 +84,7 @@ from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, Partition
 from gateway.geo._receiver import StopFlag
 from gateway.geo._receiver_run import check_inbox
 from gateway.geo._store_watch import StoreWatch
-from gateway.stores import DedupTarget, open_dedup_store
+from gateway.stores import DedupTarget, is_dsn, open_dedup_store
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
     ConfigError,
@@ -94,6 +95,9 @@ from replication import (
     RetryPolicy,
     TransportError,
 )
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 __all__ = [
     "DEFAULT_HANDLER_RETRY",
@@ -115,6 +119,17 @@ _RUN_POLL = 0.05
 _INBOX_CONCURRENCY = 8
 
 
+def _open_checkpoint_store(
+    target: str | os.PathLike[str] | ConnectionPool[Any],
+) -> CheckpointStore:
+    """A PostgreSQL store for a DSN or a pool, a SQLite one for a path."""
+    if isinstance(target, (str, os.PathLike)) and not is_dsn(target):
+        return SqliteCheckpointStore(target)
+    from gateway.consumer import PostgresCheckpointStore
+
+    return PostgresCheckpointStore(target)  # type: ignore[arg-type]  # a DSN or a pool
+
+
 class AsyncGeoPartitionReceiver:
     """Reads a partitioned entity on both namespaces and delivers each ``MessageId`` once.
 
@@ -124,7 +139,9 @@ class AsyncGeoPartitionReceiver:
         secondary: the same for the secondary namespace (a different namespace).
         entity: the partitioned entity (event hub).
         checkpoint_store: a ``CheckpointStore`` (shared by the instances of the
-            group; the caller closes it) or the path of a SQLite one (closed here).
+            group; the caller closes it), the path of a SQLite one (one machine), or
+            a PostgreSQL DSN or ``psycopg_pool.ConnectionPool`` (a fleet: a
+            ``PostgresCheckpointStore``); a store opened here is closed here.
             Checkpoints and ownership are kept per namespace.
         dedup_store: a path (a persistent SQLite window, shared by the processes of
             one machine), a PostgreSQL DSN or a ``psycopg_pool.ConnectionPool`` (one
@@ -159,7 +176,7 @@ class AsyncGeoPartitionReceiver:
         primary: NamespaceLike,
         secondary: NamespaceLike,
         entity: str,
-        checkpoint_store: CheckpointStore | str | os.PathLike[str],
+        checkpoint_store: CheckpointStore | str | os.PathLike[str] | ConnectionPool[Any],
         dedup_store: DedupTarget,
         consumer_group: str = "$Default",
         instance_id: str | None = None,
@@ -189,7 +206,7 @@ class AsyncGeoPartitionReceiver:
         if isinstance(checkpoint_store, CheckpointStore):
             self._store = checkpoint_store
         else:
-            self._store = SqliteCheckpointStore(checkpoint_store)
+            self._store = _open_checkpoint_store(checkpoint_store)
             self._owned.append(self._store)
         dedup = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
         self._dedup = Deduplicator(dedup, window=dedup_window, lease=dedup_lease)

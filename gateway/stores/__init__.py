@@ -18,8 +18,9 @@ if _TYPE_CHECKING:
     from gateway.stores._dedup_open import DedupTarget, open_dedup_store
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
     from gateway.stores._pg_dedup import PostgresDedupStore
+    from gateway.stores._pg_roles import PostgresRoleStore
     from gateway.stores._pg_server import EmbeddedPostgres
-    from gateway.stores._roles import RoleStore
+    from gateway.stores._roles import RoleStore, RoleStoreLike
 
 _LAZY = {
     "DedupTarget": "gateway.stores._dedup_open",
@@ -33,7 +34,9 @@ _LAZY = {
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
     "PostgresDedupStore": "gateway.stores._pg_dedup",
+    "PostgresRoleStore": "gateway.stores._pg_roles",
     "RoleStore": "gateway.stores._roles",
+    "RoleStoreLike": "gateway.stores._roles",
     "SqliteDedupStore": "gateway.stores._dedup",
 }
 
@@ -46,7 +49,9 @@ __all__ = [
     "FallbackDedupStore",
     "PgTarget",
     "PostgresDedupStore",
+    "PostgresRoleStore",
     "RoleStore",
+    "RoleStoreLike",
     "SqliteDedupStore",
     "describe_dsn",
     "is_dsn",

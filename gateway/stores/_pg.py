@@ -209,16 +209,16 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
 
     def body(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"geogateway:{schema}",))
-        # Create only what is missing: a user without CREATE on the database can use a
-        # schema made (and migrated) by its owner.
-        found = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL,"
-                             " to_regclass(%s) IS NOT NULL",
+        # Created only when missing: CREATE ... IF NOT EXISTS checks the right to
+        # create first, and a user with rights on the tables only (an administrator
+        # migrated them) must be able to start.
+        found = conn.execute("SELECT to_regnamespace(%s), to_regclass(%s)",
                              (schema, f"{schema}.geogateway_schema")).fetchone()
-        if not (found and found[0]):
-            conn.execute(f"CREATE SCHEMA {schema}")
-        if not (found and found[1]):
+        if found is None or found[0] is None:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        if found is None or found[1] is None:
             conn.execute(
-                f"CREATE TABLE {schema}.geogateway_schema ("
+                f"CREATE TABLE IF NOT EXISTS {schema}.geogateway_schema ("
                 " component text PRIMARY KEY, version integer NOT NULL,"
                 " migrated_at timestamptz NOT NULL DEFAULT now())"
             )
