@@ -29,24 +29,17 @@ mark re-delivers the message later (to this group, after the claim's lease), so 
 effect is **at-least-once** and the handler should be idempotent.
 
 With ``transactional=True`` (:meth:`AsyncGeoPartitionReceiver.start` / ``run``) the
-handler is an *inbox handler* ``(event, conn) -> None``: it runs in a worker thread
-inside the dedup store's transaction that marks the id done (``finish_with_effect``)
-and writes its effect into tables of its own through ``conn``. The effect and the mark
-commit together or not at all, so effects are **exactly-once**: a crash rolls both back
-and the message is delivered again; a copy whose id is already done is skipped inside
-the transaction, and of two copies racing (after a lease ran out) the second one's
-mark conflicts and its transaction rolls back. On PostgreSQL
-(:class:`gateway.PostgresDedupStore`) ``conn`` is a ``psycopg`` connection of the pool
-and handlers run concurrently, each in its own transaction, across partitions,
-processes and machines (``concurrency`` bounds them; 8 by default). On SQLite
-(:class:`gateway.SqliteDedupStore`) ``conn`` is the store's connection inside
-``BEGIN IMMEDIATE``, and the tables are in its file: inbox handlers of all partitions
-(and all processes sharing the file) are serialized by SQLite's write lock.
+handler is an *inbox handler* ``(event, conn) -> None``, run in a worker thread inside
+the dedup store's transaction that marks the id done (``finish_with_effect``); it
+writes its effect through ``conn``, so effect and mark commit together (**exactly-once**;
+a copy whose id is done is skipped, and of two racing copies the second one's mark
+conflicts and rolls back). On PostgreSQL ``conn`` is a pooled ``psycopg`` connection and
+handlers run concurrently (``concurrency``, 8 by default) across partitions, processes
+and machines; on SQLite it is the store's file, and SQLite's write lock serializes them.
 
-A shared store that does not answer (PostgreSQL restarted, failed over) stops
-delivery at the store: checks, marks and inbox transactions wait for it (one warning,
-``on_store_down``, one ``on_error(None, exc)``; ``on_store_up`` once it is back);
-nothing is checkpointed past an event whose mark is not written.
+A shared store that does not answer stops delivery at the store: checks, marks and
+inbox transactions wait for it (a warning, ``on_store_down``, ``on_error(None, exc)``,
+then ``on_store_up``); nothing is checkpointed past an event whose mark is not written.
 
 A namespace that is down does not stop the other: its processor retries, every
 failure goes to ``on_error``, and the outage is one warning naming the namespace and
