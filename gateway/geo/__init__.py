@@ -12,13 +12,14 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
-    from gateway.geo._config import DedupConfig, DurableQueueConfig, GatewayConfig
+    from gateway.geo._config import DurableQueueConfig, GatewayConfig
+    from gateway.geo._dedup_config import DedupConfig, dedup_layer
     from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
     from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
     from gateway.geo._partitions_sync import GeoPartitionReceiver
-    from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
+    from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
 
@@ -26,7 +27,7 @@ _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
-    "DedupConfig": "gateway.geo._config",
+    "DedupConfig": "gateway.geo._dedup_config",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
     "GatewayHooks": "gateway.geo._hooks",
@@ -37,9 +38,11 @@ _LAZY = {
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
     "ReceiverStats": "gateway.geo._receiver",
+    "MessageInboxHandler": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
     "default_state_dir": "gateway.geo._factory",
+    "dedup_layer": "gateway.geo._dedup_config",
     "emit": "gateway.geo._hooks",
     "open_transport": "gateway.geo._factory",
 }
@@ -59,11 +62,13 @@ __all__ = [
     "GeoReceiver",
     "GeoSender",
     "InboxHandler",
+    "MessageInboxHandler",
     "NamespaceConfig",
     "NamespaceLike",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
+    "dedup_layer",
     "default_state_dir",
     "emit",
     "open_transport",

@@ -14,12 +14,18 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
+    from gateway.stores._dedup_fallback import FallbackDedupStore
+    from gateway.stores._dedup_open import DedupTarget, open_dedup_store
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
+    from gateway.stores._pg_dedup import PostgresDedupStore
     from gateway.stores._pg_roles import PostgresRoleStore
     from gateway.stores._pg_server import EmbeddedPostgres
     from gateway.stores._roles import RoleStore, RoleStoreLike
 
 _LAZY = {
+    "DedupTarget": "gateway.stores._dedup_open",
+    "FallbackDedupStore": "gateway.stores._dedup_fallback",
+    "open_dedup_store": "gateway.stores._dedup_open",
     "EmbeddedPostgres": "gateway.stores._pg_server",
     "PgTarget": "gateway.stores._pg",
     "describe_dsn": "gateway.stores._pg",
@@ -27,6 +33,7 @@ _LAZY = {
     "migrate": "gateway.stores._pg",
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
+    "PostgresDedupStore": "gateway.stores._pg_dedup",
     "PostgresRoleStore": "gateway.stores._pg_roles",
     "RoleStore": "gateway.stores._roles",
     "RoleStoreLike": "gateway.stores._roles",
@@ -37,8 +44,11 @@ __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "DedupTarget",
     "EmbeddedPostgres",
+    "FallbackDedupStore",
     "PgTarget",
+    "PostgresDedupStore",
     "PostgresRoleStore",
     "RoleStore",
     "RoleStoreLike",
@@ -46,6 +56,7 @@ __all__ = [
     "describe_dsn",
     "is_dsn",
     "migrate",
+    "open_dedup_store",
     "open_pool",
     "pg_errors",
 ]
