@@ -36,7 +36,7 @@ if _TYPE_CHECKING:
         ReplayReport,
         SendResult,
     )
-    from gateway.stores import SqliteDedupStore
+    from gateway.stores import FallbackDedupStore, PostgresDedupStore, SqliteDedupStore
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -60,6 +60,7 @@ _LAZY = {
     "DedupStore": "replication",
     "DedupWindow": "replication",
     "DurableQueueConfig": "gateway.geo",
+    "FallbackDedupStore": "gateway.stores",
     "GatewayConfig": "gateway.geo",
     "GatewayHooks": "gateway.geo",
     "GeoPartitionReceiver": "gateway.geo",
@@ -69,6 +70,7 @@ _LAZY = {
     "Message": "replication",
     "Mode": "replication",
     "NamespaceConfig": "gateway.geo",
+    "PostgresDedupStore": "gateway.stores",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
@@ -92,6 +94,7 @@ __all__ = [
     "DedupWindow",
     "DurableQueueConfig",
     "DurableQueueError",
+    "FallbackDedupStore",
     "GatewayConfig",
     "GatewayError",
     "GatewayHooks",
@@ -107,6 +110,7 @@ __all__ = [
     "NamespaceUnavailable",
     "OperationTimeout",
     "OwnershipLost",
+    "PostgresDedupStore",
     "QueueCorrupt",
     "QueueFull",
     "ReceiveMode",

@@ -30,13 +30,23 @@ effect is **at-least-once** and the handler should be idempotent.
 
 With ``transactional=True`` (:meth:`AsyncGeoPartitionReceiver.start` / ``run``) the
 handler is an *inbox handler* ``(event, conn) -> None``: it runs in a worker thread
-inside the dedup store's ``BEGIN IMMEDIATE`` transaction that marks the id done
-(:meth:`gateway.SqliteDedupStore.finish_with_effect`), and writes its effect into
-tables of its own in the dedup store's SQLite file through ``conn``. The effect and
-the mark commit together or not at all, so effects are **exactly-once**: a crash
-rolls both back and the message is delivered again; a copy whose id is already
-done is skipped inside the transaction. Inbox handlers of all partitions (and all
-processes sharing the file) are serialized by SQLite's write lock: keep them short.
+inside the dedup store's transaction that marks the id done (``finish_with_effect``)
+and writes its effect into tables of its own through ``conn``. The effect and the mark
+commit together or not at all, so effects are **exactly-once**: a crash rolls both back
+and the message is delivered again; a copy whose id is already done is skipped inside
+the transaction, and of two copies racing (after a lease ran out) the second one's
+mark conflicts and its transaction rolls back. On PostgreSQL
+(:class:`gateway.PostgresDedupStore`) ``conn`` is a ``psycopg`` connection of the pool
+and handlers run concurrently, each in its own transaction, across partitions,
+processes and machines (``concurrency`` bounds them; 8 by default). On SQLite
+(:class:`gateway.SqliteDedupStore`) ``conn`` is the store's connection inside
+``BEGIN IMMEDIATE``, and the tables are in its file: inbox handlers of all partitions
+(and all processes sharing the file) are serialized by SQLite's write lock.
+
+A shared store that does not answer (PostgreSQL restarted, failed over) stops
+delivery at the store: checks, marks and inbox transactions wait for it (one warning,
+``on_store_down``, one ``on_error(None, exc)``; ``on_store_up`` once it is back);
+nothing is checkpointed past an event whose mark is not written.
 
 A namespace that is down does not stop the other: its processor retries, every
 failure goes to ``on_error``, and the outage is one warning naming the namespace and
@@ -50,12 +60,13 @@ the same core; ``_partitions_dedup`` delivers each event once.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+
+import anyio.to_thread
 
 from gateway.consumer import (
     AsyncPartitionProcessor,
@@ -70,14 +81,16 @@ from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, PartitionHandler
 from gateway.geo._receiver import StopFlag
-from gateway.stores import SqliteDedupStore
+from gateway.geo._receiver_run import check_inbox
+from gateway.geo._store_watch import StoreWatch
+from gateway.stores import DedupTarget, open_dedup_store
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
     ConfigError,
     Deduplicator,
     DedupStats,
-    DedupStore,
     DedupWindow,
+    GatewayError,
     RetryPolicy,
     TransportError,
 )
@@ -98,6 +111,8 @@ DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff
                                     max_delay=5.0)
 
 _RUN_POLL = 0.05
+#: Inbox handlers at once on a store with a pool (PostgreSQL) when run() does not say.
+_INBOX_CONCURRENCY = 8
 
 
 class AsyncGeoPartitionReceiver:
@@ -111,8 +126,11 @@ class AsyncGeoPartitionReceiver:
         checkpoint_store: a ``CheckpointStore`` (shared by the instances of the
             group; the caller closes it) or the path of a SQLite one (closed here).
             Checkpoints and ownership are kept per namespace.
-        dedup_store: a path (a persistent SQLite window, shareable between
-            processes) or a ``DedupStore``; closed by :meth:`aclose`.
+        dedup_store: a path (a persistent SQLite window, shared by the processes of
+            one machine), a PostgreSQL DSN or a ``psycopg_pool.ConnectionPool`` (one
+            window for a fleet), or a ``DedupStore``; closed by :meth:`aclose`.
+        dedup_fallback: a SQLite file to de-duplicate against while a shared store
+            stays unreachable (at-least-once meanwhile); None: wait for the store.
         consumer_group: the consumer group, the same on both namespaces.
         instance_id: a stable id; the processors use ``f"{instance_id}@{namespace}"``.
             Random when omitted.
@@ -128,8 +146,8 @@ class AsyncGeoPartitionReceiver:
             handler takes).
         on_error: ``async (ctx, exc)``, called for each round of attempts a handler
             failed (the event is offered again), for read and checkpoint errors
-            (``ctx`` is that partition's context) and for store errors of the
-            balancing loop (``ctx`` is None).
+            (``ctx`` is that partition's context), for store errors of the
+            balancing loop and once per outage of the dedup store (``ctx`` is None).
 
     Raises:
         ConfigError: both namespaces are the same, or a bad entity or option.
@@ -142,7 +160,7 @@ class AsyncGeoPartitionReceiver:
         secondary: NamespaceLike,
         entity: str,
         checkpoint_store: CheckpointStore | str | os.PathLike[str],
-        dedup_store: str | os.PathLike[str] | DedupStore,
+        dedup_store: DedupTarget,
         consumer_group: str = "$Default",
         instance_id: str | None = None,
         settings: ProcessorSettings | None = None,
@@ -154,6 +172,7 @@ class AsyncGeoPartitionReceiver:
         handler_retry: RetryPolicy = DEFAULT_HANDLER_RETRY,
         on_error: ErrorCallback | None = None,
         dedup_lease: float = 60.0,
+        dedup_fallback: str | os.PathLike[str] | None = None,
     ) -> None:
         self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
@@ -172,8 +191,7 @@ class AsyncGeoPartitionReceiver:
         else:
             self._store = SqliteCheckpointStore(checkpoint_store)
             self._owned.append(self._store)
-        dedup = (dedup_store if isinstance(dedup_store, DedupStore)
-                 else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow()))
+        dedup = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
         self._dedup = Deduplicator(dedup, window=dedup_window, lease=dedup_lease)
         self.consumer_group = consumer_group
         self._settings = settings
@@ -183,8 +201,11 @@ class AsyncGeoPartitionReceiver:
         self._on_error = on_error
         self._processors: list[AsyncPartitionProcessor] = []
         self._stopping = asyncio.Event()
+        self._store_watch = StoreWatch(dedup, hooks=self._hooks, on_error=self._store_error,
+                                       stopping=self._stopping.is_set)
         self._delivery = DedupDelivery(self._dedup, handler_retry=handler_retry,
-                                       hooks=self._hooks, stopping=self._stopping)
+                                       hooks=self._hooks, stopping=self._stopping,
+                                       watch=self._store_watch)
         self._down: set[str] = set()
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._busy = 0
@@ -221,7 +242,8 @@ class AsyncGeoPartitionReceiver:
         await self.aclose()
 
     async def start(
-        self, handler: PartitionHandler | InboxHandler, *, transactional: bool = False
+        self, handler: PartitionHandler | InboxHandler, *, transactional: bool = False,
+        concurrency: int | None = None,
     ) -> None:
         """Join the group on both namespaces and handle events in the background.
 
@@ -231,22 +253,28 @@ class AsyncGeoPartitionReceiver:
             transactional: run the handler inside the dedup store's transaction that
                 marks the id done, so that its writes through ``conn`` and the mark
                 commit together: exactly-once effects (see the module docstring).
+            concurrency: handlers running at once across the partitions read here
+                (each partition still one event at a time, in order). None: one per
+                partition, and on PostgreSQL with ``transactional`` 8 (the pool grows
+                to match).
 
         Raises:
             RuntimeError: already started, or closed.
             ConfigError: ``transactional`` with a coroutine handler, or with a dedup
-                store that has no ``finish_with_effect``.
+                store that has no ``finish_with_effect``; ``concurrency`` < 1; a pool
+                of the application's too small for ``concurrency`` inbox handlers.
         """
         if self._closed or self._processors:
             raise RuntimeError("this receiver is " + ("closed" if self._closed else "running"))
+        if concurrency is not None and concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, not {concurrency}")
         if transactional:
-            if inspect.iscoroutinefunction(handler):
-                raise ConfigError("an inbox handler (transactional=True) is a plain "
-                                  "function (event, conn): it runs in a worker thread")
-            if not self._dedup.transactional:
-                raise ConfigError("transactional=True needs a dedup store with "
-                                  "finish_with_effect, such as SqliteDedupStore")
-        self._delivery.use(handler, transactional=transactional)
+            check_inbox(handler, self._dedup, what="event")
+            reserve = getattr(self._dedup.store, "reserve", None)
+            if reserve is not None:
+                concurrency = concurrency or _INBOX_CONCURRENCY
+                await anyio.to_thread.run_sync(reserve, concurrency)
+        self._delivery.use(handler, transactional=transactional, concurrency=concurrency)
         self._stopping.clear()
         self._last_activity = time.monotonic()
         # A processor cannot be restarted after stop(): build new ones each time.
@@ -285,19 +313,21 @@ class AsyncGeoPartitionReceiver:
         stop: StopFlag | None = None,
         idle_timeout: float | None = None,
         transactional: bool = False,
+        concurrency: int | None = None,
     ) -> None:
         """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
 
         Starts, waits, then :meth:`stop` s (also when cancelled). An outage of both
-        namespaces does not count as idle.
+        namespaces, or of the dedup store, does not count as idle.
 
         Args:
             handler: ``async (event)`` or a plain function (run in a worker thread).
             stop: anything with ``is_set()``: ``asyncio.Event``, ``threading.Event``.
             idle_timeout: return after this many seconds without an event.
             transactional: ``handler`` is an inbox handler; see :meth:`start`.
+            concurrency: handlers at once; see :meth:`start`.
         """
-        await self.start(handler, transactional=transactional)
+        await self.start(handler, transactional=transactional, concurrency=concurrency)
         try:
             while not (stop is not None and stop.is_set()):
                 if self._busy or len(self._down) == len(self._transports):
@@ -317,9 +347,16 @@ class AsyncGeoPartitionReceiver:
         self._closed = True
         for resource in self._owned:
             await resource.aclose()
-        self._dedup.close()
+        try:
+            await anyio.to_thread.run_sync(self._dedup.close)
+        except GatewayError as exc:  # the claims could not be released: their leases run out
+            logger.warning("closing the %s: %s", self._store_watch.store, exc)
 
     # -- processing -----------------------------------------------------------------
+
+    async def _store_error(self, exc: BaseException) -> None:
+        if self._on_error is not None:
+            await self._on_error(None, exc)
 
     def _processor(self, transport: Transport) -> AsyncPartitionProcessor:
         namespace = transport.namespace

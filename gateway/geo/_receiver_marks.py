@@ -8,7 +8,9 @@ worker thread, so the loop keeps pumping and settling meanwhile.
 
 Nothing is settled before its mark committed (see :class:`DoneMarks`): a copy that
 comes back after a crash is then either a known duplicate or, when the crash came
-before the commit, delivered again (at-least-once), never lost.
+before the commit, delivered again (at-least-once), never lost. A shared store that
+does not answer (``StoreUnavailable``) is waited for: the group is written again until
+it is back (its copies stay unsettled meanwhile), unless the receiver is closing.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-import anyio.to_thread
-
+from gateway.geo._store_watch import StoreWatch
 from replication import Deduplicator
 
 __all__ = ["DoneMarks"]
@@ -42,9 +43,11 @@ class DoneMarks(Generic[T]):
     def __init__(
         self, dedup: Deduplicator,
         on_marked: Callable[[list[T], Exception | None], Awaitable[None]],
+        watch: StoreWatch,
     ) -> None:
         self._dedup = dedup
         self._on_marked = on_marked
+        self._watch = watch
         self._queue: list[tuple[str, T]] = []
         self._group: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -90,7 +93,7 @@ class DoneMarks(Generic[T]):
         ids = [message_id for message_id, _ in queued]
         error: Exception | None = None
         try:
-            await anyio.to_thread.run_sync(self._dedup.succeeded_many, ids)
+            await self._watch.call("marking done", self._dedup.succeeded_many, ids)
         except Exception as exc:
             logger.error("could not mark %d message id(s) done: %s; their messages stay "
                          "unsettled and come back when their locks expire", len(ids), exc)

@@ -14,11 +14,17 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
+    from gateway.stores._dedup_fallback import FallbackDedupStore
+    from gateway.stores._dedup_open import DedupTarget, open_dedup_store
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
+    from gateway.stores._pg_dedup import PostgresDedupStore
     from gateway.stores._pg_server import EmbeddedPostgres
     from gateway.stores._roles import RoleStore
 
 _LAZY = {
+    "DedupTarget": "gateway.stores._dedup_open",
+    "FallbackDedupStore": "gateway.stores._dedup_fallback",
+    "open_dedup_store": "gateway.stores._dedup_open",
     "EmbeddedPostgres": "gateway.stores._pg_server",
     "PgTarget": "gateway.stores._pg",
     "describe_dsn": "gateway.stores._pg",
@@ -26,6 +32,7 @@ _LAZY = {
     "migrate": "gateway.stores._pg",
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
+    "PostgresDedupStore": "gateway.stores._pg_dedup",
     "RoleStore": "gateway.stores._roles",
     "SqliteDedupStore": "gateway.stores._dedup",
 }
@@ -34,13 +41,17 @@ __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "DedupTarget",
     "EmbeddedPostgres",
+    "FallbackDedupStore",
     "PgTarget",
+    "PostgresDedupStore",
     "RoleStore",
     "SqliteDedupStore",
     "describe_dsn",
     "is_dsn",
     "migrate",
+    "open_dedup_store",
     "open_pool",
     "pg_errors",
 ]

@@ -300,6 +300,17 @@ class SqliteDedupStore(DedupStore):
 
         return self._call(attempt)
 
+    def done_since(self, since: float) -> list[tuple[str, float]]:
+        """The ids marked done at or after ``since``, with their times, oldest first
+        (what a fallback window hands back to the shared store)."""
+
+        def attempt(conn: sqlite3.Connection) -> list[tuple[str, float]]:
+            return [(str(m), float(t)) for m, t in conn.execute(
+                "SELECT message_id, done_at FROM done WHERE done_at >= ? ORDER BY done_at",
+                (since,))]
+
+        return self._call(attempt)
+
     def prune(self, *, now: float, window: DedupWindow) -> int:
         """See :meth:`replication.DedupStore.prune`; one transaction.
 

@@ -47,6 +47,15 @@ class Recorder(GatewayHooks):
     def on_duplicate(self, **kw: Any) -> None:
         self.events.append(("on_duplicate", kw))
 
+    def on_store_down(self, **kw: Any) -> None:
+        self.events.append(("on_store_down", kw))
+
+    def on_store_up(self, **kw: Any) -> None:
+        self.events.append(("on_store_up", kw))
+
+    def on_dedup_fallback(self, **kw: Any) -> None:
+        self.events.append(("on_dedup_fallback", kw))
+
 
 class Exploding(GatewayHooks):
     """Every hook raises."""
