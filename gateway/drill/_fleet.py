@@ -15,9 +15,10 @@ delivery's effect by MessageId:
   fleet without a shared store gets: machine A takes the primary's copy, machine B the
   secondary's, and the effect happens twice (the drill fails, as it should).
 
-Script, by the fraction of messages delivered: machine w2 is SIGKILLed at 30% (its
-in-flight ids are taken over once their claims' lease ends); the primary goes down at
-45% and comes back at 70%. The drill waits until both queues are empty (every copy
+Script: machine w2 is SIGKILLed at 30% of the messages delivered (its in-flight ids
+are taken over once their claims' lease ends); the primary goes down at 45% of the
+messages sent and comes back at 70% (its copies meanwhile wait in the sender's
+durable queue and are replayed). The drill waits until both queues are empty (every copy
 completed: delivered once, or suppressed) and the sender's backlog is replayed, then
 stops the machines. ``lost`` counts ids with no effect, ``duplicates_delivered`` the
 sum of ``count - 1`` over the effects table(s): both must be 0 to pass.
@@ -49,8 +50,10 @@ logger = logging.getLogger("geogateway.drill")
 
 STORES = ("postgres", "sqlite")
 MACHINES = ("w1", "w2", "w3")
-#: (fraction of messages delivered, action, target).
-SCRIPT = [(0.3, "kill", "w2"), (0.45, "down", PRIMARY), (0.7, "up", PRIMARY)]
+#: (fraction of messages delivered, action, machine).
+MACHINE_SCRIPT = [(0.3, "kill", "w2")]
+#: (fraction of messages sent, action, namespace).
+NAMESPACE_SCRIPT = [(0.45, "down", PRIMARY), (0.7, "up", PRIMARY)]
 _POLL = 0.1
 _LOCK = 5.0
 _STOP_TIMEOUT = 15.0
@@ -99,7 +102,8 @@ class _FleetDrill:
         self.workers = Workers(root, stop_timeout=_STOP_TIMEOUT)
         self.counters = DrillCounters()
         self.sent = 0
-        self.script = list(SCRIPT)
+        self.script = list(MACHINE_SCRIPT)
+        self.namespace_script = list(NAMESPACE_SCRIPT)
         self.dsn: str | None = None
         self.schema = f"drill_{uuid.uuid4().hex[:12]}"
 
@@ -158,27 +162,26 @@ class _FleetDrill:
 
     async def _send_all(self, sender: AsyncGeoSender) -> None:
         while self.sent < self.total:
+            while self.namespace_script and self.sent >= self.namespace_script[0][0] * self.total:
+                _, action, name = self.namespace_script.pop(0)
+                logger.info("fleet drill: %s %s at %d sent", action, name, self.sent)
+                getattr(self.namespaces[name], action)()
             batch = [Message(f"order {i}".encode(), message_id=f"drill-{i:08d}")
                      for i in range(self.sent, min(self.sent + self.batch_size, self.total))]
             await sender.send_batch(batch)
             self.sent += len(batch)
             if self.sent % 200 < self.batch_size or self.sent == self.total:
                 self.progress("sent", self.sent, self.total)
-            await asyncio.sleep(0)  # the watcher runs the script while sending
+            await asyncio.sleep(0.005)  # messages flow while machines and namespaces fail
 
     async def _watch(self) -> None:
         while True:
             delivered = await asyncio.to_thread(self._count)
             self.progress("delivered", delivered, self.total)
             while self.script and delivered >= self.script[0][0] * self.total:
-                _, action, target = self.script.pop(0)
-                logger.info("fleet drill: %s %s at %d delivered", action, target, delivered)
-                if action == "kill":
-                    self.workers.kill(target)
-                elif action == "down":
-                    self.namespaces[target].down()
-                else:
-                    self.namespaces[target].up()
+                _, _, machine = self.script.pop(0)
+                logger.info("fleet drill: SIGKILL %s at %d delivered", machine, delivered)
+                self.workers.kill(machine)
             await asyncio.sleep(_POLL)
 
     async def _settle(self, sender: AsyncGeoSender, watching: asyncio.Task[None],
