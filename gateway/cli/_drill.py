@@ -149,6 +149,11 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     folder, printed first; it is removed when the drill passes.
     """
     _check_options(ctx, scenario)
+    if scenario != "fleet":
+        given = ctx.get_parameter_source("dsn") is click.core.ParameterSource.COMMANDLINE
+        if store is not None or given:
+            raise click.UsageError("--store and --dsn are for the fleet scenario")
+        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet scenario
     quiet = json_path is not None and str(json_path) == "-"
     with Progress(
         TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),

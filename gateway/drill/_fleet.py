@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress
-from gateway.drill._fleet_worker import DSN_VARIABLE, ENTITY, LEASE, SCHEMA_VARIABLE, effects_sql
+from gateway.drill._fleet_shared import DSN_VARIABLE, ENTITY, LEASE, SCHEMA_VARIABLE, effects_sql
 from gateway.drill._report import DrillCounters, DrillReport
 from gateway.drill._workers import Workers
 from gateway.geo import AsyncGeoSender
@@ -224,9 +224,9 @@ class _FleetDrill:
             path = self.root / "machines" / machine / "dedup.db"
             if not path.exists():
                 continue
-            with contextlib.closing(sqlite3.connect(path, timeout=30.0)) as conn:
-                with contextlib.suppress(sqlite3.OperationalError):  # no effect yet
-                    rows.extend(conn.execute(sql.format(table="drill_effects")))
+            with (contextlib.closing(sqlite3.connect(path, timeout=30.0)) as conn,
+                  contextlib.suppress(sqlite3.OperationalError)):  # no effect yet
+                rows.extend(conn.execute(sql.format(table="drill_effects")))
         return rows
 
     def _count(self) -> int:

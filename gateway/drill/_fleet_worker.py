@@ -34,33 +34,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.drill._fleet_shared import (
+    CONCURRENCY,
+    DSN_VARIABLE,
+    ENTITY,
+    LEASE,
+    SCHEMA_VARIABLE,
+    effects_sql,
+)
 from gateway.geo import AsyncGeoReceiver
 from gateway.transports.base import ReceivedMessage
 from replication import DedupStore
 
-__all__ = ["DSN_VARIABLE", "ENTITY", "LEASE", "SCHEMA_VARIABLE", "effects_sql", "main"]
+__all__ = ["main"]
 
 logger = logging.getLogger("geogateway.drill")
-
-ENTITY = "drill"
-DSN_VARIABLE = "GEOGATEWAY_DRILL_DSN"
-SCHEMA_VARIABLE = "GEOGATEWAY_DRILL_SCHEMA"
-#: A killed worker's in-flight ids are claimable again after 3 s (default 60 s).
-LEASE = 3.0
-#: Inbox handlers running at once in each worker.
-CONCURRENCY = 4
-
-
-def effects_sql(table: str) -> tuple[str, str]:
-    """(CREATE TABLE, the effect's upsert) for ``table``; ``%s`` or ``?`` placeholders
-    are filled in by the caller's driver (see :func:`_upsert`)."""
-    create = (f"CREATE TABLE IF NOT EXISTS {table} (message_id TEXT PRIMARY KEY,"
-              " worker TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,"
-              " count INTEGER NOT NULL DEFAULT 1)")
-    upsert = (f"INSERT INTO {table} (message_id, worker, at, count) VALUES ({{p}}, {{p}}, {{p}}, 1)"
-              f" ON CONFLICT (message_id) DO UPDATE SET count = {table}.count + 1")
-    return create, upsert
-
 
 def _store(root: Path, worker: str, kind: str) -> tuple[DedupStore, str]:
     """The dedup store and the effects upsert of this worker."""
