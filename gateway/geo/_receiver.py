@@ -107,6 +107,8 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             shared store stays unreachable (``FallbackDedupStore``: at-least-once
             across machines meanwhile); None (the default): wait for the store.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        dedup_lease: seconds a delivered copy's claim holds the other copy back; a
+            receiver that crashed with the copy leaves it to the others after this.
         prefetch: messages each namespace's pump keeps received ahead of the caller.
         hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
         data_dir: the directory of local namespaces.
@@ -125,6 +127,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         dedup_store: DedupTarget,
         dedup_window: DedupWindow | None = None,
         dedup_fallback: str | os.PathLike[str] | None = None,
+        dedup_lease: float = 60.0,
         prefetch: int = 100,
         hooks: GatewayHooks | Iterable[GatewayHooks] = (),
         data_dir: str | os.PathLike[str] | None = None,
@@ -146,7 +149,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             if owned:
                 self._owned.append(transport)
         store = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
-        self._dedup = Deduplicator(store, window=dedup_window, clock=clock)
+        self._dedup = Deduplicator(store, window=dedup_window, clock=clock, lease=dedup_lease)
         self._closing = False
         self._watch = StoreWatch(store, hooks=self._hooks, stopping=lambda: self._closing)
         self._inbox: deque[ReceivedMessage] = deque()
