@@ -45,7 +45,7 @@ def pg_session_server() -> Iterator[EmbeddedPostgres]:
     try:
         yield server
     finally:
-        server.stop(mode="immediate")
+        server.cleanup()
         shutil.rmtree(parent, ignore_errors=True)
 
 
@@ -68,5 +68,5 @@ def pg_server_factory() -> Iterator[Callable[[], EmbeddedPostgres]]:
 
     yield start
     for server, parent in started:
-        server.stop(mode="immediate")
+        server.cleanup()
         shutil.rmtree(parent, ignore_errors=True)

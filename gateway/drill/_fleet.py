@@ -82,7 +82,7 @@ async def run_fleet_drill(
 
                 server = EmbeddedPostgres(root / "postgres", fsync=False)
                 dsn = await asyncio.to_thread(server.start)
-                stack.callback(server.stop)
+                stack.callback(server.cleanup)  # the drill keeps no database
             await asyncio.to_thread(drill.prepare_postgres, dsn)
         return await drill.run(settle_timeout)
 

