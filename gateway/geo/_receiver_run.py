@@ -8,6 +8,7 @@ import functools
 import inspect
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -62,8 +63,8 @@ class Runner:
         async def receive(self, max_messages: int = 10, max_wait: float = 5.0
                           ) -> list[ReceivedMessage]: ...
         async def abandon(self, message: ReceivedMessage) -> None: ...
-        def _queue_done(self, message: ReceivedMessage, *, settle: bool
-                        ) -> asyncio.Future[None]: ...
+        def _queue_done(self, message: ReceivedMessage, *, settle: bool,
+                        marked: bool = False) -> asyncio.Future[None]: ...
         async def _on_marked(self, items: list[tuple[ReceivedMessage, bool]],
                              error: Exception | None) -> None: ...
         async def _settle_duplicates(self, copies: list[ReceivedMessage]) -> None: ...
@@ -96,7 +97,9 @@ class Runner:
                 together, so they happen exactly once. Of two copies whose handlers race
                 (across machines), one commits; the other rolls back and is settled as a
                 duplicate.
-            concurrency: handlers running at once (each message still once). On
+            concurrency: handlers running at once (each message still once); a
+                received batch (its ids claimed in one store round trip) is handed to
+                them as they free up, and handled before ``run`` returns. On
                 PostgreSQL each inbox handler has its own pooled connection and
                 transaction; a SQLite store's inbox runs one at a time whatever this is.
 
@@ -130,18 +133,29 @@ class Runner:
     async def _run(self, call: _Call,
                    max_messages: int, stop: StopFlag | None, idle_timeout: float | None,
                    concurrency: int) -> None:
+        # A batch is received whole (its ids claimed in one store round trip) and handed
+        # to the handlers as they free up; the next one is received once it is all
+        # handed out. A batch received is handled before run() returns, as with one
+        # handler at a time. (Receiving only as many as there were free handlers cost
+        # a claim round trip per one or two messages.)
         idle_since = time.monotonic()
         running: set[asyncio.Task[None]] = set()
+        ready: deque[ReceivedMessage] = deque()
+        loop = asyncio.get_running_loop()
         try:
-            while not (stop is not None and stop.is_set()):
-                room = concurrency - len(running)
-                if room <= 0:
-                    await asyncio.wait(running, timeout=self._poll_wait,
-                                       return_when=asyncio.FIRST_COMPLETED)
+            while ready or not (stop is not None and stop.is_set()):
+                if ready:
+                    if concurrency == 1:
+                        await call(ready.popleft())
+                    elif len(running) < concurrency:
+                        task = loop.create_task(call(ready.popleft()))
+                        running.add(task)
+                        task.add_done_callback(running.discard)
+                    else:
+                        await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 try:
-                    batch = await self.receive(max_messages=min(max_messages, room)
-                                               if concurrency > 1 else max_messages,
+                    batch = await self.receive(max_messages=max_messages,
                                                max_wait=self._poll_wait)
                 except (NamespaceUnavailable, StoreUnavailable) as exc:
                     if isinstance(exc, NamespaceUnavailable):
@@ -157,14 +171,7 @@ class Runner:
                         return
                     continue
                 idle_since = time.monotonic()
-                if concurrency == 1:
-                    for message in batch:
-                        await call(message)
-                    continue
-                for message in batch:
-                    task = asyncio.get_running_loop().create_task(call(message))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                ready.extend(batch)
         finally:
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
@@ -208,7 +215,12 @@ class Runner:
             return
         self._counts["completed"] += 1
         if ran:
-            await self._on_marked([(message, True)], None)
+            # The mark committed with the effect. As for a plain handler, the copies are
+            # settled beside the next handler call (with the others marked meanwhile,
+            # at once), not before it.
+            self._queue_done(message, settle=True, marked=True)
+            if len(self._pending) >= MAX_SETTLING:
+                await self._marks.wait()
         else:
             # The other copy's effect committed first: this one is a duplicate.
             self._in_flight.discard(message.message_id)
