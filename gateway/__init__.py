@@ -25,6 +25,7 @@ from gateway.errors import (
 if _TYPE_CHECKING:
     from gateway.geo import (
         DedupConfig,
+        DispatcherStats,
         DurableQueueConfig,
         GatewayConfig,
         GatewayHooks,
@@ -32,11 +33,12 @@ if _TYPE_CHECKING:
         GeoReceiver,
         GeoSender,
         NamespaceConfig,
+        OutboxDispatcher,
         ReceiverStats,
         ReplayReport,
         SendResult,
     )
-    from gateway.stores import SqliteDedupStore
+    from gateway.stores import OutboxStats, PostgresOutbox, SqliteDedupStore, SqliteOutbox
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -59,6 +61,7 @@ _LAZY = {
     "DedupConfig": "gateway.geo",
     "DedupStore": "replication",
     "DedupWindow": "replication",
+    "DispatcherStats": "gateway.geo",
     "DurableQueueConfig": "gateway.geo",
     "GatewayConfig": "gateway.geo",
     "GatewayHooks": "gateway.geo",
@@ -69,6 +72,9 @@ _LAZY = {
     "Message": "replication",
     "Mode": "replication",
     "NamespaceConfig": "gateway.geo",
+    "OutboxDispatcher": "gateway.geo",
+    "OutboxStats": "gateway.stores",
+    "PostgresOutbox": "gateway.stores",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
@@ -77,6 +83,7 @@ _LAZY = {
     "RetryPolicy": "replication",
     "SendResult": "gateway.geo",
     "SqliteDedupStore": "gateway.stores",
+    "SqliteOutbox": "gateway.stores",
 }
 
 
@@ -90,6 +97,7 @@ __all__ = [
     "DedupConfig",
     "DedupStore",
     "DedupWindow",
+    "DispatcherStats",
     "DurableQueueConfig",
     "DurableQueueError",
     "GatewayConfig",
@@ -106,7 +114,10 @@ __all__ = [
     "NamespaceConfig",
     "NamespaceUnavailable",
     "OperationTimeout",
+    "OutboxDispatcher",
+    "OutboxStats",
     "OwnershipLost",
+    "PostgresOutbox",
     "QueueCorrupt",
     "QueueFull",
     "ReceiveMode",
@@ -117,6 +128,7 @@ __all__ = [
     "RetryPolicy",
     "SendResult",
     "SqliteDedupStore",
+    "SqliteOutbox",
     "StoreUnavailable",
     "TransportError",
     "__version__",

@@ -27,15 +27,20 @@ The runner (:func:`run_drill`) is :mod:`gateway.drill._runner`, the queue scenar
 progress, state folders) :mod:`gateway.drill._common`. The report and what its fields
 mean: :mod:`gateway.drill._report`. The relay drills (requests through a geo-redundant
 Azure Relay hybrid connection, while a namespace is down, flaps or hangs) are
-:func:`run_relay_drill`, in :mod:`gateway.drill._relay`.
+:func:`run_relay_drill`, in :mod:`gateway.drill._relay`. The outbox drill (an
+application committing orders with outbox rows while its dispatchers are SIGKILLed, on
+SQLite or PostgreSQL) is :func:`run_outbox_drill`, in :mod:`gateway.drill._outbox`.
 """
 
 from __future__ import annotations
 
 from gateway.drill._common import RelayScenario, Scenario
+from gateway.drill._outbox import OUTBOX_SCENARIO, STORES, run_outbox_drill
+from gateway.drill._outbox_report import OutboxDrillReport
 from gateway.drill._relay import FIRST_ANSWER_TARGET, RelayDrillReport, run_relay_drill
 from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
 from gateway.drill._runner import TRANSPORTS, run_drill
 
-__all__ = ["FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "TRANSPORTS", "DrillReport",
-           "RelayDrillReport", "RelayScenario", "Scenario", "run_drill", "run_relay_drill"]
+__all__ = ["FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "OUTBOX_SCENARIO", "STORES", "TRANSPORTS",
+           "DrillReport", "OutboxDrillReport", "RelayDrillReport", "RelayScenario", "Scenario",
+           "run_drill", "run_outbox_drill", "run_relay_drill"]

@@ -1,5 +1,6 @@
 """The geo core: the sender and the receiver over two namespaces, their sync drivers,
-the geo partition receiver, configuration, the transport factory and the hooks.
+the geo partition receiver, the outbox dispatcher, configuration, the transport
+factory and the hooks.
 
 Everything here is imported on first use (PEP 562), so that a module that only needs
 the hooks or the configuration records does not load the transports and the stores.
@@ -13,6 +14,8 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
     from gateway.geo._config import DedupConfig, DurableQueueConfig, GatewayConfig
+    from gateway.geo._dispatcher import AsyncOutboxDispatcher, DispatcherStats
+    from gateway.geo._dispatcher_sync import OutboxDispatcher
     from gateway.geo._factory import NamespaceLike
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
@@ -26,6 +29,9 @@ _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
+    "AsyncOutboxDispatcher": "gateway.geo._dispatcher",
+    "DispatcherStats": "gateway.geo._dispatcher",
+    "OutboxDispatcher": "gateway.geo._dispatcher_sync",
     "DedupConfig": "gateway.geo._config",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
@@ -49,7 +55,9 @@ __all__ = [
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
+    "AsyncOutboxDispatcher",
     "DedupConfig",
+    "DispatcherStats",
     "DurableQueueConfig",
     "GatewayConfig",
     "GatewayHooks",
@@ -59,6 +67,7 @@ __all__ = [
     "InboxHandler",
     "NamespaceConfig",
     "NamespaceLike",
+    "OutboxDispatcher",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",

@@ -14,11 +14,29 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
+    from gateway.stores._outbox_core import (
+        DeadRow,
+        DestinationStats,
+        Outbox,
+        OutboxClaim,
+        OutboxRow,
+        OutboxStats,
+    )
+    from gateway.stores._outbox_pg import PostgresOutbox
+    from gateway.stores._outbox_sqlite import SqliteOutbox
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
     from gateway.stores._pg_server import EmbeddedPostgres
     from gateway.stores._roles import RoleStore
 
 _LAZY = {
+    "DeadRow": "gateway.stores._outbox_core",
+    "DestinationStats": "gateway.stores._outbox_core",
+    "Outbox": "gateway.stores._outbox_core",
+    "OutboxClaim": "gateway.stores._outbox_core",
+    "OutboxRow": "gateway.stores._outbox_core",
+    "OutboxStats": "gateway.stores._outbox_core",
+    "PostgresOutbox": "gateway.stores._outbox_pg",
+    "SqliteOutbox": "gateway.stores._outbox_sqlite",
     "EmbeddedPostgres": "gateway.stores._pg_server",
     "PgTarget": "gateway.stores._pg",
     "describe_dsn": "gateway.stores._pg",
@@ -34,10 +52,18 @@ __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "DeadRow",
+    "DestinationStats",
     "EmbeddedPostgres",
+    "Outbox",
+    "OutboxClaim",
+    "OutboxRow",
+    "OutboxStats",
     "PgTarget",
+    "PostgresOutbox",
     "RoleStore",
     "SqliteDedupStore",
+    "SqliteOutbox",
     "describe_dsn",
     "is_dsn",
     "migrate",
