@@ -20,7 +20,7 @@ from gateway.stores import PostgresOutbox
 from gateway.transports import FaultyTransport
 from replication import ConfigError, Message
 from tests.gateway.conftest import ENTITY, Namespaces, SenderFactory, wait_for, wait_for_sync
-from tests.gateway.stores.outbox_support import App, outbox_app  # noqa: F401  (fixture)
+from tests.gateway.stores.outbox_support import App
 from tests.postgres import Pg
 
 pytestmark = pytest.mark.anyio
@@ -67,7 +67,7 @@ async def test_a_factory_makes_one_sender_per_destination_and_closes_them(
     assert await dispatcher.dispatch_once() == 3
     await dispatcher.aclose()
     assert sorted(s.entity for s in made) == [ENTITY, "payments"]
-    assert all(s._closed for s in made)  # noqa: SLF001
+    assert all(s._closed for s in made)
     assert await ns.drain_ids("primary") == ["o1", "o2"]
     assert await ns.drain_ids("primary", "payments") == ["p1"]
 
@@ -208,7 +208,7 @@ async def test_dispatchers_sharing_an_outbox_send_each_row_once_in_order(
 
     def application() -> None:
         conn = outbox_app.connect()
-        for a, b in zip(expected[ENTITY], expected["second"]):
+        for a, b in zip(expected[ENTITY], expected["second"], strict=True):
             outbox_app.order(a, Message(a, message_id=a), entity=ENTITY, conn=conn)
             outbox_app.order(b, Message(b, message_id=b), entity="second", conn=conn)
 
