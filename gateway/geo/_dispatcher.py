@@ -48,6 +48,7 @@ logger = logging.getLogger("geogateway")
 
 _MAX_BACKOFF = 30.0
 _STOP_CHECK = 0.2  # how often a waiting run() looks at its stop flag
+_ROUND_BATCHES = 10  # full batches of one destination in a row, before the others' turn
 
 
 class BatchSender(Protocol):
@@ -63,6 +64,31 @@ class BatchSender(Protocol):
 #: entity on first use (the dispatcher then closes the senders it made).
 SenderSource = (BatchSender | Iterable[BatchSender]
                 | Callable[[str], BatchSender | Awaitable[BatchSender]])
+
+
+@dataclass
+class _Done:
+    """A claim whose first ``sent`` rows were sent (and ``dead`` refused): to delete."""
+
+    claim: OutboxClaim
+    sent: int
+    dead: list[DeadRow]
+
+
+@dataclass
+class _Step:
+    """What one batch's send and the store work beside it came to."""
+
+    ahead: OutboxClaim | None = None
+    send_error: Exception | None = None
+    store_error: GatewayError | None = None
+
+
+async def _send_side(step: _Step, sender: BatchSender, claim: OutboxClaim) -> None:
+    try:
+        await sender.send_batch([row.message for row in claim.rows])
+    except Exception as exc:
+        step.send_error = exc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,59 +222,108 @@ class AsyncOutboxDispatcher:
                 claim = await anyio.to_thread.run_sync(
                     lambda: self.outbox.claim(entity, self.batch_size, owner=self.name))
                 if claim is not None:
-                    await self._send(sender, claim)
+                    await self._drain(sender, claim)
             except GatewayError as exc:
                 self._report(entity, exc)
             finally:
                 self._busy.discard(entity)
 
-    async def _send(self, sender: BatchSender, claim: OutboxClaim) -> None:
-        rows = claim.rows
-        sent, dead = len(rows), []
-        try:
-            await sender.send_batch([row.message for row in rows])
-        except MessageTooLarge as exc:
-            refused = [r for r in rows[exc.sent:] if r.message.message_id == exc.message_id]
-            if not refused:  # not one message of this batch: nothing can be decided
-                await self._end(claim, None, exc)
-                return
-            sent, dead = exc.sent, [DeadRow(refused[0].seq, str(exc))]
-            logger.error("outbox: message %s for %s refused for good, moved to the dead "
-                         "rows: %s", exc.message_id, claim.entity, exc)
-        except BaseException as exc:
-            await self._end(claim, None, exc)
-            if not isinstance(exc, Exception):
+    async def _drain(self, sender: BatchSender, claim: OutboxClaim) -> None:
+        """Send ``claim``'s rows, batch after batch in order (up to a limit per round, so
+        that other destinations get their turn). While a batch is sent, the batch before
+        it is deleted and the next one read, in a worker thread."""
+        done: _Done | None = None  # the batch before, sent: deleted beside this one's send
+        current: OutboxClaim | None = claim
+        batches = 0
+        while current is not None:
+            batches += 1
+            more = batches < _ROUND_BATCHES and len(current.rows) == self.batch_size
+            step = _Step()
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._store_side, step, done, current, more)
+                    group.start_soon(_send_side, step, sender, current)
+            except BaseException:  # cancelled: end the claim; what was not deleted stays
+                await self._close(current, None)
                 raise
-            return
-        await self._end(claim, (sent, dead), None)
+            if step.store_error is not None:  # the claim broke: the rows sent are resent
+                self._lost_delete(done, step.store_error)
+                if step.send_error is None:
+                    self._lost_delete(_Done(current, len(current.rows), []), None)
+                await self._close(current, None)
+                return
+            if done is not None:
+                self._deleted(done)
+            done, current = self._after_send(current, step)
+            if done is None:  # the send failed: nothing of it to delete
+                await self._close(claim if current is None else current, None)
+                return
+        assert done is not None  # the loop ends only after a send that left rows to delete
+        await self._close(done.claim, done)
 
-    async def _end(self, claim: OutboxClaim, done: tuple[int, list[DeadRow]] | None,
-                   error: BaseException | None) -> None:
-        """Finish (rows sent) or release (send failed) the claim; never cancelled halfway."""
-        entity = claim.entity
+    async def _store_side(self, step: _Step, done: _Done | None, claim: OutboxClaim,
+                          more: bool) -> None:
+        def work() -> OutboxClaim | None:
+            if done is not None:
+                self.outbox.finish(done.claim, done.sent, done.dead, keep=True)
+            return self.outbox.read_ahead(claim, self.batch_size) if more else None
+
+        try:
+            step.ahead = await anyio.to_thread.run_sync(work)
+        except GatewayError as exc:
+            step.store_error = exc
+
+    def _after_send(self, claim: OutboxClaim, step: _Step) -> tuple[_Done | None,
+                                                                   OutboxClaim | None]:
+        """What the send of ``claim`` leaves to delete, and the claim to send next."""
+        exc = step.send_error
+        if exc is None:
+            return _Done(claim, len(claim.rows), []), step.ahead
+        if isinstance(exc, MessageTooLarge):
+            refused = [r for r in claim.rows[exc.sent:] if r.message.message_id == exc.message_id]
+            if refused:
+                logger.error("outbox: message %s for %s refused for good, moved to the dead "
+                             "rows: %s", exc.message_id, claim.entity, exc)
+                return _Done(claim, exc.sent, [DeadRow(refused[0].seq, str(exc))]), None
+        self._counts["send_errors"] += 1
+        self._report(claim.entity, exc)
+        return None, claim  # released by the caller's close
+
+    async def _close(self, claim: OutboxClaim, done: _Done | None) -> None:
+        """End ``claim``: finish ``done`` (its rows sent), or release it untouched;
+        never cancelled halfway."""
         with anyio.CancelScope(shield=True):
             try:
                 if done is None:
                     await anyio.to_thread.run_sync(self.outbox.release, claim)
-                else:
-                    await anyio.to_thread.run_sync(self.outbox.finish, claim, *done)
+                    return
+                await anyio.to_thread.run_sync(
+                    lambda: self.outbox.finish(claim, done.sent, done.dead))
             except GatewayError as exc:
-                self._counts["store_errors"] += 1
                 if done is not None:
-                    logger.warning("outbox: %d rows for %s were sent but could not be "
-                                   "deleted; they will be sent again (same MessageIds)",
-                                   done[0], entity)
-                self._report(entity, exc)
+                    self._lost_delete(done, exc)
+                else:
+                    self._report(claim.entity, exc)
                 return
-        if done is not None:
-            self._counts["sent"] += done[0]
-            self._counts["dead"] += len(done[1])
-            self._counts["batches"] += 1
-            self._failures.pop(entity, None)
-            self._not_before.pop(entity, None)
-        elif isinstance(error, Exception):
-            self._counts["send_errors"] += 1
-            self._report(entity, error)
+        assert done is not None
+        self._deleted(done)
+
+    def _deleted(self, done: _Done) -> None:
+        self._counts["sent"] += done.sent
+        self._counts["dead"] += len(done.dead)
+        self._counts["batches"] += 1
+        self._failures.pop(done.claim.entity, None)
+        self._not_before.pop(done.claim.entity, None)
+
+    def _lost_delete(self, done: _Done | None, error: GatewayError | None) -> None:
+        """Rows sent whose delete failed: they will be sent again."""
+        if done is None:
+            return
+        self._counts["store_errors"] += 1
+        logger.warning("outbox: %d rows for %s were sent but could not be deleted; they "
+                       "will be sent again (same MessageIds)", done.sent, done.claim.entity)
+        if error is not None:
+            self._report(done.claim.entity, error)
 
     def _report(self, entity: str, error: BaseException) -> None:
         failures = self._failures[entity] = self._failures.get(entity, 0) + 1

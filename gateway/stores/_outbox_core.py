@@ -12,23 +12,31 @@ whose database is a SQLite file).
 The dispatcher works a *destination* (an entity) at a time: it lists the destinations
 that hold rows, *claims* one (no other dispatcher sends it until the claim ends), sends
 its oldest rows, and *finishes* the claim by deleting the rows sent (or *releases* it
-untouched when the send failed).
+untouched when the send failed). While a batch is being sent it *reads ahead* the next
+one and deletes the batch before (``finish(..., keep=True)``), so the store's round
+trips overlap the sends.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from replication import ConfigError, Message
 
 __all__ = ["DeadRow", "DestinationStats", "MessageLike", "Outbox", "OutboxClaim", "OutboxRow",
-           "OutboxStats", "check_entity_name", "message_columns", "row_message"]
+           "OutboxStats", "check_entity_name", "claimed_rows", "message_columns"]
 
 #: What ``outbox.add`` takes: a ``Message``, or a body (its MessageId is generated).
 MessageLike = Message | bytes | str
+
+_NO_PROPERTIES = Message(b"").properties  # the shared empty default
+_FAST = ([f.name for f in fields(Message)] == ["body", "message_id", "partition_key",
+                                               "properties"]
+         and "__slots__" not in vars(Message))
 
 
 @dataclass(frozen=True)
@@ -110,8 +118,15 @@ class Outbox(Protocol):
         dispatcher holds it or it holds no rows."""
         ...
 
-    def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = ()) -> None:
-        """Delete the first ``sent`` rows of ``claim`` and move ``dead`` aside; end it."""
+    def read_ahead(self, claim: OutboxClaim, limit: int) -> OutboxClaim | None:
+        """The next ``limit`` rows after ``claim``'s, under the same claim (``None``
+        when there are none); called while ``claim``'s rows are being sent."""
+        ...
+
+    def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = (), *,
+               keep: bool = False) -> None:
+        """Delete the first ``sent`` rows of ``claim`` and move ``dead`` aside, durably;
+        then end the claim, or with ``keep``, hold it for the rows read ahead."""
         ...
 
     def release(self, claim: OutboxClaim) -> None:
@@ -149,8 +164,26 @@ def message_columns(message: MessageLike) -> tuple[str, str | None, str | None, 
     return message.message_id, message.partition_key, props, message.body
 
 
-def row_message(message_id: str, partition_key: str | None, properties: str | None,
-                body: bytes) -> Message:
-    """The ``Message`` of a row's columns (the inverse of :func:`message_columns`)."""
-    return Message(bytes(body), message_id=message_id, partition_key=partition_key,
-                   properties=json.loads(properties) if properties else None)
+def claimed_rows(rows: Iterable[Sequence[Any]]) -> tuple[OutboxRow, ...]:
+    """``OutboxRow`` s from rows of ``seq, message_id, partition_key, properties, body``.
+
+    The dispatcher's per-row cost: the messages were checked by ``Message`` when they
+    were added, so they are rebuilt without checking again (as the durable queue
+    rebuilds its own), unless ``Message`` changed shape (then through its constructor).
+    """
+    if not _FAST:
+        return tuple(OutboxRow(int(seq), Message(bytes(body), message_id=mid, partition_key=key,
+                                                  properties=json.loads(props) if props
+                                                  else None))
+                     for seq, mid, key, props, body in rows)
+    new, loads, proxy, empty = object.__new__, json.loads, MappingProxyType, _NO_PROPERTIES
+    out = []
+    for seq, mid, key, props, body in rows:
+        message = new(Message)
+        fields_ = message.__dict__
+        fields_["body"] = body if type(body) is bytes else bytes(body)
+        fields_["message_id"] = mid
+        fields_["partition_key"] = key
+        fields_["properties"] = proxy(loads(props)) if props else empty
+        out.append(OutboxRow(seq, message))
+    return tuple(out)

@@ -13,16 +13,20 @@ commits. With ``notify=True`` (the default) the same statement calls ``pg_notify
 which PostgreSQL delivers at commit (never for a rolled-back transaction), so a waiting
 dispatcher wakes at once instead of at its next poll.
 
-**Claiming.** A dispatcher claims a destination with a transaction-level advisory lock
-(``pg_try_advisory_xact_lock``, keyed by schema and entity) taken in a transaction of
-its own, reads the oldest rows in the next statement (a snapshot taken after the lock,
-so rows a previous holder deleted are gone), sends them, deletes them and commits,
-which releases the lock. Another dispatcher's try fails instead of waiting: it takes
-another destination. A dispatcher that dies (SIGKILL, a crash) closes its socket and
-the server ends its transaction at once, releasing the lock and deleting nothing: the
-next dispatcher sends those rows again, with the same MessageIds. One that hangs or is
-cut off is ended by ``idle_in_transaction_session_timeout``, set to ``lease`` seconds
-for the claim's transaction only.
+**Claiming.** A dispatcher claims a destination with a session-level advisory lock
+(``pg_try_advisory_lock``, keyed by schema and entity) on a pooled connection of its
+own, and reads the oldest rows in the next statement (a snapshot taken after the lock,
+so rows a previous holder deleted are gone). It sends them, deletes them and commits,
+batch after batch (each delete committed while the next batch is sent), then unlocks
+and gives the connection back. Another dispatcher's try fails instead of waiting: it
+takes another destination. A dispatcher that dies (SIGKILL, a crash) closes its socket
+and the server ends its session at once, releasing the lock and rolling back the
+delete in progress: the next dispatcher sends those rows again, with the same
+MessageIds. One that hangs or is cut off is ended by
+``idle_in_transaction_session_timeout`` (``lease`` seconds, set for the claim's own
+transactions, which stay open while their rows are sent). The claim's commits do not
+wait for the server's disk (``synchronous_commit`` off, for them only): a delete lost
+in a crash of the server only sends its rows again.
 
 Rows of one destination go out in ``seq`` order, which is the order they were added
 for transactions that did not overlap; rows of overlapping transactions become
@@ -35,6 +39,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 import anyio
@@ -44,11 +49,10 @@ from gateway.stores._outbox_core import (
     DestinationStats,
     MessageLike,
     OutboxClaim,
-    OutboxRow,
     OutboxStats,
     check_entity_name,
+    claimed_rows,
     message_columns,
-    row_message,
 )
 from gateway.stores._pg import PgTarget, migrate, open_pool, pg_errors
 from replication import ConfigError
@@ -89,6 +93,16 @@ _STEPS = [
 
 _COLUMNS = "entity, message_id, partition_key, properties, body"
 _LISTEN_RETRY = 5.0
+
+
+@dataclass(eq=False)
+class _Session:
+    """A claim's pooled connection, the destination it locked, and whether it ended."""
+
+    conn: psycopg.Connection[Any]
+    entity: str
+    locked: bool = False
+    ended: bool = False
 
 
 class PostgresOutbox:
@@ -136,6 +150,22 @@ class PostgresOutbox:
                 "%s::text[], %s::bytea[])")
         self._insert_one = notified.format(one) if notify else one
         self._insert_many = notified.format(many) if notify else many
+        # Each claim transaction's own settings: its idle limit (the lease), and commits
+        # that need not wait for the disk (a delete lost in a crash only sends its rows
+        # again). The lock is the session's, held across the transactions of a claim.
+        self._settings_sql = ("SELECT set_config('idle_in_transaction_session_timeout', %s,"
+                              " true), set_config('synchronous_commit', 'off', true)")
+        self._lock_sql = "SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))"
+        self._unlock_sql = "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))"
+        self._lock_key = f"geogateway-outbox:{schema}"
+        self._read_sql = (f"SELECT seq, message_id, partition_key, properties, body FROM "
+                          f"{table} WHERE entity = %s AND seq > %s ORDER BY seq LIMIT %s")
+        self._delete_sql = f"DELETE FROM {table} WHERE seq = ANY(%s)"
+        self._dead_sql = (
+            f"INSERT INTO {table}_dead (seq, {_COLUMNS}, added_at, reason) SELECT o.seq, "
+            f"o.entity, o.message_id, o.partition_key, o.properties, o.body, o.added_at, "
+            f"d.reason FROM {table} o JOIN unnest(%s::bigint[], %s::text[]) AS d(seq, reason)"
+            f" ON o.seq = d.seq ON CONFLICT (seq) DO NOTHING")
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listener_loop: asyncio.AbstractEventLoop | None = None
         self._listen_again_at = 0.0  # while listening fails: when to try again
@@ -248,66 +278,94 @@ class PostgresOutbox:
             str(row[0]) for row in conn.execute(sql, params).fetchall()])
 
     def claim(self, entity: str, limit: int, *, owner: str) -> OutboxClaim | None:
-        """Lock ``entity`` for this claim's transaction and read its oldest ``limit``
-        rows; ``None`` when another dispatcher holds it or it is empty."""
-        pool = self._target.pool
+        """Lock ``entity`` (a session lock of a pooled connection) and read its oldest
+        ``limit`` rows; ``None`` when another dispatcher holds it or it is empty."""
         with pg_errors(self.where, "the outbox"):
-            conn = pool.getconn()
+            session = _Session(self._target.pool.getconn(), entity)
+            conn = session.conn
             try:
-                got = conn.execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
-                    "pg_try_advisory_xact_lock(hashtext(%s), hashtext(%s))",
-                    (self._lease_ms, f"geogateway-outbox:{self.schema}", entity),
-                ).fetchone()
-                rows = [] if not (got and got[1]) else conn.execute(
-                    f"SELECT seq, message_id, partition_key, properties, body FROM "
-                    f"{self.schema}.outbox WHERE entity = %s ORDER BY seq LIMIT %s",
-                    (entity, limit)).fetchall()
+                # One round trip: the settings, the lock, then the read, whose snapshot
+                # is taken after the lock (rows the previous holder deleted are gone).
+                with conn.pipeline():
+                    conn.execute(self._settings_sql, (self._lease_ms,))
+                    lock = conn.execute(self._lock_sql, (self._lock_key, entity))
+                    read = conn.cursor(binary=True).execute(
+                        self._read_sql, (entity, -1, limit))
+                got = lock.fetchone()
+                session.locked = bool(got and got[0])
+                claim = self._claim(session, read.fetchall() if session.locked else [])
             except BaseException:
-                self._give_back(conn)
+                self._end(session)
                 raise
-        if not rows:
-            self._give_back(conn)
-            return None
-        return OutboxClaim(entity, tuple(
-            OutboxRow(int(seq), row_message(mid, key, props, body))
-            for seq, mid, key, props, body in rows), handle=conn)
+        if claim is None:
+            self._end(session)
+        return claim
 
-    def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = ()) -> None:
-        """Delete the first ``sent`` rows, move ``dead`` to ``outbox_dead``, commit.
+    def read_ahead(self, claim: OutboxClaim, limit: int) -> OutboxClaim | None:
+        """The next ``limit`` rows after ``claim``'s, under the same lock."""
+        session: _Session = claim.handle
+        with pg_errors(self.where, "the outbox"):
+            try:
+                rows = session.conn.cursor(binary=True).execute(
+                    self._read_sql, (claim.entity, claim.rows[-1].seq, limit)).fetchall()
+            except BaseException:
+                self._end(session)
+                raise
+        return self._claim(session, rows)
+
+    def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = (), *,
+               keep: bool = False) -> None:
+        """Delete the first ``sent`` rows, move ``dead`` to ``outbox_dead``, commit; then
+        unlock, or with ``keep`` go on holding the lock (in a new transaction).
 
         Raises:
             StoreUnavailable: the server was lost meanwhile: nothing was deleted, so the
-                rows are sent again (same MessageIds).
+                rows are sent again (same MessageIds); the claim has ended.
         """
-        conn = claim.handle
-        table = f"{self.schema}.outbox"
+        session: _Session = claim.handle
+        conn = session.conn
+        gone = [r.seq for r in claim.rows[:sent]] + [d.seq for d in dead]
         with pg_errors(self.where, "the outbox"):
             try:
-                if dead:
-                    conn.execute(
-                        f"INSERT INTO {table}_dead (seq, {_COLUMNS}, added_at, reason) "
-                        f"SELECT o.seq, o.entity, o.message_id, o.partition_key, o.properties,"
-                        f" o.body, o.added_at, d.reason FROM {table} o JOIN unnest("
-                        f"%s::bigint[], %s::text[]) AS d(seq, reason) ON o.seq = d.seq "
-                        f"ON CONFLICT (seq) DO NOTHING",
-                        ([d.seq for d in dead], [d.reason for d in dead]))
-                gone = [r.seq for r in claim.rows[:sent]] + [d.seq for d in dead]
-                if gone:
-                    conn.execute(f"DELETE FROM {table} WHERE seq = ANY(%s)", (gone,))
-                conn.commit()
-            finally:
-                self._give_back(conn)
+                with conn.pipeline():
+                    if dead:
+                        conn.execute(self._dead_sql, ([d.seq for d in dead],
+                                                      [d.reason for d in dead]))
+                    if gone:
+                        conn.execute(self._delete_sql, (gone,))
+                    conn.commit()
+                    if keep:  # the next transaction, idle while its rows are sent
+                        conn.execute(self._settings_sql, (self._lease_ms,))
+            except BaseException:
+                self._end(session)
+                raise
+        if not keep:
+            self._end(session)
 
     def release(self, claim: OutboxClaim) -> None:
-        """Roll the claim's transaction back (the lock goes with it)."""
-        self._give_back(claim.handle)
+        """Roll back and unlock: the claim's rows stay as they were."""
+        self._end(claim.handle)
 
-    def _give_back(self, conn: psycopg.Connection[Any]) -> None:
+    def _claim(self, session: _Session, rows: list[Any]) -> OutboxClaim | None:
+        if not rows:
+            return None
+        return OutboxClaim(session.entity, claimed_rows(rows), handle=session)
+
+    def _end(self, session: _Session) -> None:
+        """Roll back, unlock, give the connection back (once); one whose state is
+        unsure is closed instead (its session's lock ends with it)."""
+        if session.ended:
+            return
+        session.ended = True
+        conn = session.conn
         try:
             conn.rollback()
-        except Exception:  # a broken connection: the pool replaces it
-            logger.debug("outbox: rollback on a broken connection", exc_info=True)
+            if session.locked:
+                conn.execute(self._unlock_sql, (self._lock_key, session.entity))
+                conn.commit()
+        except Exception:
+            logger.debug("outbox: closing a connection that could not be reset", exc_info=True)
+            conn.close()
         self._target.pool.putconn(conn)
 
     async def wait(self, seconds: float) -> bool:

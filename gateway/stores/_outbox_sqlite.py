@@ -13,11 +13,11 @@ expected). A new file is created with mode 0600 and in WAL mode; an existing one
 made 0600 (it holds messages) and keeps its journal mode.
 
 **Claiming.** A destination's lease row is taken (``owner``, ``expires``) in one
-``BEGIN IMMEDIATE`` transaction together with reading its oldest rows, and given back
-when the rows sent are deleted. A dispatcher killed mid-send holds its destination
-until the lease expires (``lease`` seconds), then another takes it and sends those rows
-again, with the same MessageIds. A send that outlasts the lease may overlap the next
-holder's (a warning says so): keep ``lease`` above the longest send.
+``BEGIN IMMEDIATE`` transaction together with reading its oldest rows, renewed with
+each batch's delete, and given back with the last one. A dispatcher killed mid-send
+holds its destination until the lease expires (``lease`` seconds), then another takes
+it and sends those rows again, with the same MessageIds. A send that outlasts the lease
+may overlap the next holder's (a warning says so): keep ``lease`` above the longest send.
 
 **Waking.** SQLite cannot notify; a waiting dispatcher reads ``PRAGMA data_version``
 (which changes when another connection commits to the file) every 25 ms.
@@ -44,11 +44,10 @@ from gateway.stores._outbox_core import (
     DestinationStats,
     MessageLike,
     OutboxClaim,
-    OutboxRow,
     OutboxStats,
     check_entity_name,
+    claimed_rows,
     message_columns,
-    row_message,
 )
 from replication import ConfigError, GatewayError, StoreUnavailable
 
@@ -90,7 +89,6 @@ _SCHEMA = [
 ]
 _COLUMNS = "entity, message_id, partition_key, properties, body, added_at"
 _INSERT = f"INSERT INTO {_TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
-_CHUNK = 500  # below SQLite's old limit of 999 host parameters
 _WAKE_POLL = 0.025
 
 
@@ -145,6 +143,9 @@ class SqliteOutbox:
         try:
             if new:
                 conn.execute("PRAGMA journal_mode=WAL")
+            # This connection's commits (leases, deletes) need not reach the disk before
+            # they return: one lost to a power cut only sends its rows again.
+            conn.execute("PRAGMA synchronous=NORMAL")
             self._retrying(transaction, conn, _create)
         except sqlite3.DatabaseError as exc:
             conn.close()
@@ -234,51 +235,63 @@ class SqliteOutbox:
         """Take ``entity``'s lease and read its oldest ``limit`` rows; ``None`` when
         another dispatcher's lease runs or it is empty."""
 
-        def work(conn: sqlite3.Connection) -> list[tuple[int, str, str | None, str | None,
-                                                          bytes]] | None:
+        def work(conn: sqlite3.Connection) -> OutboxClaim | None:
             now = self._clock()
             taken = conn.execute(
                 f"UPDATE {_TABLE}_leases SET owner = ?, expires = ? WHERE entity = ? AND "
                 f"(owner = '' OR expires < ?)", (token, now + self.lease, entity, now)).rowcount
             if not taken:
                 return None
-            rows = conn.execute(
-                f"SELECT seq, message_id, partition_key, properties, body FROM {_TABLE} "
-                f"WHERE entity = ? ORDER BY seq LIMIT ?", (entity, limit)).fetchall()
-            if not rows:
+            claim = self._rows_after(conn, entity, -1, limit, token)
+            if claim is None:
                 _give_back(conn, entity, token)
-            return rows
+            return claim
 
         # Each claim its own token: a later claim of this dispatcher never mistakes an
         # earlier one's lease for its own.
         token = f"{owner}/{uuid.uuid4().hex[:8]}"
-        rows = self._write(work)
-        if not rows:
-            return None
-        return OutboxClaim(entity, tuple(
-            OutboxRow(int(seq), row_message(mid, key, props, body))
-            for seq, mid, key, props, body in rows), handle=token)
+        return self._write(work)
 
-    def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = ()) -> None:
-        """Delete the first ``sent`` rows, move ``dead`` aside, give the lease back."""
+    def read_ahead(self, claim: OutboxClaim, limit: int) -> OutboxClaim | None:
+        """The next ``limit`` rows after ``claim``'s, under the same lease."""
+        return self._read(lambda conn: self._rows_after(
+            conn, claim.entity, claim.rows[-1].seq, limit, str(claim.handle)))
+
+    def _rows_after(self, conn: sqlite3.Connection, entity: str, after: int, limit: int,
+                    token: str) -> OutboxClaim | None:
+        rows = conn.execute(
+            f"SELECT seq, message_id, partition_key, properties, body FROM {_TABLE} "
+            f"WHERE entity = ? AND seq > ? ORDER BY seq LIMIT ?", (entity, after, limit))
+        claimed = claimed_rows(rows)
+        return OutboxClaim(entity, claimed, handle=token) if claimed else None
+
+    def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = (), *,
+               keep: bool = False) -> None:
+        """Delete the first ``sent`` rows, move ``dead`` aside; give the lease back, or
+        with ``keep`` renew it (one transaction)."""
         token = str(claim.handle)
 
         def work(conn: sqlite3.Connection) -> bool:
-            row = conn.execute(f"SELECT owner FROM {_TABLE}_leases WHERE entity = ?",
-                               (claim.entity,)).fetchone()
             now = self._clock()
             for d in dead:
                 conn.execute(
                     f"INSERT OR IGNORE INTO {_TABLE}_dead (seq, {_COLUMNS}, failed_at, reason) "
                     f"SELECT seq, {_COLUMNS}, ?, ? FROM {_TABLE} WHERE seq = ?",
                     (now, d.reason, d.seq))
-            gone = [r.seq for r in claim.rows[:sent]] + [d.seq for d in dead]
-            for i in range(0, len(gone), _CHUNK):
-                chunk = gone[i:i + _CHUNK]
-                conn.execute(f"DELETE FROM {_TABLE} WHERE seq IN "
-                             f"({', '.join('?' * len(chunk))})", chunk)
-            _give_back(conn, claim.entity, token)
-            return row is not None and row[0] == token
+                conn.execute(f"DELETE FROM {_TABLE} WHERE seq = ?", (d.seq,))
+            if sent:
+                # The claim's rows are all of its destination's from the first to the
+                # last: SQLite's writers take turns, so no row of a lower seq can have
+                # been committed after them.
+                conn.execute(f"DELETE FROM {_TABLE} WHERE entity = ? AND seq BETWEEN ? AND ?",
+                             (claim.entity, claim.rows[0].seq, claim.rows[sent - 1].seq))
+            if keep:
+                held = conn.execute(
+                    f"UPDATE {_TABLE}_leases SET expires = ? WHERE entity = ? AND owner = ?",
+                    (now + self.lease, claim.entity, token)).rowcount
+            else:
+                held = _give_back(conn, claim.entity, token)
+            return bool(held)
 
         if not self._write(work):
             logger.warning(
@@ -334,6 +347,7 @@ def _create(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _give_back(conn: sqlite3.Connection, entity: str, token: str) -> None:
-    conn.execute(f"UPDATE {_TABLE}_leases SET owner = '', expires = 0 WHERE entity = ? AND "
-                 f"owner = ?", (entity, token))
+def _give_back(conn: sqlite3.Connection, entity: str, token: str) -> int:
+    """Give the lease back; 1 when ``token`` still held it, 0 when it had run out."""
+    return conn.execute(f"UPDATE {_TABLE}_leases SET owner = '', expires = 0 WHERE entity = ?"
+                        f" AND owner = ?", (entity, token)).rowcount

@@ -38,14 +38,33 @@ async def test_committed_rows_are_sent_in_order_and_deleted(
     with pytest.raises(RuntimeError), outbox_app.transaction() as conn:
         outbox_app.outbox.add(conn, Message("no", message_id="rolled"), entity=ENTITY)
         raise RuntimeError
-    # When a dispatcher runs rounds of 3 until nothing is left
+    # When a dispatcher sends batches of 3 (full batches go on in the same round)
     async with AsyncOutboxDispatcher(outbox_app.outbox, make_sender(), batch_size=3) as d:
-        rounds = [await d.dispatch_once() for _ in range(4)]
+        rounds = [await d.dispatch_once() for _ in range(2)]
     # Then every committed row went out, once, in order, and the outbox is empty
-    assert rounds == [3, 3, 1, 0]
+    assert rounds == [7, 0]
     assert await ns.drain_ids("primary") == [f"m{i}" for i in range(7)]
     assert outbox_app.outbox.stats().waiting == 0
     assert d.stats.sent == 7 and d.stats.batches == 3
+
+
+async def test_a_round_gives_each_destination_ten_batches_at_most(
+        outbox_app: App, make_sender: SenderFactory, ns: Namespaces):
+    # Given a long backlog for one destination and one row for another
+    for namespace in (ns.primary, ns.secondary):
+        namespace.create_queue("other")
+    with outbox_app.transaction() as conn:
+        outbox_app.outbox.add_many(conn, [Message("x", message_id=f"m{i:03d}")
+                                          for i in range(25)], entity=ENTITY)
+    outbox_app.order("o", Message("y", message_id="other-1"), entity="other")
+    async with AsyncOutboxDispatcher(
+            outbox_app.outbox, [make_sender(), make_sender(entity="other")], batch_size=2,
+            concurrency=1) as dispatcher:
+        # Then the first round sends 10 batches of the backlog and the other's row
+        assert await dispatcher.dispatch_once() == 21
+        assert await dispatcher.dispatch_once() == 5
+    assert await ns.drain_ids("primary") == [f"m{i:03d}" for i in range(25)]
+    assert await ns.drain_ids("primary", "other") == ["other-1"]
 
 
 async def test_a_factory_makes_one_sender_per_destination_and_closes_them(
@@ -153,13 +172,13 @@ async def test_rows_sent_but_not_deleted_are_sent_again_and_received_once(
     class CutAfterSend(PostgresOutbox):
         cut = 1
 
-        def finish(self, claim: Any, sent: int, dead: Any = ()) -> None:
+        def finish(self, claim: Any, sent: int, dead: Any = (), *, keep: bool = False) -> None:
             if self.cut:
                 self.cut -= 1
                 with psycopg.connect(pg.dsn, autocommit=True) as admin:
                     admin.execute("SELECT pg_terminate_backend(%s)",
-                                  (claim.handle.info.backend_pid,))
-            super().finish(claim, sent, dead)
+                                  (claim.handle.conn.info.backend_pid,))
+            super().finish(claim, sent, dead, keep=keep)
 
     outbox = CutAfterSend(pg.dsn, schema=pg.schema)
     try:
