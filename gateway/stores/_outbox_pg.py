@@ -150,11 +150,14 @@ class PostgresOutbox:
                 "%s::text[], %s::bytea[])")
         self._insert_one = notified.format(one) if notify else one
         self._insert_many = notified.format(many) if notify else many
-        # Each claim transaction's own settings: its idle limit (the lease), and commits
-        # that need not wait for the disk (a delete lost in a crash only sends its rows
-        # again). The lock is the session's, held across the transactions of a claim.
+        # A claim's session settings (reset when it ends): its idle limit in a
+        # transaction (the lease), and commits that need not wait for the disk (a delete
+        # lost in a crash only sends its rows again). The lock is the session's too, held
+        # across the transactions of a claim.
         self._settings_sql = ("SELECT set_config('idle_in_transaction_session_timeout', %s,"
-                              " true), set_config('synchronous_commit', 'off', true)")
+                              " false), set_config('synchronous_commit', 'off', false)")
+        self._reset_sql = ("RESET idle_in_transaction_session_timeout; "
+                           "RESET synchronous_commit")
         self._lock_sql = "SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))"
         self._unlock_sql = "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))"
         self._lock_key = f"geogateway-outbox:{schema}"
@@ -316,7 +319,7 @@ class PostgresOutbox:
     def finish(self, claim: OutboxClaim, sent: int, dead: Sequence[DeadRow] = (), *,
                keep: bool = False) -> None:
         """Delete the first ``sent`` rows, move ``dead`` to ``outbox_dead``, commit; then
-        unlock, or with ``keep`` go on holding the lock (in a new transaction).
+        unlock, or with ``keep`` go on holding the lock (for the rows read ahead).
 
         Raises:
             StoreUnavailable: the server was lost meanwhile: nothing was deleted, so the
@@ -334,8 +337,6 @@ class PostgresOutbox:
                     if gone:
                         conn.execute(self._delete_sql, (gone,))
                     conn.commit()
-                    if keep:  # the next transaction, idle while its rows are sent
-                        conn.execute(self._settings_sql, (self._lease_ms,))
             except BaseException:
                 self._end(session)
                 raise
@@ -360,8 +361,11 @@ class PostgresOutbox:
         conn = session.conn
         try:
             conn.rollback()
-            if session.locked:
-                conn.execute(self._unlock_sql, (self._lock_key, session.entity))
+            with conn.pipeline():
+                if session.locked:
+                    conn.execute(self._unlock_sql, (self._lock_key, session.entity))
+                for statement in self._reset_sql.split("; "):
+                    conn.execute(statement)
                 conn.commit()
         except Exception:
             logger.debug("outbox: closing a connection that could not be reset", exc_info=True)

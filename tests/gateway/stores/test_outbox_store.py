@@ -262,3 +262,26 @@ def test_a_killed_dispatchers_claim_ends_and_its_rows_are_claimed_again(outbox_a
                   or claims[-1] is not None)
     assert ids(claims[-1]) == ["m1"]
     outbox_app.outbox.finish(claims[-1], 1)
+
+
+def test_a_postgres_claim_gives_the_applications_pool_its_connection_back_clean(pg: Pg):
+    # Given the application's own pool of one connection, shared with the outbox
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(pg.dsn, min_size=1, max_size=1, open=True) as pool:
+        outbox = PostgresOutbox(pool, schema=pg.schema, entity="orders")
+        with pool.connection() as conn:
+            outbox.add_many(conn, [Message("x", message_id=f"m{i}") for i in range(3)])
+        # When a claim goes through batches and ends, and another is released
+        claim = outbox.claim("orders", 2, owner="test")
+        ahead = outbox.read_ahead(claim, 2)
+        outbox.finish(claim, 2, keep=True)
+        outbox.finish(ahead, 1)
+        # Then the connection is back with no lock held and the session's own settings
+        with pool.connection() as conn:
+            locks = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                                 " AND pid = pg_backend_pid()").fetchone()
+            setting = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert locks == (0,) and setting == ("0",)
+        assert outbox.stats().waiting == 0
+        outbox.close()
