@@ -48,7 +48,8 @@ logger = logging.getLogger("geogateway")
 
 _MAX_BACKOFF = 30.0
 _STOP_CHECK = 0.2  # how often a waiting run() looks at its stop flag
-_ROUND_BATCHES = 10  # full batches of one destination in a row, before the others' turn
+#: Full batches of one destination in a row, before the others' turn (when there are others).
+_ROUND_BATCHES = 10
 
 
 class BatchSender(Protocol):
@@ -152,6 +153,7 @@ class AsyncOutboxDispatcher:
             if not self._senders:
                 raise ConfigError("give the dispatcher a sender (or a factory of senders)")
         self._busy: set[str] = set()
+        self._stop: StopFlag | None = None
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
         self._counts = dict.fromkeys(("sent", "batches", "dead", "send_errors",
@@ -175,6 +177,7 @@ class AsyncOutboxDispatcher:
         Store outages and failed sends are logged (and given to ``on_error``) and
         waited out, never raised.
         """
+        self._stop = stop
         while not (stop is not None and stop.is_set()):
             try:
                 sent = await self.dispatch_once()
@@ -211,10 +214,10 @@ class AsyncOutboxDispatcher:
         limiter = anyio.CapacityLimiter(self.concurrency)
         async with anyio.create_task_group() as group:
             for entity in ready:
-                group.start_soon(self._one, entity, limiter)
+                group.start_soon(self._one, entity, limiter, len(ready) > 1)
         return self._counts["sent"] - before
 
-    async def _one(self, entity: str, limiter: anyio.CapacityLimiter) -> None:
+    async def _one(self, entity: str, limiter: anyio.CapacityLimiter, others: bool) -> None:
         async with limiter:
             self._busy.add(entity)
             try:
@@ -222,22 +225,24 @@ class AsyncOutboxDispatcher:
                 claim = await anyio.to_thread.run_sync(
                     lambda: self.outbox.claim(entity, self.batch_size, owner=self.name))
                 if claim is not None:
-                    await self._drain(sender, claim)
+                    await self._drain(sender, claim, _ROUND_BATCHES if others else None)
             except GatewayError as exc:
                 self._report(entity, exc)
             finally:
                 self._busy.discard(entity)
 
-    async def _drain(self, sender: BatchSender, claim: OutboxClaim) -> None:
-        """Send ``claim``'s rows, batch after batch in order (up to a limit per round, so
-        that other destinations get their turn). While a batch is sent, the batch before
-        it is deleted and the next one read, in a worker thread."""
+    async def _drain(self, sender: BatchSender, claim: OutboxClaim, limit: int | None) -> None:
+        """Send ``claim``'s rows, batch after batch in order (up to ``limit`` batches, so
+        that other destinations get their turn; until ``run``'s stop flag is set). While a
+        batch is sent, the batch before it is deleted and the next one read, in a worker
+        thread."""
         done: _Done | None = None  # the batch before, sent: deleted beside this one's send
         current: OutboxClaim | None = claim
         batches = 0
         while current is not None:
             batches += 1
-            more = batches < _ROUND_BATCHES and len(current.rows) == self.batch_size
+            more = (len(current.rows) == self.batch_size and (limit is None or batches < limit)
+                    and not (self._stop is not None and self._stop.is_set()))
             step = _Step()
             try:
                 async with anyio.create_task_group() as group:
