@@ -48,6 +48,7 @@ logger = logging.getLogger("geogateway")
 
 _MAX_BACKOFF = 30.0
 _STOP_CHECK = 0.2  # how often a waiting run() looks at its stop flag
+_STORE = "*"  # the key of the outbox's own back-off (a failure to list its destinations)
 #: Full batches of one destination in a row, before the others' turn (when there are others).
 _ROUND_BATCHES = 10
 
@@ -65,6 +66,12 @@ class BatchSender(Protocol):
 #: entity on first use (the dispatcher then closes the senders it made).
 SenderSource = (BatchSender | Iterable[BatchSender]
                 | Callable[[str], BatchSender | Awaitable[BatchSender]])
+
+
+def _check_async(sender: object) -> None:
+    if not inspect.iscoroutinefunction(getattr(sender, "send_batch", None)):
+        raise ConfigError(f"AsyncOutboxDispatcher sends through an AsyncGeoSender, not a "
+                          f"{type(sender).__name__}: use OutboxDispatcher for a GeoSender")
 
 
 @dataclass
@@ -121,7 +128,8 @@ class AsyncOutboxDispatcher:
         retry_interval: the first wait before a destination whose send failed is tried
             again (doubling, up to 30 s).
         name: this dispatcher's name in leases and logs (default: host, pid, random).
-        on_error: called as ``on_error(entity, error)`` when a send or the store fails.
+        on_error: called as ``on_error(entity, error)`` when a send or the store fails
+            (``entity`` is ``"*"`` when the outbox itself could not be read).
     """
 
     def __init__(
@@ -152,6 +160,8 @@ class AsyncOutboxDispatcher:
             self._senders.update((sender.entity, sender) for sender in senders)
             if not self._senders:
                 raise ConfigError("give the dispatcher a sender (or a factory of senders)")
+        for sender in self._senders.values():
+            _check_async(sender)
         self._busy: set[str] = set()
         self._stop: StopFlag | None = None
         self._failures: dict[str, int] = {}
@@ -179,21 +189,31 @@ class AsyncOutboxDispatcher:
         """
         self._stop = stop
         while not (stop is not None and stop.is_set()):
+            lost_until = self._not_before.get(_STORE, 0.0)
+            if time.monotonic() < lost_until:  # the outbox failed: wait its back-off out
+                await self._idle(stop, until=lost_until)
+                continue
             try:
                 sent = await self.dispatch_once()
             except GatewayError as exc:  # the store's destinations could not be listed
-                self._report("*", exc)
-                sent = 0
+                self._report(_STORE, exc)
+                continue
+            self._failures.pop(_STORE, None)
+            self._not_before.pop(_STORE, None)
             if sent == 0:
                 await self._idle(stop)
 
-    async def _idle(self, stop: StopFlag | None) -> None:
-        deadline = time.monotonic() + self.poll_interval
-        soonest = min(self._not_before.values(), default=deadline)
-        deadline = min(deadline, max(soonest, time.monotonic() + 0.01))
+    async def _idle(self, stop: StopFlag | None, *, until: float | None = None) -> None:
+        """Until ``until``, or (by default) for the poll interval, cut short by new rows
+        or by the end of a destination's back-off."""
+        now = time.monotonic()
+        deadline = until
+        if deadline is None:
+            backoffs = [t for e, t in self._not_before.items() if e != _STORE and t > now]
+            deadline = min([now + self.poll_interval, *backoffs])
         while not (stop is not None and stop.is_set()):
             left = deadline - time.monotonic()
-            if left <= 0 or await self.outbox.wait(min(left, _STOP_CHECK)):
+            if left <= 0 or (await self.outbox.wait(min(left, _STOP_CHECK)) and until is None):
                 return  # time for a round, or woken: rows may be waiting
 
     async def dispatch_once(self) -> int:
@@ -335,7 +355,7 @@ class AsyncOutboxDispatcher:
         delay = min(self.retry_interval * 2 ** (failures - 1), _MAX_BACKOFF)
         self._not_before[entity] = time.monotonic() + delay
         logger.warning("outbox dispatcher %s: %s: %s; trying again in %.1f s", self.name,
-                       "the outbox" if entity == "*" else entity,
+                       "the outbox" if entity == _STORE else entity,
                        " ".join(str(error).split()) or type(error).__name__, delay)
         if self._on_error is not None:
             try:
@@ -351,6 +371,7 @@ class AsyncOutboxDispatcher:
         made: BatchSender = self._factory(entity)
         if inspect.isawaitable(made):
             made = await made
+        _check_async(made)
         self._made.append(made)
         self._senders[entity] = made
         return made

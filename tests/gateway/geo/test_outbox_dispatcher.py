@@ -262,8 +262,49 @@ def test_the_sync_dispatcher_sends_through_a_geo_sender(
     assert anyio.run(ns.drain_ids, "primary") == ["m1", "m2", "m3", "m4"]
 
 
-def test_bad_dispatcher_options_are_refused(outbox_app: App):
+def test_bad_dispatcher_options_are_refused(outbox_app: App, data_dir: Path, state_dir: Path):
     with pytest.raises(ConfigError, match="batch_size"):
         AsyncOutboxDispatcher(outbox_app.outbox, lambda e: None, batch_size=0)
     with pytest.raises(ConfigError, match="sender"):
         AsyncOutboxDispatcher(outbox_app.outbox, [])
+    with GeoSender(primary="local://primary", secondary="local://secondary", entity=ENTITY,
+                   data_dir=data_dir, state_dir=state_dir) as sync_sender, \
+            pytest.raises(ConfigError, match="use OutboxDispatcher"):
+        AsyncOutboxDispatcher(outbox_app.outbox, sync_sender)  # type: ignore[arg-type]
+
+
+async def test_a_postgres_restart_is_reported_and_waited_out(
+        pg_server_factory: Any, make_sender: SenderFactory, ns: Namespaces):
+    # Given a dispatcher running on a server of this test's own, through the
+    # application's pool (which waits 2 s for a connection, not 10)
+    from psycopg_pool import ConnectionPool
+
+    server = pg_server_factory()
+    app = App("postgres", pg=Pg(server, server.dsn, "restart"))
+    pool = ConnectionPool(server.dsn, min_size=1, max_size=4, timeout=2.0, open=True)
+    outbox = PostgresOutbox(pool, schema="restart")
+    app.opened[:0] = [pool, outbox]  # closed last
+    errors: list[tuple[str, BaseException]] = []
+    dispatcher = AsyncOutboxDispatcher(outbox, make_sender(), retry_interval=0.05,
+                                       on_error=lambda e, exc: errors.append((e, exc)))
+    stop = anyio.Event()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: dispatcher.run(stop=stop))
+            add_orders(app, ["m1"])
+            await wait_for(lambda: dispatcher.stats.sent == 1)
+            # When the server stops, and comes back
+            await anyio.to_thread.run_sync(lambda: server.stop(mode="fast"))
+            await wait_for(lambda: bool(errors), within=20)
+            await anyio.to_thread.run_sync(server.start)
+            app.order("o2", Message("after", message_id="m2"), conn=app.connect())
+            # Then the dispatcher goes on with the rows added after
+            await wait_for(lambda: dispatcher.stats.sent == 2, within=20)
+            stop.set()
+    finally:
+        app.close()
+    # And the outage was reported in one line naming the server, never its password
+    message = str(errors[0][1])
+    password = server.dsn.split(":")[2].split("@")[0]
+    assert "127.0.0.1" in message and password not in message and "\n" not in message
+    assert await ns.drain_ids("primary") == ["m1", "m2"]
