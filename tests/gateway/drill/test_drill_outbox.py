@@ -17,7 +17,7 @@ from tests.postgres import Pg
 
 pytestmark = pytest.mark.anyio
 
-ORDERS = 150
+ORDERS = 100
 
 
 def check(report: OutboxDrillReport, store: str) -> None:
@@ -54,7 +54,7 @@ async def test_the_postgres_outbox_survives_killed_dispatchers(tmp_path: Path, p
 
 def test_the_cli_drill_starts_its_own_postgres_and_reports_json(tmp_path: Path):
     code, out, err = run_process("drill", "--scenario", "outbox", "--store", "postgres",
-                                 "--messages", "60", "--json", "-", cwd=tmp_path, timeout=180)
+                                 "--messages", "40", "--json", "-", cwd=tmp_path, timeout=180)
     report = json.loads(out)
     assert code == 0, err
     assert report["passed"] and report["store"] == "postgres" and report["lost"] == 0
