@@ -4,9 +4,11 @@ Each *round* lists the destinations that hold rows and, for each (up to
 ``concurrency`` at once), claims it, sends its oldest ``batch_size`` rows with one
 ``send_batch`` of that destination's sender, and deletes them once the send returned
 (the messages were accepted by a namespace, or are on disk in the sender's durable
-queue). A failed send deletes nothing: the rows are sent again later, in the same
-order, with the same MessageIds; so does a crash between a send and its delete. The
-receive side removes the copies that arrive twice, by MessageId.
+queue); full batches go on under the same claim (ten at most while other destinations
+wait), each batch's delete and the read of the next overlapping the send between them.
+A failed send deletes nothing: the rows are sent again later, in the same order, with
+the same MessageIds; so does a crash between a send and its delete. The receive side
+removes the copies that arrive twice, by MessageId.
 
 A message the namespaces refuse for good (``MessageTooLarge``) is moved to the
 outbox's dead rows, so it does not hold up the rest of its destination; any other

@@ -35,9 +35,7 @@ visible in the order those committed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
@@ -54,6 +52,7 @@ from gateway.stores._outbox_core import (
     claimed_rows,
     message_columns,
 )
+from gateway.stores._outbox_pg_listen import Listener
 from gateway.stores._pg import PgTarget, migrate, open_pool, pg_errors
 from replication import ConfigError
 
@@ -92,7 +91,6 @@ _STEPS = [
 ]
 
 _COLUMNS = "entity, message_id, partition_key, properties, body"
-_LISTEN_RETRY = 5.0
 
 
 @dataclass(eq=False)
@@ -169,9 +167,8 @@ class PostgresOutbox:
             f"o.entity, o.message_id, o.partition_key, o.properties, o.body, o.added_at, "
             f"d.reason FROM {table} o JOIN unnest(%s::bigint[], %s::text[]) AS d(seq, reason)"
             f" ON o.seq = d.seq ON CONFLICT (seq) DO NOTHING")
-        self._listener: psycopg.AsyncConnection[Any] | None = None
-        self._listener_loop: asyncio.AbstractEventLoop | None = None
-        self._listen_again_at = 0.0  # while listening fails: when to try again
+        self._listener = (Listener(self._target.pool, self._channel, self.where)
+                          if notify else None)
 
     def __repr__(self) -> str:
         return f"PostgresOutbox({self.where}, schema={self.schema!r})"
@@ -374,49 +371,11 @@ class PostgresOutbox:
 
     async def wait(self, seconds: float) -> bool:
         """True once a notification of new rows came, False after ``seconds`` seconds
-        (always, polling, when ``notify`` is off; while the listening connection is
-        lost, it is tried again every few seconds)."""
-        if not self.notify or time.monotonic() < self._listen_again_at:
-            await anyio.sleep(seconds)
-            return False
-        import psycopg
-
-        got = False
-        try:
-            conn = await self._listen()
-            async for _ in conn.notifies(timeout=seconds, stop_after=1):
-                got = True
-        except psycopg.Error as exc:
-            if not self._listen_again_at:
-                logger.warning("outbox at %s: listening for new rows failed (%s); polling "
-                               "until it works again", self.where,
-                               " ".join(str(exc).split())[:200])
-            self._drop_listener()
-            self._listen_again_at = time.monotonic() + _LISTEN_RETRY
-            await anyio.sleep(seconds)
-            return False
-        self._listen_again_at = 0.0
-        return got
-
-    async def _listen(self) -> psycopg.AsyncConnection[Any]:
-        import psycopg
-
-        loop = asyncio.get_running_loop()
-        if self._listener is not None and self._listener_loop is not loop:
-            self._drop_listener()
+        (always, polling, when ``notify`` is off; see :mod:`._outbox_pg_listen`)."""
         if self._listener is None:
-            pool = self._target.pool
-            conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
-            kwargs = (pool.kwargs() if callable(pool.kwargs) else pool.kwargs) or {}
-            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
-            await conn.execute(f'LISTEN "{self._channel}"')
-            self._listener, self._listener_loop = conn, loop
-        return self._listener
-
-    def _drop_listener(self) -> None:
-        if self._listener is not None:
-            self._listener.pgconn.finish()  # sync: the loop it lives on may be gone
-            self._listener = None
+            await anyio.sleep(seconds)
+            return False
+        return await self._listener.wait(seconds)
 
     def stats(self) -> OutboxStats:
         """Rows waiting per destination, the oldest's age, and dead rows."""
@@ -437,7 +396,8 @@ class PostgresOutbox:
 
     def close(self) -> None:
         """Close the listening connection and the pool this store opened."""
-        self._drop_listener()
+        if self._listener is not None:
+            self._listener.close()
         self._target.close()
 
 
