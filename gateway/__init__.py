@@ -25,6 +25,7 @@ from gateway.errors import (
 if _TYPE_CHECKING:
     from gateway.geo import (
         DedupConfig,
+        DispatcherStats,
         DurableQueueConfig,
         GatewayConfig,
         GatewayHooks,
@@ -32,11 +33,19 @@ if _TYPE_CHECKING:
         GeoReceiver,
         GeoSender,
         NamespaceConfig,
+        OutboxDispatcher,
         ReceiverStats,
         ReplayReport,
         SendResult,
     )
-    from gateway.stores import FallbackDedupStore, PostgresDedupStore, SqliteDedupStore
+    from gateway.stores import (
+        FallbackDedupStore,
+        OutboxStats,
+        PostgresDedupStore,
+        PostgresOutbox,
+        SqliteDedupStore,
+        SqliteOutbox,
+    )
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -59,6 +68,7 @@ _LAZY = {
     "DedupConfig": "gateway.geo",
     "DedupStore": "replication",
     "DedupWindow": "replication",
+    "DispatcherStats": "gateway.geo",
     "DurableQueueConfig": "gateway.geo",
     "FallbackDedupStore": "gateway.stores",
     "GatewayConfig": "gateway.geo",
@@ -71,6 +81,9 @@ _LAZY = {
     "Mode": "replication",
     "NamespaceConfig": "gateway.geo",
     "PostgresDedupStore": "gateway.stores",
+    "OutboxDispatcher": "gateway.geo",
+    "OutboxStats": "gateway.stores",
+    "PostgresOutbox": "gateway.stores",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
@@ -79,6 +92,7 @@ _LAZY = {
     "RetryPolicy": "replication",
     "SendResult": "gateway.geo",
     "SqliteDedupStore": "gateway.stores",
+    "SqliteOutbox": "gateway.stores",
 }
 
 
@@ -92,6 +106,7 @@ __all__ = [
     "DedupConfig",
     "DedupStore",
     "DedupWindow",
+    "DispatcherStats",
     "DurableQueueConfig",
     "DurableQueueError",
     "FallbackDedupStore",
@@ -109,8 +124,11 @@ __all__ = [
     "NamespaceConfig",
     "NamespaceUnavailable",
     "OperationTimeout",
+    "OutboxDispatcher",
+    "OutboxStats",
     "OwnershipLost",
     "PostgresDedupStore",
+    "PostgresOutbox",
     "QueueCorrupt",
     "QueueFull",
     "ReceiveMode",
@@ -121,6 +139,7 @@ __all__ = [
     "RetryPolicy",
     "SendResult",
     "SqliteDedupStore",
+    "SqliteOutbox",
     "StoreUnavailable",
     "TransportError",
     "__version__",

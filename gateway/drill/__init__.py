@@ -29,12 +29,16 @@ mean: :mod:`gateway.drill._report`; the timeline every drill records
 (:mod:`gateway.drill._timeline`) and its picture (:mod:`gateway.drill._picture`). The
 relay drills (requests through a geo-redundant Azure Relay hybrid connection, while a
 namespace is down, flaps or hangs) are :func:`run_relay_drill`, in
-:mod:`gateway.drill._relay`.
+:mod:`gateway.drill._relay`. The outbox drill (an
+application committing orders with outbox rows while its dispatchers are SIGKILLed, on
+SQLite or PostgreSQL) is :func:`run_outbox_drill`, in :mod:`gateway.drill._outbox`.
 """
 
 from __future__ import annotations
 
 from gateway.drill._common import RelayScenario, Scenario
+from gateway.drill._outbox import OUTBOX_SCENARIO, STORES, run_outbox_drill
+from gateway.drill._outbox_report import OutboxDrillReport
 from gateway.drill._picture import (
     FAILOVER_COLOUR,
     drill_figure,
@@ -48,7 +52,7 @@ from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
 from gateway.drill._runner import TRANSPORTS, run_drill
 from gateway.drill._timeline import DrillTimeline, Window
 
-__all__ = ["FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "TRANSPORTS",
-           "DrillReport", "DrillTimeline", "RelayDrillReport", "RelayScenario", "Scenario",
-           "Window", "drill_figure", "find_chromium", "run_drill", "run_relay_drill",
-           "screenshot", "write_html", "write_png"]
+__all__ = ["FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "OUTBOX_SCENARIO", "STORES",
+           "TRANSPORTS", "DrillReport", "DrillTimeline", "OutboxDrillReport", "RelayDrillReport",
+           "RelayScenario", "Scenario", "Window", "drill_figure", "find_chromium", "run_drill",
+           "run_outbox_drill", "run_relay_drill", "screenshot", "write_html", "write_png"]

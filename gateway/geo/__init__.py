@@ -1,5 +1,6 @@
 """The geo core: the sender and the receiver over two namespaces, their sync drivers,
-the geo partition receiver, configuration, the transport factory and the hooks.
+the geo partition receiver, the outbox dispatcher, configuration, the transport
+factory and the hooks.
 
 Everything here is imported on first use (PEP 562), so that a module that only needs
 the hooks or the configuration records does not load the transports and the stores.
@@ -14,6 +15,8 @@ if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
     from gateway.geo._config import DurableQueueConfig, GatewayConfig
     from gateway.geo._dedup_config import DedupConfig, dedup_layer
+    from gateway.geo._dispatcher import AsyncOutboxDispatcher, DispatcherStats
+    from gateway.geo._dispatcher_sync import OutboxDispatcher
     from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
@@ -27,7 +30,10 @@ _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
+    "AsyncOutboxDispatcher": "gateway.geo._dispatcher",
     "DedupConfig": "gateway.geo._dedup_config",
+    "DispatcherStats": "gateway.geo._dispatcher",
+    "OutboxDispatcher": "gateway.geo._dispatcher_sync",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
     "GatewayHooks": "gateway.geo._hooks",
@@ -54,7 +60,9 @@ __all__ = [
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
+    "AsyncOutboxDispatcher",
     "DedupConfig",
+    "DispatcherStats",
     "DurableQueueConfig",
     "GatewayConfig",
     "GatewayHooks",
@@ -65,6 +73,7 @@ __all__ = [
     "MessageInboxHandler",
     "NamespaceConfig",
     "NamespaceLike",
+    "OutboxDispatcher",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",

@@ -46,6 +46,11 @@ class GeoSender(PortalDriver):
             raise
 
     @property
+    def entity(self) -> str:
+        """The queue or partitioned entity this sender sends to."""
+        return self._core.entity
+
+    @property
     def roles(self) -> RoleState:
         return self._core.roles
 

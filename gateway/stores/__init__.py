@@ -16,6 +16,16 @@ if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
     from gateway.stores._dedup_fallback import FallbackDedupStore
     from gateway.stores._dedup_open import DedupTarget, open_dedup_store
+    from gateway.stores._outbox_core import (
+        DeadRow,
+        DestinationStats,
+        Outbox,
+        OutboxClaim,
+        OutboxRow,
+        OutboxStats,
+    )
+    from gateway.stores._outbox_pg import PostgresOutbox
+    from gateway.stores._outbox_sqlite import SqliteOutbox
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
     from gateway.stores._pg_dedup import PostgresDedupStore
     from gateway.stores._pg_roles import PostgresRoleStore
@@ -26,6 +36,14 @@ _LAZY = {
     "DedupTarget": "gateway.stores._dedup_open",
     "FallbackDedupStore": "gateway.stores._dedup_fallback",
     "open_dedup_store": "gateway.stores._dedup_open",
+    "DeadRow": "gateway.stores._outbox_core",
+    "DestinationStats": "gateway.stores._outbox_core",
+    "Outbox": "gateway.stores._outbox_core",
+    "OutboxClaim": "gateway.stores._outbox_core",
+    "OutboxRow": "gateway.stores._outbox_core",
+    "OutboxStats": "gateway.stores._outbox_core",
+    "PostgresOutbox": "gateway.stores._outbox_pg",
+    "SqliteOutbox": "gateway.stores._outbox_sqlite",
     "EmbeddedPostgres": "gateway.stores._pg_server",
     "PgTarget": "gateway.stores._pg",
     "describe_dsn": "gateway.stores._pg",
@@ -44,15 +62,23 @@ __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "DeadRow",
     "DedupTarget",
+    "DestinationStats",
     "EmbeddedPostgres",
     "FallbackDedupStore",
+    "Outbox",
+    "OutboxClaim",
+    "OutboxRow",
+    "OutboxStats",
     "PgTarget",
     "PostgresDedupStore",
+    "PostgresOutbox",
     "PostgresRoleStore",
     "RoleStore",
     "RoleStoreLike",
     "SqliteDedupStore",
+    "SqliteOutbox",
     "describe_dsn",
     "is_dsn",
     "migrate",

@@ -16,6 +16,7 @@ from gateway.geo._hooks import GatewayHooks
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from replication import Message
 from tests.gateway.cli.cli_support import dirs, run  # noqa: F401  (the CLI tests' fixtures)
+from tests.gateway.stores.outbox_support import outbox_app  # noqa: F401  (the outbox tests')
 
 ENTITY = "orders"
 
