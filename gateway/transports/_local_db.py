@@ -30,7 +30,7 @@ __all__ = ["Database"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2  # 2: owner_leases
+SCHEMA_VERSION = 3  # 2: owner_leases; 3: entity_options (topics, subscriptions)
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
@@ -66,6 +66,10 @@ _SCHEMA = (
         owner_level INTEGER NOT NULL, reader TEXT NOT NULL, host TEXT NOT NULL,
         pid INTEGER NOT NULL, expires REAL NOT NULL,
         PRIMARY KEY (entity, consumer_group, partition))""",
+    # What a queue, topic or subscription has beyond its entities row (_local_topics).
+    """CREATE TABLE IF NOT EXISTS entity_options (
+        entity TEXT PRIMARY KEY, topic TEXT, rules TEXT, forward_to TEXT, default_ttl REAL)""",
+    "CREATE INDEX IF NOT EXISTS entity_options_by_topic ON entity_options (topic)",
 )
 
 # Columns added after schema 1 shipped: a file without them gets them when it is
