@@ -23,13 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.transports._filters_sql import (
-    MISSING,
-    Assignment,
-    MessageView,
-    compile_action,
-    compile_condition,
-)
+from gateway.transports._filters_sql import Assignment, compile_action, compile_condition
+from gateway.transports._filters_values import MISSING, MessageView
 from replication import ConfigError, PropertyValue
 
 __all__ = [

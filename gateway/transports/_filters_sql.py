@@ -36,80 +36,26 @@ gateway de-duplicates on it) and ``REMOVE`` of a system property.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.transports._filters_values import (
+    SETTABLE_SYSTEM_PROPERTIES,
+    SYSTEM_PROPERTIES,
+    UNKNOWN,
+    MessageView,
+    absent,
+    arithmetic,
+    compare,
+    is_number,
+    like,
+    negate,
+)
 from replication import ConfigError
 
-__all__ = [
-    "MISSING",
-    "SETTABLE_SYSTEM_PROPERTIES",
-    "SYSTEM_PROPERTIES",
-    "Assignment",
-    "MessageView",
-    "compile_action",
-    "compile_condition",
-]
-
-
-class _Missing:
-    """An application property the message does not have (unknown in comparisons)."""
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-#: What :meth:`MessageView.get` answers for a property the message does not have.
-MISSING: Any = _Missing()
-
-#: The system properties a rule can read (``sys.NAME``, any case): canonical name by
-#: lower-case name. ``Subject`` is the SDKs' name of ``Label``.
-SYSTEM_PROPERTIES: Mapping[str, str] = {
-    name.lower(): name for name in (
-        "MessageId", "CorrelationId", "To", "ReplyTo", "Label", "SessionId",
-        "ReplyToSessionId", "ContentType", "PartitionKey")
-} | {"subject": "Label"}
-
-#: The system properties an action may ``SET``.
-SETTABLE_SYSTEM_PROPERTIES = frozenset(
-    ("CorrelationId", "To", "ReplyTo", "Label", "SessionId", "ReplyToSessionId",
-     "ContentType", "PartitionKey"))
-
-
-class MessageView:
-    """What a rule sees of one message: its application properties and, when asked
-    for, its system properties (``system`` may be a callable, called at most once).
-
-    Args:
-        user: the application properties.
-        system: the system properties by canonical name (:data:`SYSTEM_PROPERTIES`); a
-            name left out reads as null.
-    """
-
-    def __init__(self, *, user: Mapping[str, Any],
-                 system: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> None:
-        self.user = user
-        self._system = system
-
-    @functools.cached_property
-    def system(self) -> Mapping[str, Any]:
-        """The system properties (loaded on first use)."""
-        return self._system() if callable(self._system) else self._system
-
-    def get(self, scope: str, name: str) -> Any:
-        """A property's value; :data:`MISSING` when an application property is absent."""
-        if scope == "sys":
-            return self.system.get(name)
-        return self.user.get(name, MISSING)
-
-    def exists(self, scope: str, name: str) -> bool:
-        """Whether the message has the property (a system property: whether it is set)."""
-        if scope == "sys":
-            return self.system.get(name) is not None
-        return name in self.user
+__all__ = ["Assignment", "compile_action", "compile_condition"]
 
 
 @dataclass(frozen=True)
@@ -175,87 +121,9 @@ def _lex(text: str, what: str) -> list[_Token]:
     return tokens
 
 
-# -- values -----------------------------------------------------------------------------
+# -- parser -----------------------------------------------------------------------------
 
 Fn = Callable[[MessageView], Any]
-_UNKNOWN = None  # the third truth value (and a null value)
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _absent(v: Any) -> bool:
-    return v is None or v is MISSING
-
-
-def _compare(op: str, a: Any, b: Any) -> bool | None:
-    if _absent(a) or _absent(b):
-        return _UNKNOWN
-    same = (_number(a) and _number(b)) or (isinstance(a, str) and isinstance(b, str))
-    if not same and not (isinstance(a, bool) and isinstance(b, bool)
-                         and op in ("=", "<>", "!=")):
-        return _UNKNOWN
-    if op == "=":
-        return bool(a == b)
-    if op in ("<>", "!="):
-        return bool(a != b)
-    if op == "<":
-        return bool(a < b)
-    if op == ">":
-        return bool(a > b)
-    if op == "<=":
-        return bool(a <= b)
-    return bool(a >= b)
-
-
-def _arithmetic(op: str, a: Any, b: Any) -> Any:
-    if op == "+" and isinstance(a, str) and isinstance(b, str):
-        return a + b
-    if not (_number(a) and _number(b)):
-        return _UNKNOWN
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if b == 0:
-        return _UNKNOWN
-    if isinstance(a, int) and isinstance(b, int):
-        quotient = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
-        return quotient if op == "/" else a - b * quotient
-    return a / b if op == "/" else a - b * int(a / b)
-
-
-@functools.lru_cache(maxsize=256)
-def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if escape is not None and c == escape and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _like(value: Any, pattern: Any, escape: Any) -> bool | None:
-    if not isinstance(value, str) or not isinstance(pattern, str):
-        return _UNKNOWN
-    if escape is not None and not (isinstance(escape, str) and len(escape) == 1):
-        return _UNKNOWN
-    return _like_regex(pattern, escape).fullmatch(value) is not None
-
-
-def _not(v: bool | None) -> bool | None:
-    return None if v is None else not v
-
-
-# -- parser -----------------------------------------------------------------------------
 
 _BOOL, _VALUE = "condition", "expression"
 #: Binding powers: OR < AND < NOT < comparisons < + - < * / % < unary.
@@ -368,25 +236,25 @@ class _Parser:
     def binary(self, left: _Node, power: int) -> _Node:
         op = self.advance().text
         a, b = self.value(left).fn, self.value(self.parse(power)).fn
-        return _Node(_VALUE, lambda v: _arithmetic(op, a(v), b(v)), left.at)
+        return _Node(_VALUE, lambda v: arithmetic(op, a(v), b(v)), left.at)
 
     def predicate(self, left: _Node) -> _Node:
         a = self.value(left).fn
         if self.at_op(*_COMPARISONS):
             op = self.advance().text
             b = self.value(self.parse(_CMP)).fn
-            return _Node(_BOOL, lambda v: _compare(op, a(v), b(v)), left.at)
+            return _Node(_BOOL, lambda v: compare(op, a(v), b(v)), left.at)
         if self.at_keyword("IS"):
             self.advance()
-            negate = self.at_keyword("NOT")
-            if negate:
+            inverted = self.at_keyword("NOT")
+            if inverted:
                 self.advance()
             if not self.at_keyword("NULL"):
                 raise self.fail("NULL")
             self.advance()
-            return _Node(_BOOL, lambda v: _absent(a(v)) != negate, left.at)
-        negate = self.at_keyword("NOT")
-        if negate:
+            return _Node(_BOOL, lambda v: absent(a(v)) != inverted, left.at)
+        inverted = self.at_keyword("NOT")
+        if inverted:
             self.advance()
         if self.at_keyword("IN"):
             self.advance()
@@ -394,7 +262,7 @@ class _Parser:
         else:
             self.advance()  # LIKE
             found = self.like(a)
-        return _Node(_BOOL, (lambda v: _not(found(v))) if negate else found, left.at)
+        return _Node(_BOOL, (lambda v: negate(found(v))) if inverted else found, left.at)
 
     def in_list(self, a: Fn) -> Fn:
         self.expect_op("(")
@@ -406,15 +274,15 @@ class _Parser:
 
         def found(v: MessageView) -> bool | None:
             x = a(v)
-            if _absent(x):
-                return _UNKNOWN
+            if absent(x):
+                return UNKNOWN
             unknown = False
             for item in items:
-                r = _compare("=", x, item(v))
+                r = compare("=", x, item(v))
                 if r:
                     return True
                 unknown = unknown or r is None
-            return _UNKNOWN if unknown else False
+            return UNKNOWN if unknown else False
         return found
 
     def like(self, a: Fn) -> Fn:
@@ -431,7 +299,7 @@ class _Parser:
                                       f"in {self.text!r}")
         p = pattern.fn
         e = escape.fn if escape is not None else (lambda v: None)
-        return lambda v: _like(a(v), p(v), e(v))
+        return lambda v: like(a(v), p(v), e(v))
 
     def prefix(self) -> _Node:
         tok = self.advance()
@@ -446,7 +314,7 @@ class _Parser:
         if tok.kind == "op" and tok.text in ("+", "-"):
             inner = self.value(self.parse(_UNARY))
             operand, sign = inner.fn, 1 if tok.text == "+" else -1
-            return _Node(_VALUE, lambda v: sign * x if _number(x := operand(v)) else None,
+            return _Node(_VALUE, lambda v: sign * x if is_number(x := operand(v)) else None,
                          tok.at, constant=inner.constant)
         if tok.kind == "op" and tok.text == "(":
             inner = self.parse()
@@ -461,7 +329,7 @@ class _Parser:
             return self.constant(tok, None)
         if tok.text == "NOT":
             operand = self.condition(self.parse(_NOT)).fn
-            return _Node(_BOOL, lambda v: _not(operand(v)), tok.at)
+            return _Node(_BOOL, lambda v: negate(operand(v)), tok.at)
         if tok.text == "EXISTS":
             self.expect_op("(")
             name_tok = self.advance()

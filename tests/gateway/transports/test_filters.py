@@ -18,7 +18,8 @@ from gateway.transports import (
     TrueFilter,
 )
 from gateway.transports._filters import copies, rules_from_json, rules_to_json
-from gateway.transports._filters_sql import MessageView, compile_condition
+from gateway.transports._filters_sql import compile_condition
+from gateway.transports._filters_values import MessageView
 from replication import ConfigError
 
 
