@@ -186,6 +186,9 @@ async def _serve(emu: Emulator, *, secret: bool, as_json: bool,
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
+    log = logging.getLogger("gateway.emulator")
+    for name in emu.namespaces:
+        log.info("namespace %s serves on %s:%d", name, emu.host, emu.port(name))
     try:
         _ready(emu, secret=secret, as_json=as_json, relay=relay)
         await stop.wait()
