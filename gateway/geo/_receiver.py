@@ -52,6 +52,7 @@ from replication import (
     NamespaceUnavailable,
     Operation,
     Verdict,
+    scoped,
 )
 
 __all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
@@ -62,6 +63,8 @@ Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
 
 
 _RECHECK_SECONDS = 1.0
+#: What a subscription's path holds (TOPIC/Subscriptions/SUB, any case).
+_SUBSCRIPTION = "/subscriptions/"
 # Completions run() lets wait for their marks at most, and how long run() and
 # aclose() wait for the marks and settlements still in flight.
 _MAX_SETTLING = 256
@@ -96,9 +99,11 @@ class AsyncGeoReceiver(Settler, Pumps):
         primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
             ``Transport``.
         secondary: the same for the secondary namespace.
-        entity: the queue to receive from.
-        dedup_store: a path (a persistent SQLite window, shareable between processes)
-            or a ``DedupStore``.
+        entity: the queue to receive from, or a topic's subscription,
+            ``"TOPIC/Subscriptions/SUB"`` (its ids are de-duplicated within that
+            subscription: see ``replication.scoped``).
+        dedup_store: a path (a persistent SQLite window, shareable between processes,
+            and between receivers of several subscriptions) or a ``DedupStore``.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
         prefetch: messages each namespace's pump keeps received ahead of the caller.
         hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
@@ -142,6 +147,10 @@ class AsyncGeoReceiver(Settler, Pumps):
             if isinstance(dedup_store, DedupStore)
             else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow())
         )
+        if _SUBSCRIPTION in self.entity.lower():
+            # The topic's copies in every subscription share their MessageIds: a store
+            # shared by receivers of several subscriptions keeps one window for each.
+            store = scoped(store, self.entity.lower())
         self._dedup = Deduplicator(store, window=dedup_window, clock=clock)
         self._inbox: deque[ReceivedMessage] = deque()
         self._held: dict[str, list[ReceivedMessage]] = {}
