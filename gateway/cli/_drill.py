@@ -17,6 +17,7 @@ from rich.progress import (
 
 from gateway.cli._common import err, out, print_table, run
 from gateway.drill import (
+    ENTITIES,
     FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
     TRANSPORTS,
@@ -55,6 +56,13 @@ def show_report(report: DrillReport) -> None:
          if report.lost or report.duplicates_delivered else
          f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
     ]
+    if report.subscriptions:
+        rows[2:3] = [rows[2], ("entity", f"topic, {len(report.subscriptions)} subscriptions")]
+        rows[-1:-1] = [
+            (f"subscription {name}", f"delivered {s['delivered']}, lost {s['lost']}, "
+             f"duplicates delivered {s['duplicates_delivered']}, suppressed "
+             f"{s['duplicates_suppressed']}")
+            for name, s in sorted(report.subscriptions.items())]
     if report.hung_send_seconds:
         rows[-1:-1] = [
             ("sends while hung", len(report.hung_send_seconds)),
@@ -89,7 +97,7 @@ def show_relay_report(report: RelayDrillReport) -> None:
 
 _RELAY_SCENARIOS = {s.value for s in RelayScenario}
 # Options of the message drills that a relay drill has no use for, and the reverse.
-_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport")
+_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport", "entity")
 
 
 def _check_options(ctx: click.Context, scenario: str) -> None:
@@ -131,10 +139,13 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
+@click.option("--entity", type=click.Choice(ENTITIES), default="queue", show_default=True,
+              help="queue; or topic: a topic with two subscriptions, each of which must get "
+                   "every message once (queue scenarios, local and servicebus transports).")
 @click.pass_context
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
-          settle_timeout: float, transport: str) -> None:
+          settle_timeout: float, transport: str, entity: str) -> None:
     """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
@@ -142,6 +153,9 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     folder, printed first; it is removed when the drill passes.
     """
     _check_options(ctx, scenario)
+    if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")):
+        raise click.UsageError("--entity topic: the queue scenarios over the local or "
+                               "servicebus transport")
     quiet = json_path is not None and str(json_path) == "-"
     with Progress(
         TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
@@ -167,6 +181,7 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
                 mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
                 data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
                 transport=transport, keep_state=keep, on_state_dir=on_state_dir,
+                entity=entity,
             ))
     if report.state_dir is None:
         err.print("drill passed: its state folder was removed")

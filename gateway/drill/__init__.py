@@ -10,6 +10,10 @@ With ``transport="servicebus"`` or ``"eventhubs"`` the same namespaces are serve
 talks to them through the Azure SDK transports: Service Bus queues, or an event hub
 read by a partition-balanced geo receiver. Outages are injected the same way.
 
+With ``entity="topic"`` the queue scenarios run over a topic with two subscriptions,
+a de-duplicating receiver on each, and every subscription must get every message
+once (:mod:`gateway.drill._topics`).
+
 The ``consumer-*`` scenarios instead run several receiver processes on a
 partitioned entity and crash, add or remove them mid-run; see
 :mod:`gateway.drill._consumers`.
@@ -35,7 +39,7 @@ from __future__ import annotations
 from gateway.drill._common import RelayScenario, Scenario
 from gateway.drill._relay import FIRST_ANSWER_TARGET, RelayDrillReport, run_relay_drill
 from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
-from gateway.drill._runner import TRANSPORTS, run_drill
+from gateway.drill._runner import ENTITIES, TRANSPORTS, run_drill
 
-__all__ = ["FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "TRANSPORTS", "DrillReport",
+__all__ = ["ENTITIES", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "TRANSPORTS", "DrillReport",
            "RelayDrillReport", "RelayScenario", "Scenario", "run_drill", "run_relay_drill"]

@@ -58,6 +58,11 @@ class DrillReport:
     transport: str = "local"
     state_dir: str | None = None
     hung_send_seconds: list[float] = field(default_factory=list)
+    #: "queue", or "topic": then ``subscriptions`` holds, per subscription, its
+    #: ``delivered``, ``lost``, ``duplicates_delivered`` and ``duplicates_suppressed``
+    #: (``lost`` and ``duplicates_delivered`` above are their sums).
+    entity: str = "queue"
+    subscriptions: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
