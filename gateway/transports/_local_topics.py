@@ -296,8 +296,11 @@ class Topics:
         for path in self.subscriptions(conn, topic.name):
             options = self.options(conn, path)
             out: list[Queued] = []
-            for q, view in zip(sent, views, strict=True):
-                out.extend(self._copy(q, c, path) for c in copies(options.rules, view))
+            if options.rules == (DEFAULT_RULE,):
+                out = sent  # the common case: every message, as sent
+            else:
+                for q, view in zip(sent, views, strict=True):
+                    out.extend(self._copy(q, c, path) for c in copies(options.rules, view))
             if not out:
                 continue
             if options.forward_to is not None:
