@@ -284,29 +284,34 @@ class Topics:
             why = (f"more than {MAX_FORWARD_HOPS} hops" if hops >= MAX_FORWARD_HOPS
                    else f"{target!r} is not a queue or topic of local://{self.namespace}")
             raise MessageRejected(f"{source!r} forwards to {target!r}: {why}")
-        return self.deliver(conn, found, target, _with_ttl(items, options.default_ttl), now,
-                            hops + 1)
+        if options.default_ttl is not None:
+            items = _with_ttl(items, options.default_ttl)
+        return self.deliver(conn, found, target, items, now, hops + 1)
 
     def _publish(self, conn: sqlite3.Connection, topic: Entity,
                  items: Sequence[Message | Queued], now: float, hops: int) -> list[int]:
         default = self.options(conn, topic.name).default_ttl
-        sent = _with_ttl(items, default)
-        views = [self._view(q) for q in sent]
+        sent: Sequence[Message | Queued] = items if default is None else _with_ttl(items, default)
+        views: list[tuple[Queued, MessageView]] | None = None  # made once a rule needs them
         seqs: list[int] = []
         for path in self.subscriptions(conn, topic.name):
             options = self.options(conn, path)
-            out: list[Queued] = []
+            out: Sequence[Message | Queued]
             if options.rules == (DEFAULT_RULE,):
                 out = sent  # the common case: every message, as sent
             else:
-                for q, view in zip(sent, views, strict=True):
-                    out.extend(self._copy(q, c, path) for c in copies(options.rules, view))
+                if views is None:
+                    views = [(q, self._view(q)) for q in map(_queued, sent)]
+                out = [self._copy(q, c, path) for q, view in views
+                       for c in copies(options.rules, view)]
             if not out:
                 continue
             if options.forward_to is not None:
                 seqs += self._forward(conn, path, options, out, now, hops)
             else:
-                seqs += queues.insert(conn, path, _with_ttl(out, options.default_ttl), now)
+                if options.default_ttl is not None:
+                    out = _with_ttl(out, options.default_ttl)
+                seqs += queues.insert(conn, path, out, now)
         return seqs
 
     def _view(self, q: Queued) -> MessageView:
@@ -350,10 +355,14 @@ def _identical(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _queued(item: Message | Queued) -> Queued:
+    return item if isinstance(item, Queued) else Queued(message=item)
+
+
 def _with_ttl(items: Sequence[Message | Queued], default: float | None) -> list[Queued]:
     out: list[Queued] = []
     for item in items:
-        q = item if isinstance(item, Queued) else Queued(message=item)
+        q = _queued(item)
         ttl = _shorter(q.time_to_live, default)
         out.append(q if ttl == q.time_to_live else dataclasses.replace(q, time_to_live=ttl))
     return out
