@@ -126,9 +126,10 @@ class Topics:
         Raises:
             ConfigError: a bad name or setting, or the entity exists with other settings.
         """
-        if not name or split_subscription(name) is not None or len(name) > 260:
+        if (not name or split_subscription(name) is not None or len(name) > 260
+                or name.lower().endswith("/$deadletterqueue")):
             raise ConfigError(f"bad topic name {name!r}: use 1-260 characters, not a "
-                              "subscription's path")
+                              "subscription's or a dead-letter queue's path")
         if max_message_size < 1:
             raise ConfigError("topic settings: max_message_size >= 1 is required")
         entity = Entity(name=name, kind=EntityKind.TOPIC, partitions=0, lock_duration=0.0,
