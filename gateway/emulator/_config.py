@@ -64,6 +64,7 @@ class QueueSpec:
     dead_lettering_on_message_expiration: bool = False
     default_message_time_to_live: float | None = None  # seconds
     forward_to: str | None = None  # a queue or topic that takes what is sent here
+    duplicate_detection_window: float | None = None  # seconds; None: no detection
     requires_session: bool = False  # refused by check_emulated until sessions are emulated
 
 

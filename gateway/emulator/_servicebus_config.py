@@ -23,11 +23,13 @@ with ``Queues[]`` and ``Topics[]`` (each with ``Subscriptions[]``, each with
 - ``Logging.Type``: ``Console`` logs the emulator's lines (INFO) to stderr, ``File`` to
   ``emulator.log`` in the data directory.
 
-What the file asks for that is not emulated is refused when it is read, naming it, in
-one line (a :class:`~replication.ConfigError`): ``RequiresDuplicateDetection: true``,
-a non-empty ``ForwardDeadLetteredMessagesTo``, a property or key the schema does not
-have. ``RequiresSession: true`` is read into the entity's ``requires_session`` and
-refused by :func:`check_emulated` until session-enabled entities are emulated.
+``RequiresDuplicateDetection: true`` drops a message whose MessageId the entity took
+within ``DuplicateDetectionHistoryTimeWindow`` (default 20 seconds, the official
+emulator's). What the file asks for that is not emulated is refused when it is read,
+naming it, in one line (a :class:`~replication.ConfigError`): a non-empty
+``ForwardDeadLetteredMessagesTo``, a property or key the schema does not have.
+``RequiresSession: true`` is read into the entity's ``requires_session`` and refused by
+:func:`check_emulated` until session-enabled entities are emulated.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class TopicSpec:
     subscriptions: tuple[SubscriptionSpec, ...] = ()
     max_message_size: int = 1 << 20
     default_message_time_to_live: float | None = None
+    duplicate_detection_window: float | None = None  # seconds; None: no detection
 
 
 def duration(text: object, where: str) -> float:
@@ -163,7 +166,7 @@ _CORRELATION = {"ContentType": "content_type", "CorrelationId": "correlation_id"
                 "ReplyTo": "reply_to", "ReplyToSessionId": "reply_to_session_id",
                 "SessionId": "session_id", "To": "to"}
 #: The official emulator's defaults (its schema's), for properties a file leaves out.
-_LOCK, _DELIVERIES, _TTL = 60.0, 3, 3600.0
+_LOCK, _DELIVERIES, _TTL, _DUPLICATES = 60.0, 3, 3600.0, 20.0
 
 
 def _common(p: _Reader) -> dict[str, Any]:
@@ -182,21 +185,16 @@ def _common(p: _Reader) -> dict[str, Any]:
     }
 
 
-def _no_duplicate_detection(p: _Reader) -> None:
-    if p.get("RequiresDuplicateDetection", bool, False):
-        raise ConfigError(f"{p.where}: RequiresDuplicateDetection is not emulated by the "
-                          "geogateway emulator (geogateway's receivers remove duplicates by "
-                          "MessageId): set it to false")
-    if "DuplicateDetectionHistoryTimeWindow" in p.raw:
-        duration(p.raw["DuplicateDetectionHistoryTimeWindow"],
-                 f"{p.where} DuplicateDetectionHistoryTimeWindow")
+def _duplicate_window(p: _Reader) -> float | None:
+    """The window of the entity's duplicate detection, or None when it has none."""
+    window = p.seconds("DuplicateDetectionHistoryTimeWindow", _DUPLICATES)
+    return window if p.get("RequiresDuplicateDetection", bool, False) else None
 
 
 def _queue(raw: object, where: str) -> dict[str, Any]:
     r = _Reader(raw, where, ("Name", "Properties"))
     p = r.properties(_QUEUE_PROPS)
-    _no_duplicate_detection(p)
-    return {"name": r.name(), **_common(p)}
+    return {"name": r.name(), **_common(p), "duplicate_detection_window": _duplicate_window(p)}
 
 
 def _rule(raw: object, where: str) -> Rule:
@@ -237,10 +235,10 @@ def _topic(raw: object, where: str) -> TopicSpec:
     r = _Reader(raw, where, ("Name", "Properties", "Subscriptions"))
     name = r.name()
     p = r.properties(_TOPIC_PROPS)
-    _no_duplicate_detection(p)
     subs = r.get("Subscriptions", list, [])
     return TopicSpec(
         name=name, default_message_time_to_live=p.seconds("DefaultMessageTimeToLive", _TTL),
+        duplicate_detection_window=_duplicate_window(p),
         subscriptions=tuple(_subscription(s, f"{where} subscription {_label(s, i)}")
                             for i, s in enumerate(subs)))
 

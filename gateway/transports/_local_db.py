@@ -68,8 +68,14 @@ _SCHEMA = (
         PRIMARY KEY (entity, consumer_group, partition))""",
     # What a queue, topic or subscription has beyond its entities row (_local_topics).
     """CREATE TABLE IF NOT EXISTS entity_options (
-        entity TEXT PRIMARY KEY, topic TEXT, rules TEXT, forward_to TEXT, default_ttl REAL)""",
+        entity TEXT PRIMARY KEY, topic TEXT, rules TEXT, forward_to TEXT, default_ttl REAL,
+        duplicate_window REAL)""",
     "CREATE INDEX IF NOT EXISTS entity_options_by_topic ON entity_options (topic)",
+    # The MessageIds taken by entities that detect duplicates (_local_duplicates).
+    """CREATE TABLE IF NOT EXISTS seen_ids (
+        entity TEXT NOT NULL, message_id TEXT NOT NULL, taken REAL NOT NULL,
+        PRIMARY KEY (entity, message_id))""",
+    "CREATE INDEX IF NOT EXISTS seen_ids_by_time ON seen_ids (entity, taken)",
 )
 
 # Columns added after schema 1 shipped: a file without them gets them when it is

@@ -88,7 +88,8 @@ class LocalNamespace:
                      max_delivery_count: int = 10, max_message_size: int = 1 << 20,
                      dead_lettering_on_message_expiration: bool = False,
                      forward_to: str | None = None,
-                     default_message_time_to_live: float | None = None) -> None:
+                     default_message_time_to_live: float | None = None,
+                     duplicate_detection_window: float | None = None) -> None:
         """Create a queue; do nothing when it exists with the same settings.
 
         A message whose time to live is over (one sent through the emulator with a
@@ -96,7 +97,9 @@ class LocalNamespace:
         delivered: with ``dead_lettering_on_message_expiration`` it moves to the
         dead-letter sub-queue (reason ``TTLExpiredException``), otherwise it is
         dropped, as on Service Bus. With ``forward_to`` (a queue or a topic) what is
-        sent to the queue goes there instead.
+        sent to the queue goes there instead. With ``duplicate_detection_window``
+        (seconds), a message whose MessageId the queue took within it is accepted and
+        dropped (Service Bus's duplicate detection).
 
         Raises:
             ConfigError: bad settings, or the entity exists with other settings.
@@ -106,10 +109,12 @@ class LocalNamespace:
             name, lock_duration=lock_duration, max_delivery_count=max_delivery_count,
             max_message_size=max_message_size,
             dead_lettering_on_message_expiration=dead_lettering_on_message_expiration))
-        if forward_to is not None or default_message_time_to_live is not None:
+        if (forward_to, default_message_time_to_live, duplicate_detection_window) != (
+                None, None, None):
             self._store.topics.set_queue_options(
                 name, forward_to=forward_to,
-                default_message_time_to_live=default_message_time_to_live)
+                default_message_time_to_live=default_message_time_to_live,
+                duplicate_detection_window=duplicate_detection_window)
 
     def create_partitioned(self, name: str, *, partitions: int = 4,
                            max_message_size: int = 1 << 20) -> None:
@@ -123,12 +128,15 @@ class LocalNamespace:
                                              max_message_size=max_message_size))
 
     def create_topic(self, name: str, *, max_message_size: int = 1 << 20,
-                     default_message_time_to_live: float | None = None) -> None:
+                     default_message_time_to_live: float | None = None,
+                     duplicate_detection_window: float | None = None) -> None:
         """Create a topic; do nothing when it exists with the same settings.
 
         A message sent to the topic is copied to each of its subscriptions whose rules
         select it; with no subscription it is dropped, as on Service Bus.
-        ``default_message_time_to_live`` (seconds) caps the time to live of its messages.
+        ``default_message_time_to_live`` (seconds) caps the time to live of its messages;
+        with ``duplicate_detection_window`` (seconds) a message whose MessageId the topic
+        took within it is accepted and dropped.
 
         Raises:
             ConfigError: bad settings, or the entity exists with other settings.
@@ -136,7 +144,8 @@ class LocalNamespace:
         """
         self._store.topics.create_topic(
             name, max_message_size=max_message_size,
-            default_message_time_to_live=default_message_time_to_live)
+            default_message_time_to_live=default_message_time_to_live,
+            duplicate_detection_window=duplicate_detection_window)
 
     def create_subscription(self, topic: str, name: str, *, rules: Sequence[Rule] = (),
                             lock_duration: float = 30.0, max_delivery_count: int = 10,

@@ -12,7 +12,9 @@ kept in ``entity_options``: the topic of a subscription and its rules (JSON), wh
 messages are forwarded (``forward_to``: a queue or a topic, up to
 :data:`MAX_FORWARD_HOPS` hops, as on Service Bus), and the default time to live of its
 messages (``default_ttl``, seconds: a message's time to live is the smaller of its own
-and the entity's; a topic's default applies to its subscriptions' copies too).
+and the entity's; a topic's default applies to its subscriptions' copies too), and the
+window of its duplicate detection (``duplicate_window``: a MessageId it took within it
+is accepted and dropped, ``_local_duplicates``).
 
 Messages sent through the emulator carry their AMQP sections: their system properties
 are read for filters, and the edits of an action are written into them, by the
@@ -44,6 +46,7 @@ from gateway.transports._filters import (
     rules_to_json,
 )
 from gateway.transports._local_db import Database
+from gateway.transports._local_duplicates import unseen
 from gateway.transports._local_entities import Catalog, Entity, EntityKind, queue_entity
 from gateway.transports._local_queues import Queued
 from gateway.transports._topic_paths import (
@@ -60,7 +63,8 @@ logger = logging.getLogger("gateway.transports.local")
 #: How many times a message may be forwarded (Service Bus allows 4 hops).
 MAX_FORWARD_HOPS = 4
 
-_OPTIONS = "SELECT topic, rules, forward_to, default_ttl FROM entity_options WHERE entity = ?"
+_OPTIONS = ("SELECT topic, rules, forward_to, default_ttl, duplicate_window FROM entity_options "
+            "WHERE entity = ?")
 
 
 class SectionsCodec(Protocol):
@@ -82,6 +86,8 @@ class EntityOptions:
     rules: tuple[Rule, ...] = ()
     forward_to: str | None = None
     default_ttl: float | None = None
+    #: Seconds within which a MessageId taken already is dropped (duplicate detection).
+    duplicate_window: float | None = None
 
 
 _NONE = EntityOptions()
@@ -92,6 +98,15 @@ def _ttl(value: float | None, what: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"{what}: default_message_time_to_live must be a number of seconds "
+                          f"above 0, not {value!r}")
+    return float(value)
+
+
+def _window(value: float | None, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{what}: duplicate_detection_window must be a number of seconds "
                           f"above 0, not {value!r}")
     return float(value)
 
@@ -120,7 +135,8 @@ class Topics:
     # -- administration -------------------------------------------------------------
 
     def create_topic(self, name: str, *, max_message_size: int = 1 << 20,
-                     default_message_time_to_live: float | None = None) -> None:
+                     default_message_time_to_live: float | None = None,
+                     duplicate_detection_window: float | None = None) -> None:
         """Create a topic; do nothing when it exists with the same settings.
 
         Raises:
@@ -134,7 +150,8 @@ class Topics:
             raise ConfigError("topic settings: max_message_size >= 1 is required")
         entity = Entity(name=name, kind=EntityKind.TOPIC, partitions=0, lock_duration=0.0,
                         max_delivery_count=0, max_message_size=max_message_size)
-        options = EntityOptions(default_ttl=_ttl(default_message_time_to_live, name))
+        options = EntityOptions(default_ttl=_ttl(default_message_time_to_live, name),
+                                duplicate_window=_window(duplicate_detection_window, name))
         self._create(entity, options)
 
     def create_subscription(self, topic: str, name: str, *, rules: Sequence[Rule] = (),
@@ -171,8 +188,10 @@ class Topics:
         self._create(entity, options)
 
     def set_queue_options(self, name: str, *, forward_to: str | None = None,
-                          default_message_time_to_live: float | None = None) -> None:
-        """Give an existing queue its forwarding and default time to live (once).
+                          default_message_time_to_live: float | None = None,
+                          duplicate_detection_window: float | None = None) -> None:
+        """Give an existing queue its forwarding, default time to live and duplicate
+        detection (once).
 
         Raises:
             ConfigError: no such queue, or it has other options already.
@@ -180,7 +199,8 @@ class Topics:
         if forward_to is not None and (not forward_to or forward_to == name):
             raise ConfigError(f"queue {name!r}: forward_to names another queue or topic")
         options = EntityOptions(forward_to=forward_to,
-                                default_ttl=_ttl(default_message_time_to_live, name))
+                                default_ttl=_ttl(default_message_time_to_live, name),
+                                duplicate_window=_window(duplicate_detection_window, name))
 
         def txn(conn: sqlite3.Connection) -> EntityOptions:
             found = self.catalog.lookup(conn, name)
@@ -210,9 +230,9 @@ class Topics:
                         options: EntityOptions) -> EntityOptions:
         conn.execute(
             "INSERT OR IGNORE INTO entity_options (entity, topic, rules, forward_to, "
-            "default_ttl) VALUES (?, ?, ?, ?, ?)",
+            "default_ttl, duplicate_window) VALUES (?, ?, ?, ?, ?, ?)",
             (name, options.topic, rules_to_json(options.rules) if options.rules else None,
-             options.forward_to, options.default_ttl))
+             options.forward_to, options.default_ttl, options.duplicate_window))
         self._options.pop(name, None)
         return self.options(conn, name)
 
@@ -228,7 +248,7 @@ class Topics:
             row = conn.execute(_OPTIONS, (name,)).fetchone()
             found = _NONE if row is None else EntityOptions(
                 topic=row[0], rules=rules_from_json(row[1]) if row[1] else (),
-                forward_to=row[2], default_ttl=row[3])
+                forward_to=row[2], default_ttl=row[3], duplicate_window=row[4])
             self._options[name] = found
         return found
 
@@ -262,13 +282,15 @@ class Topics:
         Raises:
             MessageRejected: a subscription named, or forwarding that goes nowhere.
         """
-        if e.kind is EntityKind.TOPIC:
-            return self._publish(conn, e, items, now, hops)
         if e.kind is EntityKind.SUBSCRIPTION:
             topic = split_subscription(e.name)
             raise MessageRejected(f"cannot send to the subscription {entity!r}: send to its "
                                   f"topic {topic[0] if topic else '?'!r}")
         options = self.options(conn, e.name)
+        if options.duplicate_window is not None:
+            items = unseen(conn, e.name, items, now, options.duplicate_window)
+        if e.kind is EntityKind.TOPIC:
+            return self._publish(conn, e, items, now, hops)
         if options.forward_to is not None:
             return self._forward(conn, e.name, options, items, now, hops)
         if options.default_ttl is not None:

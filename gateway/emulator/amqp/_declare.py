@@ -24,16 +24,19 @@ def declare(store: Store, *, queues: Sequence[QueueSpec], event_hubs: Sequence[E
             q.name, lock_duration=q.lock_duration, max_delivery_count=q.max_delivery_count,
             max_message_size=q.max_message_size,
             dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration))
-        if q.forward_to is not None or q.default_message_time_to_live is not None:
+        if (q.forward_to, q.default_message_time_to_live, q.duplicate_detection_window) != (
+                None, None, None):
             store.topics.set_queue_options(
                 q.name, forward_to=q.forward_to,
-                default_message_time_to_live=q.default_message_time_to_live)
+                default_message_time_to_live=q.default_message_time_to_live,
+                duplicate_detection_window=q.duplicate_detection_window)
     for h in event_hubs:
         store.create(Store.partitioned(h.name, partitions=h.partitions,
                                        max_message_size=h.max_message_size))
     for t in topics:
         store.topics.create_topic(t.name, max_message_size=t.max_message_size,
-                                  default_message_time_to_live=t.default_message_time_to_live)
+                                  default_message_time_to_live=t.default_message_time_to_live,
+                                  duplicate_detection_window=t.duplicate_detection_window)
         for s in t.subscriptions:
             store.topics.create_subscription(
                 t.name, s.name, rules=s.rules, lock_duration=s.lock_duration,

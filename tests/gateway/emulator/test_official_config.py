@@ -172,10 +172,8 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = [
      ["queue 'queue.1'", "RequiresSession"]),
     ("session subscription", lambda d: _sub(d)["Properties"].update(RequiresSession=True),
      ["topic.1/Subscriptions/subscription.1", "RequiresSession"]),
-    ("duplicate detection", lambda d: _queue(d).update(RequiresDuplicateDetection=True),
-     ["queue 'queue.1'", "RequiresDuplicateDetection"]),
-    ("topic duplicate detection", lambda d: namespace(d)["Topics"][0]["Properties"].update(
-        RequiresDuplicateDetection=True), ["topic 'topic.1'", "RequiresDuplicateDetection"]),
+    ("bad duplicate window", lambda d: _queue(d).update(
+        DuplicateDetectionHistoryTimeWindow="20s"), ["DuplicateDetectionHistoryTimeWindow"]),
     ("dead-letter forwarding", lambda d: _sub(d, 2)["Properties"].update(
         ForwardDeadLetteredMessagesTo="queue.1"),
      ["subscription 'subscription.3'", "ForwardDeadLetteredMessagesTo"]),
@@ -221,18 +219,26 @@ def test_the_command_refuses_it_in_one_line(dirs: dict[str, Path], run: Run) -> 
 
 
 @pytest.mark.anyio
-async def test_forwarding_and_time_to_live_from_the_file(tmp_path: Path) -> None:
-    # Given the sample with subscription.3 forwarding to queue.1
-    data = _edit(lambda d: _sub(d, 2)["Properties"].update(ForwardTo="queue.1"))
+async def test_forwarding_and_duplicate_detection_from_the_file(tmp_path: Path) -> None:
+    # Given the sample with subscription.3 forwarding to queue.1, and duplicate detection
+    # on the topic
+    def change(d: dict[str, Any]) -> None:
+        _sub(d, 2)["Properties"].update(ForwardTo="queue.1")
+        namespace(d)["Topics"][0]["Properties"].update(RequiresDuplicateDetection=True)
+
+    data = _edit(change)
     path = tmp_path / "Config.json"
     path.write_text(json.dumps(data))
     config = load_config(path)
     async with Emulator({"sbemulatorns": 0}, data_dir=tmp_path / "data", queues=config.queues,
                         topics=config.topics), LocalTransport(
             "sbemulatorns", data_dir=tmp_path / "data") as local:
-        # When a message is sent to the topic
+        # When a message is sent to the topic twice
         await local.send("topic.1", [Message(b"x", message_id="m")])
-        # Then subscription.3's copy is in queue.1, with the default time to live
+        await local.send("topic.1", [Message(b"x", message_id="m")])
+        # Then subscription.3's one copy is in queue.1 (the second was a duplicate)
         assert await local.receive("topic.1/Subscriptions/subscription.3") == []
-        [r] = await local.receive("queue.1")
+        [r] = await local.receive("queue.1", max_messages=5)
         assert r.message_id == "m"
+    assert config.topics[0].duplicate_detection_window == 20.0
+    assert config.queues[0].duplicate_detection_window is None

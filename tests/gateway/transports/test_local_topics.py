@@ -206,3 +206,26 @@ async def test_an_older_namespace_file_gets_the_new_table(tmp_path: Path) -> Non
     ns.create_topic("t")
     assert {i.name for i in ns.entities()} == {"q", "t"}
     ns.close()
+
+
+async def test_duplicate_detection_drops_an_id_taken_within_the_window(
+        namespace: LocalNamespace, transport: LocalTransport, clock: FakeClock) -> None:
+    # Given a queue and a topic that detect duplicates over 60 s
+    namespace.create_queue("q", duplicate_detection_window=60)
+    namespace.create_topic("t", duplicate_detection_window=60)
+    namespace.create_subscription("t", "s")
+    for entity, source in (("q", "q"), ("t", "t/Subscriptions/s")):
+        # When an id is sent again within the window (also twice in one batch), and
+        # once more after it
+        first = [Message(b"1", message_id="a"), Message(b"2", message_id="b")]
+        again = [Message(b"3", message_id="a"), Message(b"4", message_id="c"),
+                 Message(b"5", message_id="c")]
+        await transport.send(entity, first)
+        await transport.send(entity, again)
+        clock.advance(61)
+        await transport.send(entity, [Message(b"6", message_id="a")])
+        # Then only the first copy within the window is kept, and the send succeeds
+        got = await transport.receive(source, max_messages=10)
+        assert [r.body for r in got] == [b"1", b"2", b"4", b"6"]
+        for r in got:
+            await transport.complete(r)
