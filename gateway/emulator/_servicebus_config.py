@@ -174,9 +174,14 @@ def _common(p: _Reader) -> dict[str, Any]:
     if p.get("ForwardDeadLetteredMessagesTo", str, ""):
         raise ConfigError(f"{p.where}: ForwardDeadLetteredMessagesTo is not emulated by the "
                           "geogateway emulator: leave it empty and read the dead-letter queue")
+    lock, deliveries = p.seconds("LockDuration", _LOCK), p.get("MaxDeliveryCount", int,
+                                                                _DELIVERIES)
+    if not lock > 0 or deliveries < 1:
+        raise ConfigError(f"{p.where}: LockDuration must be above 0 and MaxDeliveryCount at "
+                          f"least 1, got {p.raw.get('LockDuration')!r} and {deliveries!r}")
     return {
-        "lock_duration": p.seconds("LockDuration", _LOCK),
-        "max_delivery_count": p.get("MaxDeliveryCount", int, _DELIVERIES),
+        "lock_duration": lock,
+        "max_delivery_count": deliveries,
         "dead_lettering_on_message_expiration": p.get(
             "DeadLetteringOnMessageExpiration", bool, False),
         "default_message_time_to_live": p.seconds("DefaultMessageTimeToLive", _TTL),
@@ -197,7 +202,18 @@ def _queue(raw: object, where: str) -> dict[str, Any]:
     return {"name": r.name(), **_common(p), "duplicate_detection_window": _duplicate_window(p)}
 
 
-def _rule(raw: object, where: str) -> Rule:
+def _rule(raw: object, i: int, owner: str) -> Rule:
+    """Rule ``i`` of a subscription (``owner`` says which, in errors)."""
+    where = f"{owner} rule {_label(raw, i)}"
+    try:
+        return _read_rule(raw, where)
+    except ConfigError as exc:
+        # A rule's own errors name it already ("rule 'x': SQL filter: ..."): add whose.
+        text = str(exc)
+        raise ConfigError(text if text.startswith(owner) else f"{owner}: {text}") from None
+
+
+def _read_rule(raw: object, where: str) -> Rule:
     r = _Reader(raw, where, ("Name", "Properties"))
     name = r.name()
     p = r.properties(("FilterType", "CorrelationFilter", "SqlFilter", "Action"))
@@ -213,11 +229,8 @@ def _rule(raw: object, where: str) -> Rule:
         c = _Reader(p.raw.get("CorrelationFilter"), f"{p.where} CorrelationFilter",
                     (*_CORRELATION, "Properties"))
         fields = {_CORRELATION[k]: c.get(k, str) for k in _CORRELATION if k in c.raw}
-        try:
-            return Rule(name=name, action=action, filter=CorrelationFilter(
-                **fields, properties=c.get("Properties", dict, {})))
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+        return Rule(name=name, action=action, filter=CorrelationFilter(
+            **fields, properties=c.get("Properties", dict, {})))
     raise ConfigError(f"{p.where}: FilterType must be Correlation or Sql, got {kind!r}")
 
 
@@ -226,8 +239,7 @@ def _subscription(raw: object, where: str) -> SubscriptionSpec:
     name = r.name()
     rules = r.get("Rules", list, [])
     return SubscriptionSpec(
-        name=name, rules=tuple(_rule(x, f"{where} rule {_label(x, i)}")
-                               for i, x in enumerate(rules)),
+        name=name, rules=tuple(_rule(x, i, where) for i, x in enumerate(rules)),
         **_common(r.properties(_SUB_PROPS)))
 
 

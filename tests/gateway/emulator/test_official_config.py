@@ -182,7 +182,10 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = [
     ("unknown filter", lambda d: _sub(d)["Rules"][0]["Properties"].update(FilterType="True"),
      ["rule 'app-prop-filter-1'", "FilterType must be Correlation or Sql"]),
     ("bad SQL", lambda d: _sub(d, 3)["Rules"][0]["Properties"]["SqlFilter"].update(
-        SqlExpression="sys.MessageId = '1' AND"), ["rule 'sql-filter-1'", "character 24"]),
+        SqlExpression="sys.MessageId = '1' AND"),
+     ["subscription 'subscription.4'", "rule 'sql-filter-1'", "character 24"]),
+    ("bad count", lambda d: _queue(d).update(MaxDeliveryCount=0),
+     ["queue 'queue.1'", "MaxDeliveryCount"]),
     ("bad action", lambda d: _sub(d, 3)["Rules"][0]["Properties"]["Action"].update(
         SqlExpression="SET sys.MessageId = 'x'"), ["rule 'sql-filter-1'", "sys.MessageId"]),
     ("bad duration", lambda d: _queue(d).update(LockDuration="1 minute"),
