@@ -151,6 +151,17 @@ def test_its_entities_go_to_every_namespace_named(tmp_path: Path) -> None:
             "more", "more/Subscriptions/a", "more/Subscriptions/b"}
 
 
+def test_console_logging_goes_to_stderr(tmp_path: Path) -> None:
+    path = tmp_path / "Config.json"
+    data = sample()
+    data["UserConfig"]["Logging"]["Type"] = "Console"
+    path.write_text(json.dumps(data))
+    proc, _ = _start("--config", str(path), "-n", "sbemulatorns=0", data=tmp_path / "data")
+    err = _stop(proc)
+    assert "namespace sbemulatorns serves on 127.0.0.1:" in err
+    assert not (tmp_path / "data" / "emulator.log").exists()
+
+
 def _edit(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     data = copy.deepcopy(sample())
     change(data)
