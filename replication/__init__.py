@@ -22,6 +22,7 @@ from replication._dedup import (
     TransactionalDedupStore,
     Verdict,
 )
+from replication._dedup_scope import ScopedDedupStore, scoped
 from replication._errors import (
     ConfigError,
     DurableQueueError,
@@ -85,6 +86,7 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
+    "ScopedDedupStore",
     "SendPlan",
     "StoreUnavailable",
     "TransactionalDedupStore",
@@ -96,5 +98,6 @@ __all__ = [
     "parse_destination",
     "plan_send",
     "replayable",
+    "scoped",
     "should_fail_back",
 ]

@@ -20,6 +20,7 @@ EXPECTED = {
     "passive_sender.py": "active namespace now: secondary",
     "relay_failover.py": "failover: primary -> secondary",
     "replay_after_outage.py": "waiting on disk: 0",
+    "topic_subscriptions.py": "big: ['order-1!', 'order-3!']",
 }
 
 

@@ -10,6 +10,7 @@ import click
 from gateway.cli._common import err, fail, out, print_table, run
 from gateway.cli._progress import LiveProgress
 from gateway.drill import (
+    ENTITIES,
     FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
     OUTBOX_SCENARIO,
@@ -55,6 +56,13 @@ def show_report(report: DrillReport) -> None:
          if report.lost or report.duplicates_delivered else
          f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
     ]
+    if report.subscriptions:
+        rows[2:3] = [rows[2], ("entity", f"topic, {len(report.subscriptions)} subscriptions")]
+        rows[-1:-1] = [
+            (f"subscription {name}", f"delivered {s['delivered']}, lost {s['lost']}, "
+             f"duplicates delivered {s['duplicates_delivered']}, suppressed "
+             f"{s['duplicates_suppressed']}")
+            for name, s in sorted(report.subscriptions.items())]
     if report.hung_send_seconds:
         rows[-1:-1] = [
             ("sends while hung", len(report.hung_send_seconds)),
@@ -106,12 +114,12 @@ def show_outbox_report(report: OutboxDrillReport) -> None:
 
 _RELAY_SCENARIOS = {s.value for s in RelayScenario}
 # Options of the message drills that a relay drill has no use for, and the reverse.
-_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport")
+_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport", "entity")
 # Options of the outbox and fleet drills only, and the message drills' options the
 # outbox drill does not take.
 _STORE_ONLY = ("store", "dsn")
 _STORE_SCENARIOS = (OUTBOX_SCENARIO, "fleet")
-_NOT_OUTBOX = ("transport", "requests")
+_NOT_OUTBOX = ("transport", "requests", "entity")
 #: The outbox scenario's orders when --messages is not given (at ~200 orders a second).
 _OUTBOX_ORDERS = 1000
 
@@ -205,6 +213,9 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
 @click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the run as a PNG (the HTML page rendered by headless "
                    "Chromium; $GEOGATEWAY_CHROMIUM names another).")
+@click.option("--entity", type=click.Choice(ENTITIES), default="queue", show_default=True,
+              help="queue; or topic: a topic with two subscriptions, each of which must get "
+                   "every message once (queue scenarios, local and servicebus transports).")
 @click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
               help="fleet: the receivers' store, one PostgreSQL store shared by the machines "
                    "or a SQLite file per machine [default: postgres]; outbox: the outbox, in "
@@ -216,7 +227,8 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
           settle_timeout: float, transport: str, html_path: Path | None,
-          png_path: Path | None, store: str | None, dsn: str | None) -> None:
+          png_path: Path | None, entity: str, store: str | None,
+          dsn: str | None) -> None:
     """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
@@ -227,6 +239,10 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     _check_picture(scenario, html_path, png_path)
     if scenario not in _STORE_SCENARIOS:
         dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
+    if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")
+                             or scenario in _STORE_SCENARIOS):
+        raise click.UsageError("--entity topic: the queue scenarios over the local or "
+                               "servicebus transport")
     quiet = json_path is not None and str(json_path) == "-"
     with LiveProgress(enabled=not quiet) as bars:
         progress = bars.update
@@ -253,6 +269,7 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
                 data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
                 transport=transport, keep_state=keep, on_state_dir=on_state_dir,
                 store=store, dsn=dsn,
+                entity=entity,
             ))
     if report.state_dir is None:
         err.print("drill passed: its state folder was removed")

@@ -10,6 +10,10 @@ With ``transport="servicebus"`` or ``"eventhubs"`` the same namespaces are serve
 talks to them through the Azure SDK transports: Service Bus queues, or an event hub
 read by a partition-balanced geo receiver. Outages are injected the same way.
 
+With ``entity="topic"`` the queue scenarios run over a topic with two subscriptions,
+a de-duplicating receiver on each, and every subscription must get every message
+once (:mod:`gateway.drill._topics`).
+
 The ``consumer-*`` scenarios instead run several receiver processes on a
 partitioned entity and crash, add or remove them mid-run; see
 :mod:`gateway.drill._consumers`.
@@ -49,10 +53,11 @@ from gateway.drill._picture import (
 )
 from gateway.drill._relay import FIRST_ANSWER_TARGET, RelayDrillReport, run_relay_drill
 from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
-from gateway.drill._runner import TRANSPORTS, run_drill
+from gateway.drill._runner import ENTITIES, TRANSPORTS, run_drill
 from gateway.drill._timeline import DrillTimeline, Window
 
-__all__ = ["FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT", "OUTBOX_SCENARIO", "STORES",
-           "TRANSPORTS", "DrillReport", "DrillTimeline", "OutboxDrillReport", "RelayDrillReport",
-           "RelayScenario", "Scenario", "Window", "drill_figure", "find_chromium", "run_drill",
-           "run_outbox_drill", "run_relay_drill", "screenshot", "write_html", "write_png"]
+__all__ = ["ENTITIES", "FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT",
+           "OUTBOX_SCENARIO", "STORES", "TRANSPORTS", "DrillReport", "DrillTimeline",
+           "OutboxDrillReport", "RelayDrillReport", "RelayScenario", "Scenario", "Window",
+           "drill_figure", "find_chromium", "run_drill", "run_outbox_drill", "run_relay_drill",
+           "screenshot", "write_html", "write_png"]

@@ -84,7 +84,10 @@ async def run_fleet_drill(
                 dsn = await asyncio.to_thread(server.start)
                 stack.callback(server.cleanup)  # the drill keeps no database
             await asyncio.to_thread(drill.prepare_postgres, dsn)
-        return await drill.run(settle_timeout)
+        report = await drill.run(settle_timeout)
+        if report.passed and store == "postgres":
+            await asyncio.to_thread(drill.drop_schema)  # a passed run leaves nothing behind
+        return report
 
 
 class _FleetDrill:
@@ -108,7 +111,14 @@ class _FleetDrill:
         self.script = list(MACHINE_SCRIPT)
         self.namespace_script = list(NAMESPACE_SCRIPT)
         self.dsn: str | None = None
-        self.schema = f"drill_{uuid.uuid4().hex[:12]}"
+        self.schema = f"fleet_drill_{uuid.uuid4().hex[:12]}"
+
+    def drop_schema(self) -> None:
+        import psycopg
+
+        assert self.dsn is not None
+        with psycopg.connect(self.dsn, connect_timeout=10, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
 
     def prepare_postgres(self, dsn: str) -> None:
         """Create the drill's schema and effects table (the store adds its own tables)."""

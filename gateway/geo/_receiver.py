@@ -65,6 +65,7 @@ from replication import (
     Operation,
     StoreUnavailable,
     Verdict,
+    scoped,
 )
 
 __all__ = ["AsyncGeoReceiver", "Handler", "MessageInboxHandler", "ReceiverStats", "StopFlag"]
@@ -73,6 +74,8 @@ logger = logging.getLogger("geogateway")
 
 
 _RECHECK_SECONDS = 1.0
+#: What a subscription's path holds (TOPIC/Subscriptions/SUB, any case).
+_SUBSCRIPTION = "/subscriptions/"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +100,9 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
             ``Transport``.
         secondary: the same for the secondary namespace.
-        entity: the queue to receive from.
+        entity: the queue to receive from, or a topic's subscription,
+            ``"TOPIC/Subscriptions/SUB"`` (its ids are de-duplicated within that
+            subscription: see ``replication.scoped``).
         dedup_store: a path (a persistent SQLite window, shared by the processes of
             one machine), a PostgreSQL DSN (``postgresql://...``) or a
             ``psycopg_pool.ConnectionPool`` (one window for a fleet of machines, schema
@@ -149,6 +154,10 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             if owned:
                 self._owned.append(transport)
         store = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
+        if _SUBSCRIPTION in self.entity.lower():
+            # The topic's copies in every subscription share their MessageIds: a store
+            # shared by receivers of several subscriptions keeps one window for each.
+            store = scoped(store, self.entity.lower())
         self._dedup = Deduplicator(store, window=dedup_window, clock=clock, lease=dedup_lease)
         self._closing = False
         self._watch = StoreWatch(store, hooks=self._hooks, stopping=lambda: self._closing)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from gateway.drill import run_drill
@@ -39,6 +40,11 @@ async def test_the_fleet_on_postgresql_loses_nothing_and_duplicates_no_effect(
     assert report.buffered > 0, report  # the primary's copies while it was down
     assert report.passed and report.state_dir is None
     assert {"sent", "delivered"} <= phases
+    # And the schema it made in the server it was given is dropped once it passed
+    with psycopg.connect(pg.dsn) as conn:
+        left = conn.execute("SELECT count(*) FROM information_schema.schemata "
+                            "WHERE schema_name LIKE 'fleet_drill_%'").fetchone()
+    assert left == (0,)
 
 
 async def test_a_file_per_machine_lets_the_copies_through(tmp_path: Path) -> None:
