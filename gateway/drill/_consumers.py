@@ -39,7 +39,7 @@ from gateway.drill import _consumer_shared as shared
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
 from gateway.drill._timeline import DrillTimeline
-from gateway.drill._workers import Workers
+from gateway.drill._workers import Workers, send_while_watching
 from gateway.emulator import EmulatorProcess
 from gateway.geo import AsyncGeoSender, NamespaceConfig, NamespaceLike
 from gateway.stores import SqliteDedupStore
@@ -136,14 +136,9 @@ class _ConsumerDrill:
                 data_dir=self.root / "namespaces", state_dir=self.root / "state",
             )
             async with sender:
-                watching = asyncio.create_task(self._watch())
-                try:
-                    await self._send_all(sender)
-                    await self._settle(sender, watching, settle_timeout)
-                finally:
-                    watching.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await watching
+                await send_while_watching(
+                    self._watch, lambda: self._send_all(sender),
+                    lambda watching: self._settle(sender, watching, settle_timeout))
             await asyncio.sleep(0.5)  # a late duplicate would still be counted
         finally:
             await self.workers.stop_all()

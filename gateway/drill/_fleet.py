@@ -40,7 +40,7 @@ from gateway.drill._common import PRIMARY, SECONDARY, Progress
 from gateway.drill._fleet_shared import DSN_VARIABLE, ENTITY, LEASE, SCHEMA_VARIABLE, effects_sql
 from gateway.drill._report import DrillCounters, DrillReport
 from gateway.drill._timeline import DrillTimeline
-from gateway.drill._workers import Workers
+from gateway.drill._workers import Workers, send_while_watching
 from gateway.geo import AsyncGeoSender
 from gateway.transports.local import LocalNamespace
 from replication import ConfigError, Message, Mode
@@ -148,14 +148,9 @@ class _FleetDrill:
                 mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
                 data_dir=self.root / "namespaces", state_dir=self.root / "state")
             async with sender:
-                watching = asyncio.create_task(self._watch())
-                try:
-                    await self._send_all(sender)
-                    await self._settle(sender, watching, settle_timeout)
-                finally:
-                    watching.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await watching
+                await send_while_watching(
+                    self._watch, lambda: self._send_all(sender),
+                    lambda watching: self._settle(sender, watching, settle_timeout))
             await asyncio.sleep(0.5)  # a late duplicate would still be counted
         finally:
             await self.workers.stop_all()

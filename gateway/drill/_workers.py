@@ -13,12 +13,13 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway._support.parent_watch import child_command
 
-__all__ = ["PROJECT", "Workers"]
+__all__ = ["PROJECT", "Workers", "send_while_watching"]
 
 logger = logging.getLogger("geogateway.drill")
 
@@ -113,3 +114,19 @@ class Workers:
                     process.returncode == -signal.SIGKILL and name not in self.killed):
                 logger.warning("drill worker %s exited with %s; see %s", name,
                                process.returncode, self.log(name))
+
+
+async def send_while_watching(
+    watch: Callable[[], Coroutine[Any, Any, None]], send: Callable[[], Awaitable[None]],
+    settle: Callable[[asyncio.Task[None]], Awaitable[None]],
+) -> None:
+    """Run ``watch()`` (the drill's script and progress) as a task while ``send()`` and
+    then ``settle(watching)`` run; cancel it afterwards, whatever happened."""
+    watching = asyncio.create_task(watch())
+    try:
+        await send()
+        await settle(watching)
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
