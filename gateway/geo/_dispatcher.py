@@ -1,14 +1,16 @@
 """The outbox dispatcher: sends an outbox's committed rows through geo senders.
 
 Each *round* lists the destinations that hold rows and, for each (up to
-``concurrency`` at once), claims it, sends its oldest ``batch_size`` rows with one
-``send_batch`` of that destination's sender, and deletes them once the send returned
-(the messages were accepted by a namespace, or are on disk in the sender's durable
-queue); full batches go on under the same claim (ten at most while other destinations
-wait), each batch's delete and the read of the next overlapping the send between them.
-A failed send deletes nothing: the rows are sent again later, in the same order, with
-the same MessageIds; so does a crash between a send and its delete. The receive side
-removes the copies that arrive twice, by MessageId.
+``concurrency`` at once), claims it, sends its oldest rows ``batch_size`` at a time,
+one ``send_batch`` of that destination's sender each, and deletes them once their sends
+returned (the messages were accepted by a namespace, or are on disk in the sender's
+durable queue); full batches go on under the same claim (ten at most while other
+destinations wait). Rows are read five batches at a time: while one read's batches are
+sent, a worker thread deletes the read before (one statement, one commit) and reads the
+next. A failed send deletes the batches sent before it and nothing after: the rest is
+sent again later, in the same order, with the same MessageIds; so is what a crash
+between a send and its delete left. The receive side removes the copies that arrive
+twice, by MessageId.
 
 A message the namespaces refuse for good (``MessageTooLarge``) is moved to the
 outbox's dead rows, so it does not hold up the rest of its destination; any other
@@ -53,6 +55,9 @@ _STOP_CHECK = 0.2  # how often a waiting run() looks at its stop flag
 _STORE = "*"  # the key of the outbox's own back-off (a failure to list its destinations)
 #: Full batches of one destination in a row, before the others' turn (when there are others).
 _ROUND_BATCHES = 10
+#: Batches read from the store at once (and deleted at once once sent): the store's round
+#: trips, transactions and thread hops are paid per read, not per send.
+_READ_BATCHES = 5
 
 
 class BatchSender(Protocol):
@@ -78,11 +83,14 @@ def _check_async(sender: object) -> None:
 
 @dataclass
 class _Done:
-    """A claim whose first ``sent`` rows were sent (and ``dead`` refused): to delete."""
+    """A claim whose first ``sent`` rows were sent (in ``batches`` sends, and ``dead``
+    refused): to delete."""
 
     claim: OutboxClaim
     sent: int
     dead: list[DeadRow]
+    batches: int = 1
+    failed: bool = False  # a send after these failed: the destination backs off
 
 
 @dataclass
@@ -90,15 +98,24 @@ class _Step:
     """What one batch's send and the store work beside it came to."""
 
     ahead: OutboxClaim | None = None
+    sent: int = 0  # rows of the claim sent, by the sends that returned
+    batches: int = 0  # those sends
     send_error: Exception | None = None
     store_error: GatewayError | None = None
 
 
-async def _send_side(step: _Step, sender: BatchSender, claim: OutboxClaim) -> None:
-    try:
-        await sender.send_batch([row.message for row in claim.rows])
-    except Exception as exc:
-        step.send_error = exc
+async def _send_side(step: _Step, sender: BatchSender, claim: OutboxClaim, size: int) -> None:
+    """Send ``claim``'s rows in batches of ``size``, in order; stop at the first failure."""
+    rows = claim.rows
+    for start in range(0, len(rows), size):
+        part = rows[start:start + size]
+        try:
+            await sender.send_batch([row.message for row in part])
+        except Exception as exc:
+            step.send_error = exc
+            return
+        step.sent = start + len(part)
+        step.batches += 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,56 +261,67 @@ class AsyncOutboxDispatcher:
             self._busy.add(entity)
             try:
                 sender = await self._sender(entity)
+                limit = _ROUND_BATCHES if others else None
+                want = self._read_size(limit)
                 claim = await anyio.to_thread.run_sync(
-                    lambda: self.outbox.claim(entity, self.batch_size, owner=self.name))
+                    lambda: self.outbox.claim(entity, want, owner=self.name))
                 if claim is not None:
-                    await self._drain(sender, claim, _ROUND_BATCHES if others else None)
+                    await self._drain(sender, claim, want, limit)
             except GatewayError as exc:
                 self._report(entity, exc)
             finally:
                 self._busy.discard(entity)
 
-    async def _drain(self, sender: BatchSender, claim: OutboxClaim, limit: int | None) -> None:
-        """Send ``claim``'s rows, batch after batch in order (up to ``limit`` batches, so
-        that other destinations get their turn; until ``run``'s stop flag is set). While a
-        batch is sent, the batch before it is deleted and the next one read, in a worker
+    def _read_size(self, batches_left: int | None) -> int:
+        """Rows to read at once: ``_READ_BATCHES`` batches, or what is left of the round."""
+        return self.batch_size * min(_READ_BATCHES, batches_left or _READ_BATCHES)
+
+    async def _drain(self, sender: BatchSender, claim: OutboxClaim, want: int,
+                     limit: int | None) -> None:
+        """Send ``claim``'s rows (``want`` were asked for), batch after batch in order (up
+        to ``limit`` batches, so that other destinations get their turn; until ``run``'s
+        stop flag is set). Rows are read a few batches at a time; while one read's batches
+        are sent, the read before it is deleted and the next one made, in a worker
         thread."""
-        done: _Done | None = None  # the batch before, sent: deleted beside this one's send
+        done: _Done | None = None  # the read before, sent: deleted beside this one's sends
         current: OutboxClaim | None = claim
         batches = 0
         while current is not None:
-            batches += 1
-            more = (len(current.rows) == self.batch_size and (limit is None or batches < limit)
+            batches += -(-len(current.rows) // self.batch_size)
+            left = None if limit is None else limit - batches
+            more = (len(current.rows) == want and (left is None or left > 0)
                     and not (self._stop is not None and self._stop.is_set()))
+            want = self._read_size(left)
             step = _Step()
             try:
                 async with anyio.create_task_group() as group:
-                    group.start_soon(self._store_side, step, done, current, more)
-                    group.start_soon(_send_side, step, sender, current)
+                    group.start_soon(self._store_side, step, done, current, want if more else 0)
+                    group.start_soon(_send_side, step, sender, current, self.batch_size)
             except BaseException:  # cancelled: end the claim; what was not deleted stays
                 await self._close(current, None)
                 raise
             if step.store_error is not None:  # the claim broke: the rows sent are resent
                 self._lost_delete(done, step.store_error)
-                if step.send_error is None:
-                    self._lost_delete(_Done(current, len(current.rows), []), None)
+                if step.sent:
+                    self._lost_delete(_Done(current, step.sent, [], step.batches), None)
                 await self._close(current, None)
                 return
             if done is not None:
                 self._deleted(done)
-            done, current = self._after_send(current, step)
-            if done is None:  # the send failed: nothing of it to delete
-                await self._close(claim if current is None else current, None)
+            done, ahead = self._after_send(current, step)
+            if done is None:  # the first send failed: nothing to delete
+                await self._close(current, None)
                 return
+            current = ahead  # None after a failed send: what was sent before it is deleted
         assert done is not None  # the loop ends only after a send that left rows to delete
         await self._close(done.claim, done)
 
     async def _store_side(self, step: _Step, done: _Done | None, claim: OutboxClaim,
-                          more: bool) -> None:
+                          ahead: int) -> None:
         def work() -> OutboxClaim | None:
             if done is not None:
                 self.outbox.finish(done.claim, done.sent, done.dead, keep=True)
-            return self.outbox.read_ahead(claim, self.batch_size) if more else None
+            return self.outbox.read_ahead(claim, ahead) if ahead else None
 
         try:
             step.ahead = await anyio.to_thread.run_sync(work)
@@ -302,19 +330,24 @@ class AsyncOutboxDispatcher:
 
     def _after_send(self, claim: OutboxClaim, step: _Step) -> tuple[_Done | None,
                                                                    OutboxClaim | None]:
-        """What the send of ``claim`` leaves to delete, and the claim to send next."""
+        """What the sends of ``claim`` leave to delete (``None``: nothing, the claim is
+        to be released), and the claim to send next (``None`` after a failed send)."""
         exc = step.send_error
         if exc is None:
-            return _Done(claim, len(claim.rows), []), step.ahead
+            return _Done(claim, len(claim.rows), [], step.batches), step.ahead
         if isinstance(exc, MessageTooLarge):
-            refused = [r for r in claim.rows[exc.sent:] if r.message.message_id == exc.message_id]
+            failed = claim.rows[step.sent:step.sent + self.batch_size]
+            refused = [r for r in failed[exc.sent:] if r.message.message_id == exc.message_id]
             if refused:
                 logger.error("outbox: message %s for %s refused for good, moved to the dead "
                              "rows: %s", exc.message_id, claim.entity, exc)
-                return _Done(claim, exc.sent, [DeadRow(refused[0].seq, str(exc))]), None
+                return _Done(claim, step.sent + exc.sent, [DeadRow(refused[0].seq, str(exc))],
+                             step.batches + 1), None
         self._counts["send_errors"] += 1
         self._report(claim.entity, exc)
-        return None, claim  # released by the caller's close
+        # The batches sent before the failed one are deleted; the claim ends.
+        return (_Done(claim, step.sent, [], step.batches, failed=True) if step.sent
+                else None), None
 
     async def _close(self, claim: OutboxClaim, done: _Done | None) -> None:
         """End ``claim``: finish ``done`` (its rows sent), or release it untouched;
@@ -338,7 +371,9 @@ class AsyncOutboxDispatcher:
     def _deleted(self, done: _Done) -> None:
         self._counts["sent"] += done.sent
         self._counts["dead"] += len(done.dead)
-        self._counts["batches"] += 1
+        self._counts["batches"] += done.batches
+        if done.failed:
+            return
         self._failures.pop(done.claim.entity, None)
         self._not_before.pop(done.claim.entity, None)
 

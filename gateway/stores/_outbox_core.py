@@ -12,9 +12,9 @@ whose database is a SQLite file).
 The dispatcher works a *destination* (an entity) at a time: it lists the destinations
 that hold rows, *claims* one (no other dispatcher sends it until the claim ends), sends
 its oldest rows, and *finishes* the claim by deleting the rows sent (or *releases* it
-untouched when the send failed). While a batch is being sent it *reads ahead* the next
-one and deletes the batch before (``finish(..., keep=True)``), so the store's round
-trips overlap the sends.
+untouched when the send failed). It reads a few batches at a time; while they are
+being sent it *reads ahead* the next ones and deletes the ones before
+(``finish(..., keep=True)``), so the store's round trips overlap the sends.
 """
 
 from __future__ import annotations

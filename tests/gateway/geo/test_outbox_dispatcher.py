@@ -125,6 +125,58 @@ async def test_a_failed_send_keeps_its_rows_for_later_in_order(
     assert dispatcher.stats.send_errors == 1
 
 
+class _FailsOnce:
+    """A sender whose ``fail_on``-th ``send_batch`` fails (before sending anything)."""
+
+    def __init__(self, sender: Any, fail_on: int) -> None:
+        self._sender, self._fail_on, self.calls = sender, fail_on, 0
+        self.entity = sender.entity
+
+    async def send_batch(self, messages: Any) -> Any:
+        self.calls += 1
+        if self.calls == self._fail_on:
+            raise ConnectionError("the link dropped")
+        return await self._sender.send_batch(messages)
+
+
+async def test_a_failure_within_a_read_deletes_the_batches_sent_before_it(
+        outbox_app: App, make_sender: SenderFactory, ns: Namespaces):
+    # Given 7 rows, read several batches at a time, and a sender whose 2nd send fails
+    add_orders(outbox_app, [f"m{i}" for i in range(7)])
+    errors: list[str] = []
+    sender = _FailsOnce(make_sender(), fail_on=2)
+    dispatcher = AsyncOutboxDispatcher(outbox_app.outbox, sender, batch_size=2,
+                                       retry_interval=0.05,
+                                       on_error=lambda e, exc: errors.append(e))
+    # When a round sends the first batch and fails on the second
+    assert await dispatcher.dispatch_once() == 2
+    # Then the first batch is deleted, the rest waits, and the destination backs off
+    assert outbox_app.outbox.stats().waiting == 5 and errors == [ENTITY]
+    assert dispatcher.stats.send_errors == 1 and dispatcher.stats.batches == 1
+    assert await dispatcher.dispatch_once() == 0  # backing off: not tried
+    await anyio.sleep(0.06)
+    assert await dispatcher.dispatch_once() == 5
+    assert await ns.drain_ids("primary") == [f"m{i}" for i in range(7)]
+    assert dispatcher.stats.batches == 4
+
+
+async def test_a_message_refused_after_a_batch_of_the_same_read_keeps_that_batch_sent(
+        outbox_app: App, make_sender: SenderFactory, ns: Namespaces):
+    for namespace in (ns.primary, ns.secondary):
+        namespace.create_queue("small", max_message_size=200)
+    for i, (mid, body) in enumerate([("ok1", "ok"), ("huge", "x" * 500), ("ok2", "ok")]):
+        outbox_app.order(str(i), Message(body, message_id=mid), entity="small")
+    # When batches of one row are read together and the second is refused for good
+    async with AsyncOutboxDispatcher(outbox_app.outbox, make_sender(entity="small"),
+                                     batch_size=1) as d:
+        sent = [await d.dispatch_once(), await d.dispatch_once()]
+    # Then the first is sent and deleted, the refused one moved aside, the last sent next
+    assert sent == [1, 1] and d.stats.dead == 1
+    assert await ns.drain_ids("primary", "small") == ["ok1", "ok2"]
+    stats = outbox_app.outbox.stats()
+    assert stats.waiting == 0 and stats.dead == 1
+
+
 async def test_rows_buffered_by_the_sender_count_as_sent(
         outbox_app: App, make_sender: SenderFactory, ns: Namespaces, tmp_path: Path,
         primary: FaultyTransport, secondary: FaultyTransport):
