@@ -36,7 +36,7 @@ from replication._errors import (
     TransportError,
 )
 from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
-from replication._message import Message, PropertyValue
+from replication._message import Message, PropertyValue, with_properties
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 from replication._roles import RoleState
 from replication._routing import (
@@ -95,4 +95,5 @@ __all__ = [
     "plan_send",
     "replayable",
     "should_fail_back",
+    "with_properties",
 ]

@@ -16,6 +16,7 @@ from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._partition import (
     CloseReason,
     PartitionContext,
+    PartitionProgress,
     ProcessorSettings,
     StartingPosition,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "OwnershipManager",
     "PartitionContext",
     "PartitionProcessor",
+    "PartitionProgress",
     "ProcessorSettings",
     "SdkCheckpointStore",
     "SqliteCheckpointStore",

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
@@ -22,6 +23,7 @@ from gateway.geo import (
     AsyncGeoPartitionReceiver,
     AsyncGeoReceiver,
     AsyncGeoSender,
+    GatewayHooks,
     NamespaceConfig,
     NamespaceLike,
 )
@@ -58,13 +60,14 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
 async def run_queue_drill(
     *, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
     settle_timeout: float, progress: Progress | None, transport: str = "local",
+    hooks: Sequence[GatewayHooks] = (),
 ) -> DrillReport:
     """Run one queue drill in ``root``; see :func:`gateway.drill.run_drill`.
 
     With ``transport="servicebus"`` or ``"eventhubs"`` the namespaces are served by
     ``geogateway emulator`` (a child process started and stopped here).
     """
-    drill = _Drill(mode, scenario, messages, batch_size, root, progress, transport)
+    drill = _Drill(mode, scenario, messages, batch_size, root, progress, transport, hooks)
     return await drill.run(settle_timeout)
 
 
@@ -72,9 +75,11 @@ class _Drill:
     def __init__(
         self, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
         progress: Progress | None, transport: str = "local",
+        hooks: Sequence[GatewayHooks] = (),
     ) -> None:
         self.mode, self.scenario, self.total, self.batch_size = mode, scenario, messages, batch_size
         self.root, self.transport = root, transport
+        self.hooks = list(hooks)
         self.entity = HUB if transport == "eventhubs" else ENTITY
         self.progress = progress or (lambda phase, done, total: None)
         self.namespaces = {
@@ -136,7 +141,8 @@ class _Drill:
         """Send, settle and receive; return (duplicates suppressed, replay seconds)."""
         sender = AsyncGeoSender(
             primary=primary, secondary=secondary, entity=self.entity,
-            mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
+            mode=self.mode, durable_queue=self.root / "buffer.db",
+            hooks=[self.counters, *self.hooks],
             data_dir=self.root / "namespaces", state_dir=self.root / "state",
         )
         receiver: AsyncGeoReceiver | AsyncGeoPartitionReceiver
@@ -145,11 +151,13 @@ class _Drill:
                 primary=primary, secondary=secondary, entity=self.entity,
                 checkpoint_store=self.root / "checkpoints.db",
                 dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+                hooks=self.hooks,
             )
         else:
             receiver = AsyncGeoReceiver(
                 primary=primary, secondary=secondary, entity=self.entity,
                 dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+                hooks=self.hooks,
             )
         stop = asyncio.Event()
         async with sender, receiver:

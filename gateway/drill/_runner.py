@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
 from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
+from gateway.geo import GatewayHooks
 from replication import ConfigError, Mode
 
 __all__ = ["TRANSPORTS", "run_drill"]
@@ -29,6 +30,7 @@ async def run_drill(
     transport: str = "local",
     keep_state: bool = False,
     on_state_dir: Callable[[Path], None] | None = None,
+    hooks: Sequence[GatewayHooks] = (),
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -48,6 +50,9 @@ async def run_drill(
         keep_state: keep the state folder even when the drill passes.
         on_state_dir: called with the state folder once it exists, before anything
             runs (e.g. to print it).
+        hooks: given to the queue drills' sender and receiver beside the drill's own
+            (e.g. ``gateway.observability.PrometheusMetrics``, to watch a drill's
+            metrics); the ``consumer-*`` scenarios' worker processes do not get them.
 
     Raises:
         ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
@@ -78,6 +83,7 @@ async def run_drill(
         report = await run_queue_drill(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             root=root, settle_timeout=settle_timeout, progress=progress, transport=transport,
+            hooks=hooks,
         )
     # An error above leaves the folder for a look at its files and logs.
     if report.passed and not keep_state and remove_state_dir(root):

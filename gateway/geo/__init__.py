@@ -12,7 +12,12 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
-    from gateway.geo._config import DedupConfig, DurableQueueConfig, GatewayConfig
+    from gateway.geo._config import (
+        DedupConfig,
+        DurableQueueConfig,
+        GatewayConfig,
+        ObservabilityConfig,
+    )
     from gateway.geo._factory import NamespaceLike
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
@@ -21,8 +26,10 @@ if _TYPE_CHECKING:
     from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
+    from gateway.geo._tracing import LOCAL_SYSTEM, MessageTracer, SendTrace, messaging_system
 
 _LAZY = {
+    "LOCAL_SYSTEM": "gateway.geo._tracing",
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
@@ -34,18 +41,23 @@ _LAZY = {
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
     "InboxHandler": "gateway.geo._partitions",
+    "MessageTracer": "gateway.geo._tracing",
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
+    "ObservabilityConfig": "gateway.geo._config",
     "ReceiverStats": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
+    "SendTrace": "gateway.geo._tracing",
     "emit": "gateway.geo._hooks",
+    "messaging_system": "gateway.geo._tracing",
 }
 
 __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "LOCAL_SYSTEM",
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
@@ -57,10 +69,14 @@ __all__ = [
     "GeoReceiver",
     "GeoSender",
     "InboxHandler",
+    "MessageTracer",
     "NamespaceConfig",
     "NamespaceLike",
+    "ObservabilityConfig",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
+    "SendTrace",
     "emit",
+    "messaging_system",
 ]

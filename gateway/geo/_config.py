@@ -33,6 +33,7 @@ __all__ = [
     "DurableQueueConfig",
     "GatewayConfig",
     "NamespaceConfig",
+    "ObservabilityConfig",
 ]
 
 ENV_PREFIX = "GEOGATEWAY_"
@@ -71,6 +72,22 @@ class DedupConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ObservabilityConfig:
+    """Which observability hooks what is built from the configuration gets
+    (``gateway.observability.hooks_from_config``): ``[metrics] enabled`` (Prometheus,
+    the ``metrics`` extra) and ``[tracing] enabled`` (OpenTelemetry, the ``tracing``
+    extra)."""
+
+    metrics: bool = False
+    tracing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("metrics", "tracing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"[{name}] enabled must be true or false")
+
+
+@dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
     """Everything a sender or receiver needs, from a TOML file and ``GEOGATEWAY_*`` env.
 
@@ -85,6 +102,7 @@ class GatewayConfig:
     dedup: DedupConfig | None = None
     data_dir: Path | None = None
     state_dir: Path | None = None
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.entity, str) or not self.entity.strip():
@@ -158,6 +176,8 @@ _ENV_KEYS = {
     "DURABLE_QUEUE": ("durable_queue", "path"),
     "DEDUP_STORE": ("dedup", "path"),
     "KIND": ("kind",),
+    "METRICS": ("metrics", "enabled"),
+    "TRACING": ("tracing", "enabled"),
 }
 
 #: ``GEOGATEWAY_DEADLINE_<KEY>`` sets ``[deadlines] <key>`` (a number).
@@ -177,6 +197,10 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
                 del data[keys[0]]["connection_string"]
         elif keys[0] == "failback":
             data["failback"] = env_flag(ENV_PREFIX + suffix, value)
+        elif keys[0] in ("metrics", "tracing"):
+            section = data.setdefault(keys[0], {})
+            if isinstance(section, dict):
+                section["enabled"] = env_flag(ENV_PREFIX + suffix, value)
         elif keys[0] in _CHOICES:
             data[keys[0]] = _env_choice(keys[0], ENV_PREFIX + suffix, value)
         elif len(keys) == 2:
@@ -222,7 +246,7 @@ def _env_choice(key: str, variable: str, value: str) -> str:
 
 #: The keys (top level, or a section's ``path``) that hold paths.
 _PATH_KEYS = ("data_dir", "state_dir", "path")
-_SECTIONS = ("retry", "deadlines", "durable_queue", "dedup")
+_SECTIONS = ("retry", "deadlines", "durable_queue", "dedup", "metrics", "tracing")
 
 
 def _from_cwd(value: Any) -> Any:
@@ -273,6 +297,7 @@ def env_flag(variable: str, value: str) -> bool:
 _TOP_KEYS = {
     "primary", "secondary", "entity", "mode", "failback", "probe_interval",
     "data_dir", "state_dir", "retry", "deadlines", "durable_queue", "dedup", "kind",
+    "metrics", "tracing",
 }
 
 
@@ -300,6 +325,8 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
     queue = _section(data, "durable_queue", {"path", "max_messages", "max_bytes", "synchronous"},
                      source)
     dedup = _section(data, "dedup", {"path", "window_seconds", "window_count"}, source)
+    metrics = _section(data, "metrics", {"enabled"}, source)
+    tracing = _section(data, "tracing", {"enabled"}, source)
     kind = data.get("kind", "servicebus")
     return GatewayConfig(
         primary=_namespace(data["primary"], "primary", source, kind),
@@ -323,6 +350,8 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
         if data.get("data_dir") else None,
         state_dir=_path(base, data["state_dir"], "state_dir", source)
         if data.get("state_dir") else None,
+        observability=ObservabilityConfig(metrics=metrics.get("enabled", False),
+                                          tracing=tracing.get("enabled", False)),
     )
 
 

@@ -62,6 +62,7 @@ from gateway.consumer import (
     BalanceSettings,
     CheckpointStore,
     PartitionContext,
+    PartitionProgress,
     ProcessorSettings,
     SqliteCheckpointStore,
     StartingPosition,
@@ -70,6 +71,7 @@ from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, PartitionHandler
 from gateway.geo._receiver import StopFlag
+from gateway.geo._tracing import find_tracer, messaging_system
 from gateway.stores import SqliteDedupStore
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
@@ -119,7 +121,9 @@ class AsyncGeoPartitionReceiver:
         settings: batch, prefetch and checkpoint cadence of both processors.
         balance: how both ownership managers balance.
         starting_position: where a partition with no checkpoint starts.
-        hooks: ``on_duplicate``, ``on_namespace_down``, ``on_namespace_up``.
+        hooks: ``on_duplicate``, ``on_namespace_down``, ``on_namespace_up``,
+            ``on_partition_progress``, ``on_dedup_store``; a hook that traces
+            (``gateway.observability.Tracing``) traces each event handled or skipped.
         data_dir: the directory of local namespaces.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
         handler_retry: attempts and backoff of a failing handler.
@@ -183,8 +187,11 @@ class AsyncGeoPartitionReceiver:
         self._on_error = on_error
         self._processors: list[AsyncPartitionProcessor] = []
         self._stopping = asyncio.Event()
-        self._delivery = DedupDelivery(self._dedup, handler_retry=handler_retry,
-                                       hooks=self._hooks, stopping=self._stopping)
+        self._delivery = DedupDelivery(
+            self._dedup, handler_retry=handler_retry, hooks=self._hooks,
+            stopping=self._stopping, tracer=find_tracer(self._hooks), entity=self.entity,
+            systems={t.namespace: messaging_system(t) for t in self._transports},
+            consumer_group=consumer_group)
         self._down: set[str] = set()
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._busy = 0
@@ -333,7 +340,15 @@ class AsyncGeoPartitionReceiver:
             consumer_group=self.consumer_group, settings=self._settings, balance=self._balance,
             starting_position=self._starting_position,
             instance_id=f"{self._instance}@{namespace}",
+            on_progress=self._progress if self._hooks else None,
         )
+
+    def _progress(self, progress: PartitionProgress) -> None:
+        emit(self._hooks, "on_partition_progress",
+             namespace=progress.group.fully_qualified_namespace,
+             entity=progress.group.eventhub_name, consumer_group=progress.group.consumer_group,
+             partition_id=progress.partition_id, owned=progress.owned,
+             lag_events=progress.lag_events, oldest_unsaved_at=progress.oldest_unsaved_at)
 
     async def _on_event(self, ctx: PartitionContext, event: PartitionEvent | None) -> None:
         if event is None:

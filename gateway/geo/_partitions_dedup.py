@@ -22,7 +22,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._hooks import GatewayHooks, dedup_call, emit
+from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import PartitionEvent
 from replication import Deduplicator, RetryPolicy, Verdict
 
@@ -59,6 +60,9 @@ class DedupDelivery:
         handler_retry: attempts and backoff of a failing handler.
         hooks: ``on_duplicate`` is called for each copy skipped.
         stopping: set when the receiver stops: a held copy is then abandoned.
+        tracer: traces each delivery and each copy skipped (None: no tracing).
+        entity: the entity, and ``systems`` each namespace's ``messaging.system``,
+            ``consumer_group`` the consumer group, for the traces.
     """
 
     def __init__(
@@ -68,9 +72,17 @@ class DedupDelivery:
         handler_retry: RetryPolicy,
         hooks: Sequence[GatewayHooks],
         stopping: asyncio.Event,
+        tracer: MessageTracer | None = None,
+        entity: str = "",
+        systems: dict[str, str] | None = None,
+        consumer_group: str | None = None,
     ) -> None:
         self._dedup = dedup
         self._hooks = hooks
+        self._tracer = tracer
+        self._entity = entity
+        self._systems = systems or {}
+        self._group = consumer_group
         self._stopping = stopping
         self._retrying = AsyncRetrying(
             stop=stop_after_attempt(handler_retry.attempts)
@@ -99,22 +111,39 @@ class DedupDelivery:
         message_id = event.message.message_id
         verdict = await self._wait_turn(message_id)
         if verdict is Verdict.DUPLICATE:
-            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            self._skipped(event)
             return
         ran = True
         try:
-            if self._transactional:
-                ran = await self._retrying(self._call_inbox, event)
+            if self._tracer is None:
+                ran = await self._attempts(event)
             else:
-                await self._retrying(self._call_handler, event)
+                with self._tracer.process(system=self._systems.get(event.namespace, ""),
+                                          entity=self._entity, message=event,
+                                          consumer_group=self._group):
+                    ran = await self._attempts(event)
         except Exception:
             # Release the claim: the copy in the other namespace may be delivered.
-            await anyio.to_thread.run_sync(self._dedup.failed, message_id)
+            await dedup_call(self._hooks, "release", 1, self._dedup.failed, message_id)
             raise  # to the processor: on_error, then the event is offered again
         if not self._transactional:
-            await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+            await dedup_call(self._hooks, "done", 1, self._dedup.succeeded, message_id)
         elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
-            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            self._skipped(event)
+
+    async def _attempts(self, event: PartitionEvent) -> bool:
+        # The handler with its retries; False when an inbox handler found the id done.
+        if self._transactional:
+            return await self._retrying(self._call_inbox, event)
+        await self._retrying(self._call_handler, event)
+        return True
+
+    def _skipped(self, event: PartitionEvent) -> None:
+        emit(self._hooks, "on_duplicate", message_id=event.message.message_id,
+             namespace=event.namespace)
+        if self._tracer is not None:
+            self._tracer.skipped(system=self._systems.get(event.namespace, ""),
+                                 entity=self._entity, event=event, consumer_group=self._group)
 
     async def _call_inbox(self, event: PartitionEvent) -> bool:
         handler = cast(InboxHandler, self._handler)
@@ -126,7 +155,7 @@ class DedupDelivery:
         pause = _FIRST_HOLD_PAUSE
         while True:
             # The store is SQLite: keep its I/O off the event loop.
-            verdict = await anyio.to_thread.run_sync(self._dedup.check, message_id)
+            verdict = await dedup_call(self._hooks, "check", 1, self._dedup.check, message_id)
             if verdict is not Verdict.HOLD:
                 return verdict
             with contextlib.suppress(asyncio.TimeoutError):

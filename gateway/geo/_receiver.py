@@ -34,10 +34,11 @@ import anyio.to_thread
 
 from gateway._support.deadlines import within_deadline
 from gateway.geo._factory import NamespaceLike, check_entity, open_transport
-from gateway.geo._hooks import GatewayHooks
+from gateway.geo._hooks import GatewayHooks, dedup_call
 from gateway.geo._receiver_marks import DoneMarks
 from gateway.geo._receiver_pumps import Pumps
 from gateway.geo._receiver_settle import Settler
+from gateway.geo._tracing import find_tracer, messaging_system
 from gateway.stores import SqliteDedupStore
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
@@ -101,7 +102,9 @@ class AsyncGeoReceiver(Settler, Pumps):
             or a ``DedupStore``.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
         prefetch: messages each namespace's pump keeps received ahead of the caller.
-        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
+        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...);
+            a hook that traces (``gateway.observability.Tracing``) traces receives,
+            ``run()``'s handler calls and settlements.
         data_dir: the directory of local namespaces.
         deadlines: how long a settlement, or a receive beyond its own wait, may take
             on a namespace before it counts as not answering (a hung namespace is
@@ -148,7 +151,9 @@ class AsyncGeoReceiver(Settler, Pumps):
         self._in_flight: set[str] = set()  # delivered by this receiver, not yet settled
         self._pending: set[str] = set()  # completed by the caller, mark not yet written
         self._marks: DoneMarks[tuple[ReceivedMessage, bool]] = DoneMarks(
-            self._dedup, self._on_marked)
+            self._dedup, self._on_marked, hooks=self._hooks)
+        self._tracer = find_tracer(self._hooks)
+        self._systems = {ns: messaging_system(t) for ns, t in self._transports.items()}
         self._last_recheck = 0.0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
@@ -233,7 +238,8 @@ class AsyncGeoReceiver(Settler, Pumps):
             self._room.set()
             ids = [m.message_id for m in take]
             ours = self._in_flight.intersection(ids)
-            verdicts = await anyio.to_thread.run_sync(self._dedup.check_many, ids)
+            verdicts = await dedup_call(self._hooks, "check", len(ids), self._dedup.check_many,
+                                        ids)
             again: list[ReceivedMessage] = []
             duplicates: list[ReceivedMessage] = []
             for received, verdict in zip(take, verdicts, strict=True):
@@ -243,7 +249,8 @@ class AsyncGeoReceiver(Settler, Pumps):
                     self._counts["delivered"] += 1
                 elif verdict is Verdict.DELIVER:
                     # Claimed but no room: give the claim back and keep it for later.
-                    await anyio.to_thread.run_sync(self._dedup.failed, received.message_id)
+                    await dedup_call(self._hooks, "release", 1, self._dedup.failed,
+                                     received.message_id)
                     again.append(received)
                 elif verdict is Verdict.DUPLICATE:
                     duplicates.append(received)
@@ -288,7 +295,7 @@ class AsyncGeoReceiver(Settler, Pumps):
 
     async def abandon(self, message: ReceivedMessage) -> None:
         """The handler failed: release the id so a copy may be delivered again."""
-        await anyio.to_thread.run_sync(self._dedup.failed, message.message_id)
+        await dedup_call(self._hooks, "release", 1, self._dedup.failed, message.message_id)
         self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
         await self._settle_all([(message, "abandon")])
@@ -363,12 +370,12 @@ class AsyncGeoReceiver(Settler, Pumps):
 
     async def _handle(self, handler: Handler, message: ReceivedMessage) -> None:
         try:
-            if inspect.iscoroutinefunction(handler):
-                await handler(message)
+            if self._tracer is None:
+                await _call(handler, message)
             else:
-                result = await anyio.to_thread.run_sync(handler, message)
-                if inspect.isawaitable(result):
-                    await result
+                with self._tracer.process(system=self._systems[message.namespace],
+                                          entity=self.entity, message=message):
+                    await _call(handler, message)
         except Exception:
             logger.exception("handler failed for message %s", message.message_id)
             await self.abandon(message)
@@ -409,3 +416,12 @@ class AsyncGeoReceiver(Settler, Pumps):
             await transport.aclose()
         await anyio.to_thread.run_sync(self._dedup.close)
         self._raise_mark_error()  # a completion nobody waited for could not be marked
+
+
+async def _call(handler: Handler, message: ReceivedMessage) -> None:
+    if inspect.iscoroutinefunction(handler):
+        await handler(message)
+        return
+    result = await anyio.to_thread.run_sync(handler, message)
+    if inspect.isawaitable(result):
+        await result

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-import anyio.to_thread
-
+from gateway.geo._hooks import GatewayHooks, dedup_call
 from replication import Deduplicator
 
 __all__ = ["DoneMarks"]
@@ -42,8 +41,10 @@ class DoneMarks(Generic[T]):
     def __init__(
         self, dedup: Deduplicator,
         on_marked: Callable[[list[T], Exception | None], Awaitable[None]],
+        *, hooks: Sequence[GatewayHooks] = (),
     ) -> None:
         self._dedup = dedup
+        self._hooks = hooks
         self._on_marked = on_marked
         self._queue: list[tuple[str, T]] = []
         self._group: asyncio.Future[None] | None = None
@@ -90,7 +91,7 @@ class DoneMarks(Generic[T]):
         ids = [message_id for message_id, _ in queued]
         error: Exception | None = None
         try:
-            await anyio.to_thread.run_sync(self._dedup.succeeded_many, ids)
+            await dedup_call(self._hooks, "done", len(ids), self._dedup.succeeded_many, ids)
         except Exception as exc:
             logger.error("could not mark %d message id(s) done: %s; their messages stay "
                          "unsettled and come back when their locks expire", len(ids), exc)
