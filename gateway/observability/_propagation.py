@@ -64,4 +64,4 @@ def parse(properties: Mapping[str, PropertyValue]) -> Any:
     state = (TraceState.from_header([state_header]) if isinstance(state_header, str)
              and state_header else None)
     return SpanContext(trace_id=trace, span_id=span, is_remote=True,
-                       trace_flags=TraceFlags(int(flags, 16) & 0x01), trace_state=state)
+                       trace_flags=TraceFlags(int(flags, 16)), trace_state=state)

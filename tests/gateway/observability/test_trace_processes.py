@@ -8,11 +8,11 @@ the messages carried.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -56,11 +56,11 @@ async def test_one_trace_joins_the_send_in_one_process_and_the_processing_in_ano
             namespace.create_queue(ENTITY)
     # When a child process sends with tracing on (a failover on the way)
     out = tmp_path / "sender-spans.jsonl"
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.gateway.observability.trace_child", str(data_dir),
-         str(tmp_path / "state"), str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert child.returncode == 0, child.stderr
+    with anyio.fail_after(120):
+        child = await anyio.run_process(
+            [sys.executable, "-m", "tests.gateway.observability.trace_child",
+             str(data_dir), str(tmp_path / "state"), str(out)], cwd=ROOT, check=False)
+    assert child.returncode == 0, child.stderr.decode()
     sent = [json.loads(line) for line in out.read_text().splitlines()]
     # and this process receives and handles them with tracing on
     exporter = InMemorySpanExporter()
