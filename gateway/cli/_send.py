@@ -68,9 +68,11 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
     every message.
     """
     from gateway.geo import AsyncGeoSender
+    from gateway.observability import hooks_from_config
 
     config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
                             mode=mode, data_dir=data_dir, durable_queue=durable_queue)
+    hooks = hooks_from_config(config)
     if not bodies and not count:
         raise click.UsageError("give message bodies or --count N")
     if message_id and (count or len(bodies) != 1):
@@ -84,7 +86,7 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
             primary=config.primary, secondary=config.secondary, entity=config.entity,
             policy=config.policy, data_dir=config.data_dir, state_dir=config.state_dir,
             durable_queue=config.durable_queue.path if config.durable_queue else None,
-            recovery=False,
+            recovery=False, hooks=hooks,
         ) as sender:
             results = []
             for m in messages:
@@ -167,10 +169,12 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
     line names it), 1 when neither could.
     """
     from gateway.geo import AsyncGeoReceiver
+    from gateway.observability import hooks_from_config
     from gateway.transports.local import default_data_dir
 
     config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
                             data_dir=data_dir, dedup_store=dedup_store)
+    hooks = hooks_from_config(config)
     if config.dedup is not None:
         dedup_store = config.dedup.path
     else:
@@ -183,7 +187,7 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
         async with AsyncGeoReceiver(
             primary=config.primary, secondary=config.secondary, entity=config.entity,
             dedup_store=dedup_store, data_dir=config.data_dir,
-            dedup_window=config.dedup.window if config.dedup else None,
+            dedup_window=config.dedup.window if config.dedup else None, hooks=hooks,
         ) as receiver:
             got = await receiver.receive(max_messages=max_messages, max_wait=max_wait)
             for m in got:

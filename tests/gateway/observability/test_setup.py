@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from gateway.geo import GatewayConfig
 from gateway.observability import PrometheusMetrics, Tracing, hooks_from_config
 from replication import ConfigError
+from tests.gateway.cli.cli_support import expect_one_line_error
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = 'primary = "local://east"\nsecondary = "local://west"\nentity = "orders"\n'
@@ -109,3 +111,23 @@ except ConfigError as exc:
     result = run(script)
     assert result.returncode == 0, result.stderr
     assert f"pip install 'geogateway[{extra}]'" in result.stdout
+
+
+def test_the_cli_sends_and_receives_with_observability_turned_on_in_its_config(
+    dirs: dict[str, Path], run: Any,
+) -> None:
+    # Given a config file that turns metrics and tracing on
+    config = dirs["tmp"] / "gateway.toml"
+    config.write_text('primary = "local://primary"\nsecondary = "local://secondary"\n'
+                      'entity = "orders"\n[metrics]\nenabled = true\n'
+                      '[tracing]\nenabled = true\n')
+    # When the CLI sends and receives with it
+    code, out, err = run("send", "hello", "--config", str(config), "--json")
+    assert code == 0, err
+    code, out, err = run("receive", "--config", str(config), "--json", "--wait", "2")
+    # Then both work (the spans go to the API's no-op provider here)
+    assert code == 0, err
+    assert [m["body"] for m in json.loads(out)] == ["hello"]
+    # and a bad [metrics] section is a one-line error
+    config.write_text(config.read_text() + "[metrics.extra]\n")
+    expect_one_line_error(run("send", "x", "--config", str(config)), None, "metrics")
