@@ -13,6 +13,8 @@ application configured.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,8 +25,6 @@ __all__ = ["DIAGNOSTIC_ID", "TRACEPARENT", "TRACESTATE", "context_properties", "
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 DIAGNOSTIC_ID = "Diagnostic-Id"
-
-_HEX = frozenset("0123456789abcdef")
 
 
 def context_properties(span_context: Any) -> dict[str, PropertyValue]:
@@ -46,22 +46,31 @@ def span_context(message: Message) -> Any:
 def parse(properties: Mapping[str, PropertyValue]) -> Any:
     """The remote ``SpanContext`` in ``properties``, or None."""
     header = properties.get(TRACEPARENT) or properties.get(DIAGNOSTIC_ID)
-    if not isinstance(header, str) or len(header) < 55:
+    if not isinstance(header, str):
         return None
-    parts = header.strip().lower().split("-")
-    if len(parts) < 4:
-        return None
-    version, trace_id, span_id, flags = parts[:4]
-    if (len(version) != 2 or version == "ff" or len(trace_id) != 32 or len(span_id) != 16
-            or len(flags) != 2 or not _HEX.issuperset(trace_id + span_id + flags + version)):
-        return None
-    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+    state = properties.get(TRACESTATE)
+    return _parsed(header, state if isinstance(state, str) else None)
 
+
+# Both copies of a message, and its receive, process and settle spans, read the same
+# header: parsed once (a header is 55 characters; 4096 of them are a few hundred KB).
+_TRACEPARENT_RE = re.compile(
+    r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(header: str, state_header: str | None) -> Any:
+    match = _TRACEPARENT_RE.fullmatch(header)
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version.lower() == "ff" or (version == "00" and rest):
+        return None
     trace, span = int(trace_id, 16), int(span_id, 16)
     if not trace or not span:
         return None
-    state_header = properties.get(TRACESTATE)
-    state = (TraceState.from_header([state_header]) if isinstance(state_header, str)
-             and state_header else None)
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+    state = TraceState.from_header([state_header]) if state_header else None
     return SpanContext(trace_id=trace, span_id=span, is_remote=True,
                        trace_flags=TraceFlags(int(flags, 16)), trace_state=state)

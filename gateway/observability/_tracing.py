@@ -25,7 +25,8 @@ came from. Names are ``"{operation} {entity}"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,19 @@ class _Otel:
         link: Link = self.trace.Link(found, attributes)
         return link
 
+    def add_links(self, span: Span, copies: Iterable[tuple[ReceivedMessage, str, str | None]]
+                  ) -> None:
+        """Link ``span`` to each copy's context (at most the SDK's default limit)."""
+        for copy, namespace, operation in itertools.islice(copies, _MAX_LINKS):
+            found = span_context(copy.message)
+            if found is None:
+                continue
+            attributes = {"messaging.message.id": copy.message.message_id,
+                          "geogateway.namespace": namespace}
+            if operation is not None:
+                attributes["messaging.operation.name"] = operation
+            span.add_link(found, attributes)
+
 
 class Tracing(GatewayHooks, MessageTracer):
     """Hooks that trace messages with OpenTelemetry (give them in ``hooks=``).
@@ -143,14 +157,14 @@ class Tracing(GatewayHooks, MessageTracer):
     def received(self, *, system: str, entity: str, namespace: str,
                  messages: Sequence[ReceivedMessage], started_ns: int) -> None:
         otel = self._otel
-        links = [link for m in messages[:_MAX_LINKS]
-                 if (link := otel.link(m, namespace=namespace)) is not None]
         attributes: dict[str, Any] = {
             **_base(system, entity, "receive", "receive"), "geogateway.namespace": namespace,
             "messaging.batch.message_count": len(messages)}
-        otel.tracer.start_span(f"receive {entity}", kind=otel.kinds.CONSUMER,
-                               attributes=attributes, links=links,
-                               start_time=started_ns).end()
+        span: Span = otel.tracer.start_span(f"receive {entity}", kind=otel.kinds.CONSUMER,
+                                            attributes=attributes, start_time=started_ns)
+        if span.is_recording():  # links only for a span that keeps them
+            otel.add_links(span, ((m, m.namespace, None) for m in messages))
+        span.end()
 
     def process(self, *, system: str, entity: str,
                 message: ReceivedMessage | PartitionEvent,
@@ -169,15 +183,15 @@ class Tracing(GatewayHooks, MessageTracer):
         if copies:
             operations = {how for _, how in copies}
             operation = operations.pop() if len(operations) == 1 else "settle"
-            links = [link for m, how in copies[:_MAX_LINKS]
-                     if (link := otel.link(m, namespace=m.namespace, operation=how))
-                     is not None]
             system = systems.get(copies[0][0].namespace, "")
             attributes = {**_base(system, entity, "settle", operation),
                           "messaging.batch.message_count": len(copies)}
-            otel.tracer.start_span(f"{operation} {entity}", kind=otel.kinds.CLIENT,
-                                   attributes=attributes, links=links,
-                                   start_time=started_ns).end()
+            span: Span = otel.tracer.start_span(f"{operation} {entity}",
+                                                kind=otel.kinds.CLIENT, attributes=attributes,
+                                                start_time=started_ns)
+            if span.is_recording():
+                otel.add_links(span, ((m, m.namespace, how) for m, how in copies))
+            span.end()
         for copy in duplicates:
             self._duplicate(systems.get(copy.namespace, ""), entity, copy, "settle",
                             "complete", None, started_ns)
