@@ -13,8 +13,9 @@ came from. Names are ``"{operation} {entity}"``.
   linked). A failover, an outage and buffering during the send are span events.
   A replay's batch is a send span of its own (``geogateway.replay``), linked to the
   messages' contexts, which the durable queue kept.
-- **receive** (CONSUMER): one span per batch a namespace returned, one link per
-  copy, so each copy from each namespace is a link.
+- **receive** (CONSUMER): one span per batch a namespace returned
+  (``geogateway.namespace``), one link per copy, so each copy from each namespace is
+  a link.
 - **process** (CONSUMER): one span per message handled by ``run()`` (or event by the
   geo partition receiver), a child of the message's context: the trace of the send
   goes on in the process that handles it.
@@ -25,10 +26,11 @@ came from. Names are ``"{operation} {entity}"``.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from gateway.geo import GatewayHooks, MessageTracer, SendTrace
@@ -114,15 +116,18 @@ class _Otel:
         link: Link = self.trace.Link(found, attributes)
         return link
 
-    def add_links(self, span: Span, copies: Iterable[tuple[ReceivedMessage, str, str | None]]
-                  ) -> None:
-        """Link ``span`` to each copy's context (at most the SDK's default limit)."""
+    def add_links(self, span: Span,
+                  copies: Iterable[tuple[ReceivedMessage, str | None, str | None]]) -> None:
+        """Link ``span`` to each copy's context (at most the SDK's default limit), with
+        the copy's id, and its namespace and settlement when given (few attributes:
+        the SDK checks each one, and this runs for every message)."""
         for copy, namespace, operation in itertools.islice(copies, _MAX_LINKS):
             found = span_context(copy.message)
             if found is None:
                 continue
-            attributes = {"messaging.message.id": copy.message.message_id,
-                          "geogateway.namespace": namespace}
+            attributes = {"messaging.message.id": copy.message.message_id}
+            if namespace is not None:
+                attributes["geogateway.namespace"] = namespace
             if operation is not None:
                 attributes["messaging.operation.name"] = operation
             span.add_link(found, attributes)
@@ -163,7 +168,7 @@ class Tracing(GatewayHooks, MessageTracer):
         span: Span = otel.tracer.start_span(f"receive {entity}", kind=otel.kinds.CONSUMER,
                                             attributes=attributes, start_time=started_ns)
         if span.is_recording():  # links only for a span that keeps them
-            otel.add_links(span, ((m, m.namespace, None) for m in messages))
+            otel.add_links(span, ((m, None, None) for m in messages))
         span.end()
 
     def process(self, *, system: str, entity: str,
@@ -190,7 +195,9 @@ class Tracing(GatewayHooks, MessageTracer):
                                                 kind=otel.kinds.CLIENT, attributes=attributes,
                                                 start_time=started_ns)
             if span.is_recording():
-                otel.add_links(span, ((m, m.namespace, how) for m, how in copies))
+                mixed = operation == "settle"  # else the span's own operation says it
+                otel.add_links(span, ((m, m.namespace, how if mixed else None)
+                                      for m, how in copies))
             span.end()
         for copy in duplicates:
             self._duplicate(systems.get(copy.namespace, ""), entity, copy, "settle",
@@ -233,9 +240,12 @@ class Tracing(GatewayHooks, MessageTracer):
         span.end()
 
 
-def _base(system: str, entity: str, kind: str, operation: str) -> dict[str, Any]:
-    return {"messaging.system": system, "messaging.destination.name": entity,
-            "messaging.operation.type": kind, "messaging.operation.name": operation}
+@functools.lru_cache(maxsize=256)
+def _base(system: str, entity: str, kind: str, operation: str) -> Mapping[str, Any]:
+    """The attributes every span of an operation on an entity has (made once; copy it)."""
+    return MappingProxyType({"messaging.system": system, "messaging.destination.name": entity,
+                             "messaging.operation.type": kind,
+                             "messaging.operation.name": operation})
 
 
 def _copy_attributes(system: str, entity: str, kind: str, operation: str,
@@ -248,7 +258,7 @@ def _copy_attributes(system: str, entity: str, kind: str, operation: str,
         attributes["messaging.destination.partition.id"] = copy.partition_id
         if consumer_group is not None:
             attributes["messaging.consumer.group.name"] = consumer_group
-    else:
+    elif copy.delivery_count > 1:  # delivered before: worth a look
         attributes["messaging.servicebus.message.delivery_count"] = copy.delivery_count
     return attributes
 
@@ -262,7 +272,7 @@ class _SendSpan(SendTrace):
         self._otel = otel
         self._entity = entity
         self._given = messages
-        self._attributes = _base(system, entity, "send", "send")
+        self._attributes = dict(_base(system, entity, "send", "send"))
         if replay:
             self._attributes["geogateway.replay"] = True
         if len(messages) == 1:
