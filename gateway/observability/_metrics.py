@@ -18,6 +18,8 @@ from replication import ANY_NAMESPACE, MessageRejected, parse_destination
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from gateway.consumer import PartitionProgress
+
 __all__ = ["PrometheusMetrics", "render_metrics"]
 
 
@@ -146,6 +148,16 @@ class PrometheusMetrics(GatewayHooks):
             for gauge in (m.lag_events, m.lag_seconds):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*key)
+
+    def partition_progress(self, progress: PartitionProgress) -> None:
+        """The same for a plain partition processor (it takes a callback, not hooks):
+        ``AsyncPartitionProcessor(..., on_progress=metrics.partition_progress)``."""
+        group = progress.group
+        self.on_partition_progress(
+            namespace=group.fully_qualified_namespace, entity=group.eventhub_name,
+            consumer_group=group.consumer_group, partition_id=progress.partition_id,
+            owned=progress.owned, lag_events=progress.lag_events,
+            oldest_unsaved_at=progress.oldest_unsaved_at)
 
     # -- relay ------------------------------------------------------------------------
 

@@ -11,7 +11,12 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from gateway.aio import AsyncGeoPartitionReceiver
-from gateway.consumer import BalanceSettings, ProcessorSettings
+from gateway.consumer import (
+    BalanceSettings,
+    ConsumerGroupRef,
+    PartitionProgress,
+    ProcessorSettings,
+)
 from gateway.errors import MessageRejected
 from gateway.observability import PrometheusMetrics, render_metrics
 from gateway.relay import GeoRelayClient, RelayEndpoint
@@ -279,3 +284,23 @@ def test_relay_requests_are_counted_by_namespace_status_and_outcome(
     assert value(registry, relay, namespace=B.namespace, status="200", outcome="answered") == 2
     assert value(registry, "geogateway_failovers_total", from_namespace=A.namespace,
                  to_namespace=B.namespace) == 1
+
+
+def test_a_plain_partition_processor_reports_through_its_callback(
+    registry: CollectorRegistry,
+) -> None:
+    # Given the callback a plain AsyncPartitionProcessor takes (on_progress)
+    metrics = PrometheusMetrics(registry=registry)
+    group = ConsumerGroupRef(fully_qualified_namespace="ns1", eventhub_name=HUB,
+                             consumer_group="$Default")
+    labels = {"namespace": "ns1", "entity": HUB, "consumer_group": "$Default"}
+    # When it reports a partition read past its checkpoint, then handed over
+    metrics.partition_progress(PartitionProgress(group=group, partition_id="3", owned=True,
+                                                 lag_events=7, oldest_unsaved_at=1.0))
+    assert value(registry, "geogateway_partitions_owned", **labels) == 1
+    assert value(registry, "geogateway_checkpoint_lag_events", partition="3", **labels) == 7
+    assert value(registry, "geogateway_checkpoint_lag_seconds", partition="3", **labels) > 1
+    metrics.partition_progress(PartitionProgress(group=group, partition_id="3", owned=False,
+                                                 lag_events=0, oldest_unsaved_at=None))
+    # Then the gauges follow
+    assert value(registry, "geogateway_partitions_owned", **labels) == 0
