@@ -14,11 +14,12 @@ only (namespace and entity names, destinations, partition ids, status codes; nev
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from replication import ConfigError
 
@@ -132,6 +133,23 @@ class Families:
         self.unsaved: dict[tuple[str, ...], float | None] = {}
         self.partitions: dict[tuple[str, str, str], set[str]] = {}
         self.lock = threading.Lock()
+        # The labelled children of the hot metrics: ``labels()`` takes a lock and
+        # builds its key on every call, a few microseconds a send.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def remove(self, metric: Any, *labels: str) -> None:
+        """Drop ``metric``'s series for ``labels`` (nothing when it has none)."""
+        self._children.pop((id(metric), labels), None)
+        with contextlib.suppress(KeyError):
+            metric.remove(*labels)
 
     def age(self, destination: str) -> float:
         """Seconds since the oldest message of ``destination`` was put (0: none)."""

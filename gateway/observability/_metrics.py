@@ -7,7 +7,6 @@ The list of metrics, their types and labels is in the README ("Observability").
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import TYPE_CHECKING
 
@@ -52,31 +51,31 @@ class PrometheusMetrics(GatewayHooks):
                 buffered: tuple[str, ...], failed_over: bool, seconds: float,
                 error: BaseException | None) -> None:
         m = self._m
-        m.send_seconds.labels(entity).observe(seconds)
+        m.child(m.send_seconds, entity).observe(seconds)
         if error is not None:
             outcome = "rejected" if isinstance(error, MessageRejected) else "failed"
             where = getattr(error, "namespace", None) or ANY_NAMESPACE
-            m.sent.labels(entity, where, outcome).inc(count)
+            m.child(m.sent, entity, where, outcome).inc(count)
             return
         for namespace in namespaces:
-            m.sent.labels(entity, namespace, "sent").inc(count)
+            m.child(m.sent, entity, namespace, "sent").inc(count)
             if namespace not in self._seen:
                 self._mark(namespace, up=True)
         for dest in buffered:
-            m.sent.labels(entity, parse_destination(dest)[0], "buffered").inc(count)
+            m.child(m.sent, entity, parse_destination(dest)[0], "buffered").inc(count)
         if failed_over:
-            m.failover_seconds.labels(entity).observe(seconds)
+            m.child(m.failover_seconds, entity).observe(seconds)
 
     def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
         self._m.failovers.labels(from_namespace, to_namespace).inc()
 
     def on_buffered(self, *, destination: str, count: int) -> None:
-        self._m.buffered_total.labels(destination).inc(count)
+        self._m.child(self._m.buffered_total, destination).inc(count)
 
     def on_backlog(self, *, destination: str, count: int, oldest_enqueued_at: float | None
                    ) -> None:
         m = self._m
-        m.buffered.labels(destination).set(count)
+        m.child(m.buffered, destination).set(count)
         with m.lock:
             first = destination not in m.oldest
             m.oldest[destination] = oldest_enqueued_at
@@ -94,10 +93,10 @@ class PrometheusMetrics(GatewayHooks):
     # -- receiving --------------------------------------------------------------------
 
     def on_duplicate(self, *, message_id: str, namespace: str) -> None:
-        self._m.duplicates.labels(namespace).inc()
+        self._m.child(self._m.duplicates, namespace).inc()
 
     def on_dedup_store(self, *, operation: str, count: int, seconds: float) -> None:
-        self._m.dedup_seconds.labels(operation).observe(seconds)
+        self._m.child(self._m.dedup_seconds, operation).observe(seconds)
 
     # -- namespaces -------------------------------------------------------------------
 
@@ -136,18 +135,18 @@ class PrometheusMetrics(GatewayHooks):
             else:
                 m.unsaved.pop(key, None)
             count = len(owners)
-        m.owned.labels(*group).set(count)
+        m.child(m.owned, *group).set(count)
         if owned:
-            m.lag_events.labels(*key).set(lag_events)
+            m.child(m.lag_events, *key).set(lag_events)
             if first:
-                m.lag_seconds.labels(*key).set_function(functools.partial(m.unsaved_age, key))
+                m.child(m.lag_seconds, *key).set_function(
+                    functools.partial(m.unsaved_age, key))
             if namespace not in self._seen:
                 self._mark(namespace, up=True)
         else:
             # A partition read elsewhere now: its series go (the set stays bounded).
-            for gauge in (m.lag_events, m.lag_seconds):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(*key)
+            m.remove(m.lag_events, *key)
+            m.remove(m.lag_seconds, *key)
 
     def partition_progress(self, progress: PartitionProgress) -> None:
         """The same for a plain partition processor (it takes a callback, not hooks):

@@ -302,7 +302,8 @@ class _SendSpan(SendTrace):
                 self.messages = [m if id(m) in carried else next(fresh) for m in given]
             else:
                 self.messages = with_properties(given, extra)
-        self._token = otel.context.attach(otel.trace.set_span_in_context(span))
+        if context.is_valid:  # else a no-op span (no SDK): nothing to make current
+            self._token = otel.context.attach(otel.trace.set_span_in_context(span))
         return self
 
     def finished(self, *, namespaces: tuple[str, ...], buffered: tuple[str, ...],
@@ -310,17 +311,23 @@ class _SendSpan(SendTrace):
         span = self._span
         if span is None or not span.is_recording():
             return
-        span.set_attributes({"geogateway.namespaces": list(namespaces),
-                             "geogateway.buffered": list(buffered),
-                             "geogateway.failed_over": failed_over,
-                             "geogateway.hedged": hedged})
+        # Only what says something (the SDK checks every attribute it is given).
+        attributes: dict[str, Any] = {"geogateway.namespaces": namespaces}
+        if buffered:
+            attributes["geogateway.buffered"] = buffered
+        if failed_over:
+            attributes["geogateway.failed_over"] = True
+        if hedged:
+            attributes["geogateway.hedged"] = True
+        span.set_attributes(attributes)
 
     def __exit__(self, exc_type: type[BaseException] | None,
                  exc_value: BaseException | None, traceback: TracebackType | None) -> None:
         span, otel = self._span, self._otel
         if span is None:
             return
-        otel.context.detach(self._token)
+        if self._token is not None:
+            otel.context.detach(self._token)
         if exc_value is not None and span.is_recording():
             span.record_exception(exc_value)
             span.set_status(otel.error, type(exc_value).__name__)
