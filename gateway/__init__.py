@@ -18,12 +18,14 @@ from gateway.errors import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    StoreUnavailable,
     TransportError,
 )
 
 if _TYPE_CHECKING:
     from gateway.geo import (
         DedupConfig,
+        DispatcherStats,
         DurableQueueConfig,
         GatewayConfig,
         GatewayHooks,
@@ -31,11 +33,19 @@ if _TYPE_CHECKING:
         GeoReceiver,
         GeoSender,
         NamespaceConfig,
+        OutboxDispatcher,
         ReceiverStats,
         ReplayReport,
         SendResult,
     )
-    from gateway.stores import SqliteDedupStore
+    from gateway.stores import (
+        FallbackDedupStore,
+        OutboxStats,
+        PostgresDedupStore,
+        PostgresOutbox,
+        SqliteDedupStore,
+        SqliteOutbox,
+    )
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -58,7 +68,9 @@ _LAZY = {
     "DedupConfig": "gateway.geo",
     "DedupStore": "replication",
     "DedupWindow": "replication",
+    "DispatcherStats": "gateway.geo",
     "DurableQueueConfig": "gateway.geo",
+    "FallbackDedupStore": "gateway.stores",
     "GatewayConfig": "gateway.geo",
     "GatewayHooks": "gateway.geo",
     "GeoPartitionReceiver": "gateway.geo",
@@ -68,6 +80,10 @@ _LAZY = {
     "Message": "replication",
     "Mode": "replication",
     "NamespaceConfig": "gateway.geo",
+    "PostgresDedupStore": "gateway.stores",
+    "OutboxDispatcher": "gateway.geo",
+    "OutboxStats": "gateway.stores",
+    "PostgresOutbox": "gateway.stores",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
@@ -76,6 +92,7 @@ _LAZY = {
     "RetryPolicy": "replication",
     "SendResult": "gateway.geo",
     "SqliteDedupStore": "gateway.stores",
+    "SqliteOutbox": "gateway.stores",
 }
 
 
@@ -89,8 +106,10 @@ __all__ = [
     "DedupConfig",
     "DedupStore",
     "DedupWindow",
+    "DispatcherStats",
     "DurableQueueConfig",
     "DurableQueueError",
+    "FallbackDedupStore",
     "GatewayConfig",
     "GatewayError",
     "GatewayHooks",
@@ -105,7 +124,11 @@ __all__ = [
     "NamespaceConfig",
     "NamespaceUnavailable",
     "OperationTimeout",
+    "OutboxDispatcher",
+    "OutboxStats",
     "OwnershipLost",
+    "PostgresDedupStore",
+    "PostgresOutbox",
     "QueueCorrupt",
     "QueueFull",
     "ReceiveMode",
@@ -116,6 +139,8 @@ __all__ = [
     "RetryPolicy",
     "SendResult",
     "SqliteDedupStore",
+    "SqliteOutbox",
+    "StoreUnavailable",
     "TransportError",
     "__version__",
 ]

@@ -22,6 +22,7 @@ from replication._dedup import (
     TransactionalDedupStore,
     Verdict,
 )
+from replication._dedup_scope import ScopedDedupStore, scoped
 from replication._errors import (
     ConfigError,
     DurableQueueError,
@@ -33,6 +34,7 @@ from replication._errors import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    StoreUnavailable,
     TransportError,
 )
 from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
@@ -84,7 +86,9 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
+    "ScopedDedupStore",
     "SendPlan",
+    "StoreUnavailable",
     "TransactionalDedupStore",
     "TransportError",
     "Verdict",
@@ -94,6 +98,7 @@ __all__ = [
     "parse_destination",
     "plan_send",
     "replayable",
+    "scoped",
     "should_fail_back",
     "with_properties",
 ]

@@ -1,5 +1,6 @@
 """The geo core: the sender and the receiver over two namespaces, their sync drivers,
-the geo partition receiver, configuration, the transport factory and the hooks.
+the geo partition receiver, the outbox dispatcher, configuration, the transport
+factory and the hooks.
 
 Everything here is imported on first use (PEP 562), so that a module that only needs
 the hooks or the configuration records does not load the transports and the stores.
@@ -12,18 +13,16 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
-    from gateway.geo._config import (
-        DedupConfig,
-        DurableQueueConfig,
-        GatewayConfig,
-        ObservabilityConfig,
-    )
-    from gateway.geo._factory import NamespaceLike
+    from gateway.geo._config import DurableQueueConfig, GatewayConfig, ObservabilityConfig
+    from gateway.geo._dedup_config import DedupConfig, dedup_layer
+    from gateway.geo._dispatcher import AsyncOutboxDispatcher, DispatcherStats
+    from gateway.geo._dispatcher_sync import OutboxDispatcher
+    from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
     from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
     from gateway.geo._partitions_sync import GeoPartitionReceiver
-    from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
+    from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
     from gateway.geo._tracing import LOCAL_SYSTEM, MessageTracer, SendTrace, messaging_system
@@ -33,7 +32,10 @@ _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
-    "DedupConfig": "gateway.geo._config",
+    "AsyncOutboxDispatcher": "gateway.geo._dispatcher",
+    "DedupConfig": "gateway.geo._dedup_config",
+    "DispatcherStats": "gateway.geo._dispatcher",
+    "OutboxDispatcher": "gateway.geo._dispatcher_sync",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
     "GatewayHooks": "gateway.geo._hooks",
@@ -46,11 +48,15 @@ _LAZY = {
     "NamespaceLike": "gateway.geo._factory",
     "ObservabilityConfig": "gateway.geo._config",
     "ReceiverStats": "gateway.geo._receiver",
+    "MessageInboxHandler": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
     "SendTrace": "gateway.geo._tracing",
+    "default_state_dir": "gateway.geo._factory",
+    "dedup_layer": "gateway.geo._dedup_config",
     "emit": "gateway.geo._hooks",
     "messaging_system": "gateway.geo._tracing",
+    "open_transport": "gateway.geo._factory",
 }
 
 __getattr__ = _lazy_exports(__name__, _LAZY)
@@ -61,7 +67,9 @@ __all__ = [
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
+    "AsyncOutboxDispatcher",
     "DedupConfig",
+    "DispatcherStats",
     "DurableQueueConfig",
     "GatewayConfig",
     "GatewayHooks",
@@ -69,14 +77,19 @@ __all__ = [
     "GeoReceiver",
     "GeoSender",
     "InboxHandler",
+    "MessageInboxHandler",
     "MessageTracer",
     "NamespaceConfig",
     "NamespaceLike",
     "ObservabilityConfig",
+    "OutboxDispatcher",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
     "SendTrace",
+    "dedup_layer",
+    "default_state_dir",
     "emit",
     "messaging_system",
+    "open_transport",
 ]

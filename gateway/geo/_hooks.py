@@ -51,6 +51,19 @@ class GatewayHooks:
     def on_duplicate(self, *, message_id: str, namespace: str) -> None:
         """A second copy of ``message_id`` was received and settled, not delivered."""
 
+    def on_store_down(self, *, store: str, error: BaseException) -> None:
+        """A receiver's de-duplication store (e.g. PostgreSQL) did not answer: nothing
+        is settled or delivered past it until :meth:`on_store_up` (``store`` names the
+        server, never a password). Once per outage."""
+
+    def on_store_up(self, *, store: str) -> None:
+        """The store reported by :meth:`on_store_down` answers again."""
+
+    def on_dedup_fallback(self, *, store: str, fallback: str, active: bool) -> None:
+        """``active``: the shared dedup store stayed unreachable and this receiver now
+        de-duplicates against its local window ``fallback`` (at-least-once across
+        machines); not ``active``: it is back on ``store``."""
+
     def on_sent(
         self,
         *,

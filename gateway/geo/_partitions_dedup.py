@@ -1,5 +1,9 @@
 """Delivering one event of the geo partition receiver once across both namespaces:
-the de-duplicator's verdict, waiting on a held copy, the retried handler, the inbox."""
+the de-duplicator's verdict, waiting on a held copy, the retried handler, the inbox.
+
+Every store call goes through the receiver's :class:`~gateway.geo._store_watch.StoreWatch`:
+an outage of a shared store is waited out where it is met (a check, a done mark, an
+inbox transaction), reported once, and never counted as a failure of the handler."""
 
 from __future__ import annotations
 
@@ -8,9 +12,8 @@ import contextlib
 import functools
 import inspect
 import logging
-import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, cast
 
 import anyio.to_thread
 from tenacity import (
@@ -22,10 +25,11 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gateway.geo._hooks import GatewayHooks, dedup_call, emit
+from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._store_watch import StoreWatch
 from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import PartitionEvent
-from replication import Deduplicator, RetryPolicy, Verdict
+from replication import Deduplicator, RetryPolicy, StoreUnavailable, Verdict
 
 __all__ = ["DedupDelivery", "InboxHandler", "PartitionHandler"]
 
@@ -34,9 +38,10 @@ logger = logging.getLogger("geogateway.consumer")
 #: A handler of one event: a coroutine function, or a plain one (run in a thread).
 PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
 #: An inbox handler (``transactional=True``): a plain function of the event and the
-#: dedup store's connection, run in a worker thread inside the transaction that marks
-#: the event's id done; it writes its effect through ``conn`` and must not commit.
-InboxHandler = Callable[[PartitionEvent, sqlite3.Connection], None]
+#: dedup store's connection (``psycopg.Connection`` on PostgreSQL, ``sqlite3.Connection``
+#: on SQLite), run in a worker thread inside the transaction that marks the event's id
+#: done; it writes its effect through ``conn`` and must not commit.
+InboxHandler = Callable[[PartitionEvent, Any], None]
 
 _FIRST_HOLD_PAUSE = 0.02
 _MAX_HOLD_PAUSE = 0.5
@@ -60,6 +65,7 @@ class DedupDelivery:
         handler_retry: attempts and backoff of a failing handler.
         hooks: ``on_duplicate`` is called for each copy skipped.
         stopping: set when the receiver stops: a held copy is then abandoned.
+        watch: waits out and reports the dedup store's outages.
         tracer: traces each delivery and each copy skipped (None: no tracing).
         entity: the entity, and ``systems`` each namespace's ``messaging.system``,
             ``consumer_group`` the consumer group, for the traces.
@@ -72,12 +78,15 @@ class DedupDelivery:
         handler_retry: RetryPolicy,
         hooks: Sequence[GatewayHooks],
         stopping: asyncio.Event,
+        watch: StoreWatch,
         tracer: MessageTracer | None = None,
         entity: str = "",
         systems: dict[str, str] | None = None,
         consumer_group: str | None = None,
     ) -> None:
         self._dedup = dedup
+        self._watch = watch
+        self._slots: asyncio.Semaphore | None = None
         self._hooks = hooks
         self._tracer = tracer
         self._entity = entity
@@ -96,10 +105,21 @@ class DedupDelivery:
         self._handler: PartitionHandler | InboxHandler | None = None
         self._transactional = False
 
-    def use(self, handler: PartitionHandler | InboxHandler, *, transactional: bool) -> None:
-        """Deliver to ``handler`` from now on (an inbox handler when ``transactional``)."""
+    def use(self, handler: PartitionHandler | InboxHandler, *, transactional: bool,
+            concurrency: int | None = None) -> None:
+        """Deliver to ``handler`` from now on (an inbox handler when ``transactional``),
+        at most ``concurrency`` calls at once (None: one per partition)."""
         self._handler = handler
         self._transactional = transactional
+        self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        if self._slots is None:
+            yield
+            return
+        async with self._slots:
+            yield
 
     async def deliver(self, event: PartitionEvent) -> None:
         """Handle ``event`` unless its ``MessageId`` is done; wait while it is held.
@@ -115,19 +135,25 @@ class DedupDelivery:
             return
         ran = True
         try:
-            if self._tracer is None:
-                ran = await self._attempts(event)
-            else:
-                with self._tracer.process(system=self._systems.get(event.namespace, ""),
-                                          entity=self._entity, message=event,
-                                          consumer_group=self._group):
+            async with self._slot():
+                if self._tracer is None:
                     ran = await self._attempts(event)
+                else:
+                    with self._tracer.process(system=self._systems.get(event.namespace, ""),
+                                              entity=self._entity, message=event,
+                                              consumer_group=self._group):
+                        ran = await self._attempts(event)
         except Exception:
-            # Release the claim: the copy in the other namespace may be delivered.
-            await dedup_call(self._hooks, "release", 1, self._dedup.failed, message_id)
+            # Release the claim: the copy in the other namespace may be delivered (with
+            # the store away, once the claim's lease ran out).
+            with contextlib.suppress(StoreUnavailable):
+                await self._watch.once("releasing a claim", self._dedup.failed, message_id,
+                                       timed="release")
             raise  # to the processor: on_error, then the event is offered again
         if not self._transactional:
-            await dedup_call(self._hooks, "done", 1, self._dedup.succeeded, message_id)
+            # The handler ran: wait for the mark rather than run it again.
+            await self._watch.call("marking done", self._dedup.succeeded, message_id,
+                                   timed="done")
         elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
             self._skipped(event)
 
@@ -148,14 +174,20 @@ class DedupDelivery:
     async def _call_inbox(self, event: PartitionEvent) -> bool:
         handler = cast(InboxHandler, self._handler)
         effect = functools.partial(handler, event)
-        return await anyio.to_thread.run_sync(
-            self._dedup.succeeded_with, event.message.message_id, effect)
+        # An outage is waited out here, the effect tried again on a new transaction:
+        # it is not one of the handler's attempts.
+        return await self._watch.call("the inbox", self._dedup.succeeded_with,
+                                      event.message.message_id, effect)
 
     async def _wait_turn(self, message_id: str) -> Verdict:
         pause = _FIRST_HOLD_PAUSE
         while True:
-            # The store is SQLite: keep its I/O off the event loop.
-            verdict = await dedup_call(self._hooks, "check", 1, self._dedup.check, message_id)
+            try:
+                verdict = await self._watch.call("checking ids", self._dedup.check,
+                                                 message_id, timed="check")
+            except StoreUnavailable as exc:  # still away, and the receiver stops
+                raise _HoldAbandoned(f"stopped while the dedup store was away ({exc})"
+                                     ) from exc
             if verdict is not Verdict.HOLD:
                 return verdict
             with contextlib.suppress(asyncio.TimeoutError):

@@ -26,6 +26,7 @@ from gateway.geo._factory import NamespaceLike, check_entity
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._namespaces import NamespacePair
 from gateway.geo._recovery import Recovery, ReplayReport
+from gateway.geo._roles import RolesTarget
 from gateway.geo._tracing import find_tracer, messaging_system
 from replication import (
     ANY_NAMESPACE,
@@ -92,6 +93,12 @@ class AsyncGeoSender:
             send and replay.
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
         state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
+        roles_store: keep the roles on PostgreSQL instead, shared by every sender of a
+            fleet configured with the same pair: a DSN, a ``psycopg_pool.ConnectionPool``
+            or a ``PostgresRoleStore`` (the caller closes a store or pool it passed).
+            Role changes are compare-and-swaps, and the recovery task reads the roles
+            again every ``refresh_interval`` (1 s), so a failover made by one sender is
+            followed by all.
         recovery: run the background probe/replay/failback task.
     """
 
@@ -108,6 +115,7 @@ class AsyncGeoSender:
         hooks: GatewayHooks | Iterable[GatewayHooks] = (),
         data_dir: str | os.PathLike[str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        roles_store: RolesTarget | None = None,
         recovery: bool = True,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] | None = None,
@@ -124,10 +132,14 @@ class AsyncGeoSender:
         self._namespaces = NamespacePair(
             primary, secondary, entity=self.entity, retry=self.policy.retry,
             deadlines=self.policy.deadlines, hooks=self._hooks, data_dir=data_dir,
-            state_dir=state_dir, clock=clock, sleep=self._sleep,
+            state_dir=state_dir, clock=clock, sleep=self._sleep, roles_store=roles_store,
         )
-        self._buffer = Buffer(durable_queue, transports=self._namespaces.transports,
-                              entity=self.entity, hooks=self._hooks)
+        try:
+            self._buffer = Buffer(durable_queue, transports=self._namespaces.transports,
+                                  entity=self.entity, hooks=self._hooks)
+        except BaseException:
+            self._namespaces.role_keeper.close()  # a pool opened for the roles
+            raise
         self._tracer = find_tracer(self._hooks)
         self._system = messaging_system(next(iter(self._namespaces.transports.values())))
         self._recovery = Recovery(self._namespaces, self._buffer,

@@ -1,12 +1,19 @@
-"""Observability: Prometheus metrics and OpenTelemetry traces (optional extras).
+"""Seeing a gateway at work: Prometheus metrics and OpenTelemetry traces, health and
+status endpoints, the status of a configuration, partition owners and checkpoint lag.
 
 ``PrometheusMetrics`` and ``Tracing`` are hooks: give them to a sender, receiver,
 partition receiver or relay client (``hooks=[...]``), or turn them on in the
 configuration file (``[metrics] enabled = true``, ``[tracing] enabled = true``;
-``hooks_from_config``). ``render_metrics`` is what a ``/metrics`` endpoint answers.
+``hooks_from_config``). ``render_metrics`` is what a ``/metrics`` endpoint answers
+(the extras ``metrics`` and ``tracing``).
 
-Everything here is imported on first use (PEP 562): ``import gateway`` never loads
-``prometheus_client`` or ``opentelemetry``, and neither is needed until asked for.
+``create_app(config)`` is the ASGI app (starlette) that ``geogateway serve`` runs:
+``/healthz``, ``/readyz``, ``/metrics`` and ``/status``; ``collect_status(config)``
+is what ``geogateway status`` prints. starlette, uvicorn and prometheus-client are
+the ``serve`` extra (``pip install 'geogateway[serve]'``).
+
+Everything here is imported on first use (PEP 562): ``import gateway`` loads none of
+these modules, nor ``prometheus_client``, ``opentelemetry`` or starlette behind them.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -15,25 +22,83 @@ from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
+    from gateway.observability._app import create_app, metrics_exposition, wants_html
+    from gateway.observability._collect import (
+        DEFAULT_PROBE_DEADLINE,
+        StatusReader,
+        StoreLike,
+        collect_status,
+    )
     from gateway.observability._config import hooks_from_config
+    from gateway.observability._html import status_page
     from gateway.observability._metrics import PrometheusMetrics, render_metrics
+    from gateway.observability._partitions import (
+        ConsumerNamespaceStatus,
+        LocalPartitions,
+        PartitionStatus,
+        consumer_status,
+        local_partitions,
+    )
+    from gateway.observability._status import (
+        Backlog,
+        ConsumerStatus,
+        GatewayStatus,
+        NamespaceHealth,
+        QueueHealth,
+    )
     from gateway.observability._tracing import Tracing, trace_context
 
 _LAZY = {
+    "DEFAULT_PROBE_DEADLINE": "gateway.observability._collect",
+    "Backlog": "gateway.observability._status",
+    "ConsumerNamespaceStatus": "gateway.observability._partitions",
+    "ConsumerStatus": "gateway.observability._status",
+    "GatewayStatus": "gateway.observability._status",
+    "LocalPartitions": "gateway.observability._partitions",
+    "NamespaceHealth": "gateway.observability._status",
+    "PartitionStatus": "gateway.observability._partitions",
     "PrometheusMetrics": "gateway.observability._metrics",
+    "QueueHealth": "gateway.observability._status",
+    "StatusReader": "gateway.observability._collect",
+    "StoreLike": "gateway.observability._collect",
     "Tracing": "gateway.observability._tracing",
+    "collect_status": "gateway.observability._collect",
+    "consumer_status": "gateway.observability._partitions",
+    "create_app": "gateway.observability._app",
     "hooks_from_config": "gateway.observability._config",
+    "local_partitions": "gateway.observability._partitions",
+    "metrics_exposition": "gateway.observability._app",
     "render_metrics": "gateway.observability._metrics",
+    "status_page": "gateway.observability._html",
     "trace_context": "gateway.observability._tracing",
+    "wants_html": "gateway.observability._app",
 }
 
 __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "DEFAULT_PROBE_DEADLINE",
+    "Backlog",
+    "ConsumerNamespaceStatus",
+    "ConsumerStatus",
+    "GatewayStatus",
+    "LocalPartitions",
+    "NamespaceHealth",
+    "PartitionStatus",
     "PrometheusMetrics",
+    "QueueHealth",
+    "StatusReader",
+    "StoreLike",
     "Tracing",
+    "collect_status",
+    "consumer_status",
+    "create_app",
     "hooks_from_config",
+    "local_partitions",
+    "metrics_exposition",
     "render_metrics",
+    "status_page",
     "trace_context",
+    "wants_html",
 ]

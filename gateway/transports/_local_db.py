@@ -30,7 +30,7 @@ __all__ = ["Database"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2  # 2: owner_leases
+SCHEMA_VERSION = 3  # 2: owner_leases; 3: entity_options (topics, subscriptions)
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
@@ -66,6 +66,16 @@ _SCHEMA = (
         owner_level INTEGER NOT NULL, reader TEXT NOT NULL, host TEXT NOT NULL,
         pid INTEGER NOT NULL, expires REAL NOT NULL,
         PRIMARY KEY (entity, consumer_group, partition))""",
+    # What a queue, topic or subscription has beyond its entities row (_local_topics).
+    """CREATE TABLE IF NOT EXISTS entity_options (
+        entity TEXT PRIMARY KEY, topic TEXT, rules TEXT, forward_to TEXT, default_ttl REAL,
+        duplicate_window REAL)""",
+    "CREATE INDEX IF NOT EXISTS entity_options_by_topic ON entity_options (topic)",
+    # The MessageIds taken by entities that detect duplicates (_local_duplicates).
+    """CREATE TABLE IF NOT EXISTS seen_ids (
+        entity TEXT NOT NULL, message_id TEXT NOT NULL, taken REAL NOT NULL,
+        PRIMARY KEY (entity, message_id))""",
+    "CREATE INDEX IF NOT EXISTS seen_ids_by_time ON seen_ids (entity, taken)",
 )
 
 # Columns added after schema 1 shipped: a file without them gets them when it is

@@ -32,6 +32,7 @@ from gateway.transports._local_entities import (
 )
 from gateway.transports._local_events import PartitionState
 from gateway.transports._local_queues import Queued
+from gateway.transports._local_topics import SectionsCodec, Topics
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from replication import (
     ConfigError,
@@ -69,12 +70,17 @@ class Store:
         path: the namespace file.
         namespace: the namespace's name, put on records and errors.
         auto_create: create a queue on first send or receive of an unknown name.
+        codec: reads and edits the AMQP sections of messages sent through the emulator,
+            for subscription rules (``_local_topics``).
     """
 
-    def __init__(self, path: str, *, namespace: str, auto_create: bool) -> None:
+    def __init__(self, path: str, *, namespace: str, auto_create: bool,
+                 codec: SectionsCodec | None = None) -> None:
         self.db = Database(path, namespace=namespace)
         self.namespace = namespace
         self._catalog = Catalog(namespace=namespace, auto_create=auto_create)
+        #: Topics and subscriptions, and the options of queues (forwarding, time to live).
+        self.topics = Topics(self.db, self._catalog, namespace=namespace, codec=codec)
         self._round_robin = itertools.count()
         self._leases = events.Leases()
 
@@ -131,8 +137,8 @@ class Store:
         e = self._catalog.entity(conn, entity, create=True)
         messages = [_message(item) for item in items]
         _check_sizes(e, entity, messages)
-        if e.kind is EntityKind.QUEUE:
-            return queues.insert(conn, entity, items, now)
+        if e.kind is not EntityKind.PARTITIONED:
+            return self.topics.deliver(conn, e, entity, items, now)
         events.append(conn, entity, e.partitions, messages, now, self._round_robin.__next__)
         return []
 
@@ -178,7 +184,8 @@ class Store:
 
         # Look before taking the write lock: an idle receiver polling an empty
         # queue then never competes with senders for it.
-        known = self._catalog.cached(entity.removesuffix(DEAD_LETTER_SUFFIX)) is not None
+        cached = self._catalog.cached(entity.removesuffix(DEAD_LETTER_SUFFIX))
+        known = cached is not None and cached.kind in (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
         if known and not self.db.read(has_any):
             return []
         return self.db.write(lambda conn: self._claim(conn, entity, max_messages, mode, now))

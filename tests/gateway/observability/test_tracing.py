@@ -201,6 +201,40 @@ async def test_run_processes_in_the_send_trace_and_settles_with_links(
                   for s in receives for link in s.links) == ["flaky", "flaky", "ok"]
 
 
+async def test_inbox_handlers_run_concurrently_inside_their_process_spans(
+    make_sender: SenderFactory, make_receiver: ReceiverFactory, spans: Spans,
+) -> None:
+    # Given three messages sent with tracing
+    sender = make_sender(hooks=[spans.tracing])
+    for i in range(3):
+        await sender.send(Message(f"m{i}", message_id=f"id-{i}"))
+    sends = {spans.attributes(s)["messaging.message.id"]: s
+             for s in spans.named(f"send {ENTITY}")}
+    receiver = await make_receiver(hooks=[spans.tracing])
+    done: list[str] = []
+
+    def inbox(message: ReceivedMessage, conn: Any) -> None:
+        conn.execute("SELECT 1")  # the transaction that marks the id done
+        done.append(message.message_id)
+
+    class Done:
+        def is_set(self) -> bool:
+            return len(done) == 3
+
+    # When an inbox handler runs them, two at a time
+    await receiver.run(inbox, stop=Done(), transactional=True, concurrency=2)
+    await receiver.aclose()
+    # Then each inbox transaction ran inside a process span, a child of its send span
+    processes = spans.named(f"process {ENTITY}")
+    assert sorted(spans.attributes(p)["messaging.message.id"] for p in processes) == [
+        "id-0", "id-1", "id-2"]
+    for process in processes:
+        message_id = spans.attributes(process)["messaging.message.id"]
+        assert process.parent is not None
+        assert process.parent.span_id == sends[message_id].get_span_context().span_id
+        assert process.status.status_code is not StatusCode.ERROR
+
+
 def test_trace_context_gives_a_receive_caller_the_sends_context() -> None:
     message = Message(b"x", properties={"Diagnostic-Id": DIAGNOSTIC_ID})
     context = trace_context(message)
