@@ -319,6 +319,14 @@ class DurableQueue:
         sql = "SELECT 1 FROM messages WHERE destination = ? LIMIT 1"
         return self._store.read(lambda c: c.execute(sql, (destination,)).fetchone()) is not None
 
+    def oldest(self, destination: str) -> float | None:
+        """When the oldest message waiting for ``destination`` was put (seconds since
+        the epoch), or ``None`` when none waits; one index seek, like ``has_waiting``."""
+        sql = ("SELECT enqueued_at FROM messages WHERE destination = ? "
+               "ORDER BY id LIMIT 1")
+        row = self._store.read(lambda c: c.execute(sql, (destination,)).fetchone())
+        return None if row is None else float(row[0])
+
     def __len__(self) -> int:
         return self._store.waiting()
 

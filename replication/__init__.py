@@ -38,7 +38,7 @@ from replication._errors import (
     TransportError,
 )
 from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
-from replication._message import Message, PropertyValue
+from replication._message import Message, PropertyValue, with_properties
 from replication._policy import Mode, ReplicationPolicy, RetryPolicy
 from replication._roles import RoleState
 from replication._routing import (
@@ -100,4 +100,5 @@ __all__ = [
     "replayable",
     "scoped",
     "should_fail_back",
+    "with_properties",
 ]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from replication._errors import MessageRejected
 
-__all__ = ["Message", "PropertyValue"]
+__all__ = ["Message", "PropertyValue", "with_properties"]
 
 PropertyValue = str | int | float | bool | None
 
@@ -94,6 +94,29 @@ class Message:
             f"Message(message_id={self.message_id!r}, body=<{len(self.body)} bytes>, "
             f"partition_key={self.partition_key!r})"
         )
+
+
+def with_properties(
+    messages: Sequence[Message], extra: Mapping[str, PropertyValue]
+) -> list[Message]:
+    """Copies of ``messages`` with ``extra`` added to their properties (over the same
+    names); the same id, body and key. ``extra`` is checked once for all of them.
+
+    Raises:
+        TypeError, MessageRejected: as ``Message`` does for a bad property.
+    """
+    checked = _checked(extra)
+    out = []
+    for message in messages:
+        properties = (MappingProxyType({**message.properties, **checked})
+                      if message.properties else checked)
+        copy = object.__new__(Message)
+        object.__setattr__(copy, "body", message.body)
+        object.__setattr__(copy, "message_id", message.message_id)
+        object.__setattr__(copy, "partition_key", message.partition_key)
+        object.__setattr__(copy, "properties", properties)
+        out.append(copy)
+    return out
 
 
 def _utf8(text: str, what: str) -> bytes:

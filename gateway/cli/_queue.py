@@ -226,11 +226,13 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
     """
     from gateway.cli._common import gateway_config
     from gateway.geo import AsyncGeoSender
+    from gateway.observability import hooks_from_config
 
     path = _resolve(queue_path, config_path)
     # The entities are the queue's own; the rest as every command reads it.
     config = gateway_config(config_path, primary=primary, secondary=secondary,
                             data_dir=data_dir, needs_entity=False)
+    hooks = hooks_from_config(config)
     results: list[dict[str, Any]] = []
     sent: dict[str, int] = {}
     #: What waits per destination when the replay starts: the bars' totals.
@@ -253,7 +255,7 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
                     primary=config.primary, secondary=config.secondary, entity=entity,
                     durable_queue=q, data_dir=config.data_dir, recovery=False,
                     policy=config.policy, state_dir=config.state_dir,
-                    roles_store=config.roles_store,
+                    roles_store=config.roles_store, hooks=hooks,
                 ) as sender:
                     report = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": int(report),

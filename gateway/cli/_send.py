@@ -69,9 +69,11 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
     every message.
     """
     from gateway.geo import AsyncGeoSender
+    from gateway.observability import hooks_from_config
 
     config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
                             mode=mode, data_dir=data_dir, durable_queue=durable_queue)
+    hooks = hooks_from_config(config)
     if not bodies and not count:
         raise click.UsageError("give message bodies or --count N")
     if message_id and (count or len(bodies) != 1):
@@ -86,7 +88,7 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
             policy=config.policy, data_dir=config.data_dir, state_dir=config.state_dir,
             roles_store=config.roles_store,
             durable_queue=config.durable_queue.path if config.durable_queue else None,
-            recovery=False,
+            recovery=False, hooks=hooks,
         ) as sender:
             results = []
             for m in messages:
@@ -174,10 +176,12 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
     line names it), 1 when neither could.
     """
     from gateway.geo import AsyncGeoReceiver
+    from gateway.observability import hooks_from_config
     from gateway.transports.local import default_data_dir
 
     config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
                             data_dir=data_dir, dedup_store=dedup_store)
+    hooks = hooks_from_config(config)
     if config.dedup is None:
         default = Path(config.data_dir or default_data_dir()) / "dedup.db"
         # Its default home may not exist yet when both namespaces are in Azure.
@@ -189,7 +193,7 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
         store = config.dedup.open_store() if config.dedup is not None else default
         async with AsyncGeoReceiver(
             primary=config.primary, secondary=config.secondary, entity=config.entity,
-            dedup_store=store, data_dir=config.data_dir,
+            dedup_store=store, data_dir=config.data_dir, hooks=hooks,
         ) as receiver:
             got = await receiver.receive(max_messages=max_messages, max_wait=max_wait)
             for m in got:

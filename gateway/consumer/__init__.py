@@ -16,6 +16,7 @@ from gateway.consumer._ownership import OwnershipManager
 from gateway.consumer._partition import (
     CloseReason,
     PartitionContext,
+    PartitionProgress,
     ProcessorSettings,
     StartingPosition,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "OwnershipManager",
     "PartitionContext",
     "PartitionProcessor",
+    "PartitionProgress",
     "PostgresCheckpointStore",
     "ProcessorSettings",
     "SdkCheckpointStore",

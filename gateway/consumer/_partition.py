@@ -18,6 +18,7 @@ __all__ = [
     "CloseReason",
     "EventHandler",
     "PartitionContext",
+    "PartitionProgress",
     "ProcessorSettings",
     "StartingPosition",
 ]
@@ -81,6 +82,27 @@ class ProcessorSettings:
         if not isinstance(self.deadlines, DeadlinePolicy):
             raise ConfigError(
                 f"deadlines must be a DeadlinePolicy, not {type(self.deadlines).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionProgress:
+    """Where one partition read by this instance stands, for ``on_progress``.
+
+    Args:
+        group: the namespace, entity and consumer group.
+        partition_id: the partition.
+        owned: read here now; False once it was handed over or lost.
+        lag_events: events read past its last checkpoint (a new owner would read
+            them again).
+        oldest_unsaved_at: the enqueued time (Unix) of the oldest of them; None
+            when there are none.
+    """
+
+    group: ConsumerGroupRef
+    partition_id: str
+    owned: bool
+    lag_events: int
+    oldest_unsaved_at: float | None
 
 
 class Checkpointer(Protocol):

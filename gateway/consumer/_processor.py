@@ -41,6 +41,7 @@ from gateway.consumer._partition import (
     CloseReason,
     EventHandler,
     PartitionContext,
+    PartitionProgress,
     ProcessorSettings,
     StartingPosition,
 )
@@ -77,6 +78,9 @@ class AsyncPartitionProcessor:
         settings: batch size, idle calls, prefetch, checkpoint cadence.
         instance_id: a stable id (static membership); random when omitted.
         balance: how the ownership manager balances (intervals, expiries).
+        on_progress: called (on the loop, keep it short) with a
+            :class:`PartitionProgress` when a partition is claimed, after each batch
+            read from it and each checkpoint, and when it is handed over or lost.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class AsyncPartitionProcessor:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        on_progress: Callable[[PartitionProgress], None] | None = None,
     ) -> None:
         if (on_event is None) == (on_event_batch is None):
             raise ConfigError("give exactly one of on_event and on_event_batch")
@@ -123,8 +128,9 @@ class AsyncPartitionProcessor:
             transport=transport, entity=entity, consumer_group=consumer_group,
             settings=self.settings, clock=clock, on_event=on_event, on_batch=on_event_batch,
             on_init=on_partition_initialize, report=self._error, checkpoint=self.checkpoint,
-            estimator=self._estimator,
+            estimator=self._estimator, progress=self._report if on_progress else None,
         )
+        self._on_progress = on_progress
         self._readers: dict[str, PartitionReader] = {}
         self._checkpoints: dict[str, Checkpoint] = {}
         self.manager = OwnershipManager(
@@ -198,8 +204,8 @@ class AsyncPartitionProcessor:
             f"checkpoint partition {partition_id}")
         reader = self._readers.get(partition_id)
         if reader is not None:
-            reader.since_checkpoint, reader.checkpointed_at = 0, self._clock()
-            reader.checkpointed = event
+            reader.saved(event)
+            self._report(reader)
 
     # -- ownership callbacks --------------------------------------------------------
 
@@ -220,6 +226,7 @@ class AsyncPartitionProcessor:
         reader = PartitionReader(PartitionContext(self, partition_id), self._reading,
                                  position=self._position, close=self._close)
         self._readers[partition_id] = reader
+        self._report(reader)
         position = await self._position(partition_id)
         owner_level = await self._owner_level(partition_id)
         reader.task = asyncio.get_running_loop().create_task(reader.read(position, owner_level))
@@ -279,6 +286,18 @@ class AsyncPartitionProcessor:
         start = self._start
         return start(partition_id) if callable(start) else start
 
+    def _report(self, reader: PartitionReader) -> None:
+        if self._on_progress is None:
+            return
+        progress = PartitionProgress(
+            group=self.group, partition_id=reader.context.partition_id,
+            owned=not reader.closed, lag_events=0 if reader.closed else reader.unsaved,
+            oldest_unsaved_at=None if reader.closed else reader.unsaved_at)
+        try:
+            self._on_progress(progress)
+        except Exception:  # observability never stops a partition
+            logger.exception("on_progress failed")
+
     async def _store_error(self, exc: BaseException) -> None:
         await self._error(None, exc)
 
@@ -296,5 +315,6 @@ class AsyncPartitionProcessor:
             return
         reader.closed = True
         self._readers.pop(reader.context.partition_id, None)
+        self._report(reader)
         if self._on_close is not None:
             await guard(self._error, reader.context, self._on_close(reader.context, reason))

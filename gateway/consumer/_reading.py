@@ -46,6 +46,8 @@ class ReadingSetup:
     checkpoint: Callable[[str, PartitionEvent], Awaitable[None]]
     #: The deadlines of the reads (and the processor's store calls).
     estimator: DeadlineEstimator
+    #: Called with the reader after each batch it read (None: nobody asks).
+    progress: Callable[[PartitionReader], None] | None = None
 
 
 async def guard(report: ErrorReport, ctx: PartitionContext, call: Awaitable[Any]) -> None:
@@ -91,6 +93,11 @@ class PartitionReader:
         self.since_checkpoint = 0
         self.checkpointed_at = setup.clock()
         self.checkpointed: PartitionEvent | None = None
+        #: The batch read last, the events read past the last checkpoint, and the
+        #: enqueued time of the oldest of them (None: none).
+        self.batch: list[PartitionEvent] = []
+        self.unsaved = 0
+        self.unsaved_at: float | None = None
         self.closed = False
         self.halted = asyncio.Event()  # set with stopping: ends a pause at once
 
@@ -125,6 +132,7 @@ class PartitionReader:
                 if events:
                     idle_since = setup.clock()
                     position = EventPosition(sequence_number=events[-1].sequence_number)
+                    self._took(events)
                     await self._dispatch(events)
                 elif (settings.max_wait_time is not None
                       and setup.clock() - idle_since >= settings.max_wait_time):
@@ -133,6 +141,24 @@ class PartitionReader:
         except OwnershipLost:
             # A reader with a higher owner level took the partition: stop here.
             await self._close(self, CloseReason.OWNERSHIP_LOST)
+
+    def _took(self, events: list[PartitionEvent]) -> None:
+        self.batch = events
+        if not self.unsaved:
+            self.unsaved_at = events[0].enqueued_time
+        self.unsaved += len(events)
+        if self._setup.progress is not None:
+            self._setup.progress(self)
+
+    def saved(self, event: PartitionEvent) -> None:
+        """A checkpoint at ``event`` was written: what was read past it is unsaved."""
+        self.since_checkpoint, self.checkpointed_at = 0, self._setup.clock()
+        self.checkpointed = event
+        # Every batch before the last one was handled before it was read, so what is
+        # unsaved now is in the last batch (at most a prefetch of events to look at).
+        after = [e for e in self.batch if e.sequence_number > event.sequence_number]
+        self.unsaved = len(after)
+        self.unsaved_at = after[0].enqueued_time if after else None
 
     async def _read(self, position: EventPosition, wait: float,
                     owner_level: int) -> list[PartitionEvent]:

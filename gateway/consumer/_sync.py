@@ -25,6 +25,7 @@ from gateway.consumer._balance import BalanceSettings
 from gateway.consumer._partition import (
     CloseReason,
     PartitionContext,
+    PartitionProgress,
     ProcessorSettings,
     StartingPosition,
 )
@@ -107,6 +108,7 @@ class PartitionProcessor(PortalDriver):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        on_progress: Callable[[PartitionProgress], None] | None = None,
     ) -> None:
         if (on_event is None) == (on_event_batch is None):
             raise ConfigError("give exactly one of on_event and on_event_batch")
@@ -118,7 +120,7 @@ class PartitionProcessor(PortalDriver):
             "transport": transport, "entity": entity, "store": store,
             "consumer_group": consumer_group, "starting_position": starting_position,
             "settings": settings, "instance_id": instance_id, "balance": balance,
-            "clock": clock, "sleep": sleep, "rng": rng,
+            "clock": clock, "sleep": sleep, "rng": rng, "on_progress": on_progress,
             "on_event": self._adapt(on_event),
             "on_event_batch": self._adapt(on_event_batch),
             "on_partition_initialize": self._adapt(on_partition_initialize),

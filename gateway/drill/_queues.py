@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from gateway.geo import (
     AsyncGeoPartitionReceiver,
     AsyncGeoReceiver,
     AsyncGeoSender,
+    GatewayHooks,
     NamespaceConfig,
     NamespaceLike,
 )
@@ -64,13 +65,14 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
 async def run_queue_drill(
     *, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
     settle_timeout: float, progress: Progress | None, transport: str = "local",
+    hooks: Sequence[GatewayHooks] = (),
 ) -> DrillReport:
     """Run one queue drill in ``root``; see :func:`gateway.drill.run_drill`.
 
     With ``transport="servicebus"`` or ``"eventhubs"`` the namespaces are served by
     ``geogateway emulator`` (a child process started and stopped here).
     """
-    drill = QueueDrill(mode, scenario, messages, batch_size, root, progress, transport)
+    drill = QueueDrill(mode, scenario, messages, batch_size, root, progress, transport, hooks)
     return await drill.run(settle_timeout)
 
 
@@ -80,9 +82,11 @@ class QueueDrill:
     def __init__(
         self, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
         progress: Progress | None, transport: str = "local",
+        hooks: Sequence[GatewayHooks] = (),
     ) -> None:
         self.mode, self.scenario, self.total, self.batch_size = mode, scenario, messages, batch_size
         self.root, self.transport = root, transport
+        self.hooks = list(hooks)
         self.entity = HUB if transport == "eventhubs" else ENTITY
         self.progress = progress or (lambda phase, done, total: None)
         self.namespaces = {
@@ -155,7 +159,8 @@ class QueueDrill:
         """Send, settle and receive; return (duplicates suppressed, replay seconds)."""
         sender = AsyncGeoSender(
             primary=primary, secondary=secondary, entity=self.entity,
-            mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
+            mode=self.mode, durable_queue=self.root / "buffer.db",
+            hooks=[self.counters, *self.hooks],
             data_dir=self.root / "namespaces", state_dir=self.root / "state",
         )
         receivers = self._receivers(primary, secondary)
@@ -186,12 +191,12 @@ class QueueDrill:
                 primary=primary, secondary=secondary, entity=self.entity,
                 checkpoint_store=self.root / "checkpoints.db",
                 dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
-                hooks=DuplicateRecorder(self.timeline)),
+                hooks=[DuplicateRecorder(self.timeline), *self.hooks]),
                 self._handle)]
         return [(AsyncGeoReceiver(
             primary=primary, secondary=secondary, entity=self.entity,
             dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
-            hooks=DuplicateRecorder(self.timeline)),
+            hooks=[DuplicateRecorder(self.timeline), *self.hooks]),
             self._handle)]
 
     @staticmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
@@ -12,6 +12,7 @@ from gateway.drill._fleet import STORES, run_fleet_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
 from gateway.drill._topics import run_topic_drill
+from gateway.geo import GatewayHooks
 from replication import ConfigError, Mode
 
 __all__ = ["ENTITIES", "TRANSPORTS", "run_drill"]
@@ -36,6 +37,7 @@ async def run_drill(
     store: str | None = None,
     dsn: str | None = None,
     entity: str = "queue",
+    hooks: Sequence[GatewayHooks] = (),
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -62,6 +64,10 @@ async def run_drill(
         entity: ``"queue"``, or ``"topic"``: the queue scenarios over a topic with two
             subscriptions, each of which must get every message once (``local`` and
             ``servicebus`` transports).
+        hooks: given to the queue and topic drills' sender and receivers beside the
+            drill's own (e.g. ``gateway.observability.PrometheusMetrics``, to watch a
+            drill's metrics); the ``consumer-*`` scenarios' worker processes and the
+            fleet drill's do not get them.
 
     Raises:
         ConfigError: an unknown transport or entity, a consumer scenario on Service Bus
@@ -112,6 +118,7 @@ async def run_drill(
         report = await run_messages(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             root=root, settle_timeout=settle_timeout, progress=progress, transport=transport,
+            hooks=hooks,
         )
     # An error above leaves the folder for a look at its files and logs.
     if report.passed and not keep_state and remove_state_dir(root):

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.drill._common import Progress, Scenario
 from gateway.drill._queues import Handler, QueueDrill
 from gateway.drill._report import DrillReport
 from gateway.drill._timeline import DuplicateRecorder
-from gateway.geo import AsyncGeoPartitionReceiver, AsyncGeoReceiver, NamespaceLike
+from gateway.geo import (
+    AsyncGeoPartitionReceiver,
+    AsyncGeoReceiver,
+    GatewayHooks,
+    NamespaceLike,
+)
 from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalNamespace
 from replication import Mode
@@ -33,16 +39,18 @@ _LOCK, _MAX_DELIVERIES = 5.0, 100
 async def run_topic_drill(
     *, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
     settle_timeout: float, progress: Progress | None, transport: str = "local",
+    hooks: Sequence[GatewayHooks] = (),
 ) -> DrillReport:
     """Run one queue scenario over a topic in ``root``; see :func:`gateway.drill.run_drill`."""
-    drill = _TopicDrill(mode, scenario, messages, batch_size, root, progress, transport)
+    drill = _TopicDrill(mode, scenario, messages, batch_size, root, progress, transport, hooks)
     return await drill.run(settle_timeout)
 
 
 class _TopicDrill(QueueDrill):
     def __init__(self, mode: Mode, scenario: Scenario, messages: int, batch_size: int,
-                 root: Path, progress: Progress | None, transport: str) -> None:
-        super().__init__(mode, scenario, messages, batch_size, root, progress, transport)
+                 root: Path, progress: Progress | None, transport: str,
+                 hooks: Sequence[GatewayHooks] = ()) -> None:
+        super().__init__(mode, scenario, messages, batch_size, root, progress, transport, hooks)
         self.entity = TOPIC
         self.by_subscription: dict[str, Counter[str]] = {s: Counter() for s in SUBSCRIPTIONS}
         self.receivers: dict[str, AsyncGeoReceiver] = {}
@@ -58,7 +66,7 @@ class _TopicDrill(QueueDrill):
         self.receivers = {name: AsyncGeoReceiver(
             primary=primary, secondary=secondary, entity=f"{TOPIC}/Subscriptions/{name}",
             dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
-            hooks=DuplicateRecorder(self.timeline))
+            hooks=[DuplicateRecorder(self.timeline), *self.hooks])
             for name in SUBSCRIPTIONS}
         return [(receiver, self._handler(name)) for name, receiver in self.receivers.items()]
 

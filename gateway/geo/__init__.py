@@ -13,7 +13,7 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
-    from gateway.geo._config import DurableQueueConfig, GatewayConfig
+    from gateway.geo._config import DurableQueueConfig, GatewayConfig, ObservabilityConfig
     from gateway.geo._dedup_config import DedupConfig, dedup_layer
     from gateway.geo._dispatcher import AsyncOutboxDispatcher, DispatcherStats
     from gateway.geo._dispatcher_sync import OutboxDispatcher
@@ -25,8 +25,10 @@ if _TYPE_CHECKING:
     from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
+    from gateway.geo._tracing import LOCAL_SYSTEM, MessageTracer, SendTrace, messaging_system
 
 _LAZY = {
+    "LOCAL_SYSTEM": "gateway.geo._tracing",
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
@@ -41,15 +43,19 @@ _LAZY = {
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
     "InboxHandler": "gateway.geo._partitions",
+    "MessageTracer": "gateway.geo._tracing",
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
+    "ObservabilityConfig": "gateway.geo._config",
     "ReceiverStats": "gateway.geo._receiver",
     "MessageInboxHandler": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
+    "SendTrace": "gateway.geo._tracing",
     "default_state_dir": "gateway.geo._factory",
     "dedup_layer": "gateway.geo._dedup_config",
     "emit": "gateway.geo._hooks",
+    "messaging_system": "gateway.geo._tracing",
     "open_transport": "gateway.geo._factory",
 }
 
@@ -57,6 +63,7 @@ __getattr__ = _lazy_exports(__name__, _LAZY)
 __dir__ = _lazy_dir(__name__, _LAZY)
 
 __all__ = [
+    "LOCAL_SYSTEM",
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
@@ -71,14 +78,18 @@ __all__ = [
     "GeoSender",
     "InboxHandler",
     "MessageInboxHandler",
+    "MessageTracer",
     "NamespaceConfig",
     "NamespaceLike",
+    "ObservabilityConfig",
     "OutboxDispatcher",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
+    "SendTrace",
     "dedup_layer",
     "default_state_dir",
     "emit",
+    "messaging_system",
     "open_transport",
 ]

@@ -119,6 +119,10 @@ class Buffer:
         # Destinations whose owner (these namespaces) is recorded in the queue file.
         self._claimed: set[str] = set()
         self._owner = f"sender-{uuid.uuid4().hex[:12]}"
+        # What each destination holds as this sender knows it, [count, oldest put
+        # time], for the on_backlog hook: read from the file once (the first recovery
+        # round), then kept up to date by puts and drains.
+        self._tally: dict[str, tuple[int, float | None]] = {}
 
     async def put(
         self,
@@ -164,7 +168,44 @@ class Buffer:
                 raise BacklogCleared()
             await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
             self.pending.add(dest)
+        if self._hooks:
+            await self._count_put(queue, dest, len(batch))
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
+
+    async def _count_put(self, queue: DurableQueue, dest: str, added: int) -> None:
+        tally = self._tally.get(dest)
+        if tally is None:  # first time here: what the file holds, ours included
+            self._tally[dest] = await anyio.to_thread.run_sync(self._read, queue, dest)
+        else:
+            count, oldest = tally
+            # put_many stamped them a moment ago: the time now is as good.
+            self._tally[dest] = (count + added, time.time() if oldest is None else oldest)
+        self._report(dest)
+
+    @staticmethod
+    def _read(queue: DurableQueue, dest: str) -> tuple[int, float | None]:
+        return queue.count(dest), queue.oldest(dest)
+
+    async def report_backlog(self) -> None:
+        """Read from the file what each pending destination not tallied yet holds (a
+        backlog an earlier run left, or another process added) and report it
+        (``on_backlog``). Only when a hook listens."""
+        queue = self.queue
+        if queue is None or not self._hooks:
+            return
+        new = sorted(self.pending - set(self._tally))
+        if not new:
+            return
+        found = await anyio.to_thread.run_sync(
+            lambda: {d: self._read(queue, d) for d in new})
+        for dest, tally in found.items():
+            self._tally[dest] = tally
+            self._report(dest)
+
+    def _report(self, dest: str) -> None:
+        count, oldest = self._tally[dest]
+        emit(self._hooks, "on_backlog", destination=dest, count=count,
+             oldest_enqueued_at=oldest)
 
     async def refresh(self) -> None:
         """Add to ``pending`` the destinations of this entity that hold messages this
@@ -207,13 +248,16 @@ class Buffer:
             is sent then) or took it meanwhile.
         """
         assert self.queue is not None
-        await self._claim(self.queue, dest)
-        replayer = Replayer(self.queue, dest, owner=self._owner)
+        queue = self.queue
+        await self._claim(queue, dest)
+        replayer = Replayer(queue, dest, owner=self._owner)
         if not replayer.acquire():
             # Another sender (process) is draining this destination.
             holder = self.queue.lease_owner(dest, now=time.time())
             return 0, 0.0, DurableQueueError(
                 f"another replayer ({holder or 'unknown'}) is draining it")
+        if self._hooks:
+            progress = self._tallying(queue, dest, progress)
         try:
             result = await replayer.adrain(send, progress=progress)
             replayed, seconds = result.replayed, result.seconds
@@ -225,7 +269,30 @@ class Buffer:
                         self.pending.discard(dest)
         finally:
             replayer.release()
+        if self._hooks:
+            # The replayer counted what remains; the oldest of it is one index seek.
+            remaining = result.remaining
+            self._tally[dest] = (remaining, queue.oldest(dest) if remaining else None)
+            self._report(dest)
         return replayed, seconds, result.stopped_by
+
+    def _tallying(self, queue: DurableQueue, dest: str,
+                  progress: Callable[[int], None] | None) -> Callable[[int], None]:
+        # Each batch a replay sent: the tally goes down, the oldest is read again (an
+        # index seek; this runs on the loop between two batches, as the replayer does).
+        done = [0]
+
+        def step(so_far: int) -> None:
+            count, _ = self._tally.get(dest, (0, None))
+            oldest = queue.oldest(dest)
+            left = max(0, count - (so_far - done[0])) if oldest is not None else 0
+            self._tally[dest] = (left, oldest)
+            self._report(dest)
+            done[0] = so_far
+            if progress is not None:
+                progress(so_far)
+
+        return step
 
     def close(self) -> None:
         """Close the queue if it was opened here."""

@@ -35,6 +35,7 @@ __all__ = [
     "DurableQueueConfig",
     "GatewayConfig",
     "NamespaceConfig",
+    "ObservabilityConfig",
 ]
 
 ENV_PREFIX = "GEOGATEWAY_"
@@ -62,6 +63,22 @@ class DurableQueueConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ObservabilityConfig:
+    """Which observability hooks what is built from the configuration gets
+    (``gateway.observability.hooks_from_config``): ``[metrics] enabled`` (Prometheus,
+    the ``metrics`` extra) and ``[tracing] enabled`` (OpenTelemetry, the ``tracing``
+    extra)."""
+
+    metrics: bool = False
+    tracing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("metrics", "tracing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"[{name}] enabled must be true or false")
+
+
+@dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
     """Everything a sender or receiver needs, from a TOML file and ``GEOGATEWAY_*`` env.
 
@@ -79,6 +96,7 @@ class GatewayConfig:
     #: A PostgreSQL DSN: the senders' roles live there, shared by a fleet (a secret:
     #: it may hold a password, so it is kept out of the repr).
     roles_store: str | None = field(default=None, repr=False)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
 
     def __post_init__(self) -> None:
         if self.roles_store is not None and not _is_dsn(self.roles_store):
@@ -158,6 +176,8 @@ _ENV_KEYS = {
     "DEDUP_SCHEMA": ("dedup", "schema"),
     "DEDUP_FALLBACK": ("dedup", "fallback"),
     "KIND": ("kind",),
+    "METRICS": ("metrics", "enabled"),
+    "TRACING": ("tracing", "enabled"),
 }
 
 #: ``GEOGATEWAY_DEADLINE_<KEY>`` sets ``[deadlines] <key>`` (a number).
@@ -177,6 +197,10 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
                 del data[keys[0]]["connection_string"]
         elif keys[0] == "failback":
             data["failback"] = env_flag(ENV_PREFIX + suffix, value)
+        elif keys[0] in ("metrics", "tracing"):
+            section = data.setdefault(keys[0], {})
+            if isinstance(section, dict):
+                section["enabled"] = env_flag(ENV_PREFIX + suffix, value)
         elif keys[0] in _CHOICES:
             data[keys[0]] = _env_choice(keys[0], ENV_PREFIX + suffix, value)
         elif keys == ("dedup", "path"):
@@ -229,7 +253,7 @@ def _env_choice(key: str, variable: str, value: str) -> str:
 
 #: The keys (top level, or a section's ``path``) that hold paths.
 _PATH_KEYS = ("data_dir", "state_dir", "path")
-_SECTIONS = ("retry", "deadlines", "durable_queue", "dedup")
+_SECTIONS = ("retry", "deadlines", "durable_queue", "dedup", "metrics", "tracing")
 
 
 def _from_cwd(value: Any) -> Any:
@@ -283,7 +307,7 @@ def env_flag(variable: str, value: str) -> bool:
 _TOP_KEYS = {
     "primary", "secondary", "entity", "mode", "failback", "probe_interval",
     "data_dir", "state_dir", "retry", "deadlines", "durable_queue", "dedup", "kind",
-    "roles_store",
+    "roles_store", "metrics", "tracing",
 }
 
 
@@ -312,6 +336,8 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
                      source)
     dedup = _section(data, "dedup", {"path", "store", "schema", "fallback", "window_seconds",
                                      "window_count"}, source)
+    metrics = _section(data, "metrics", {"enabled"}, source)
+    tracing = _section(data, "tracing", {"enabled"}, source)
     kind = data.get("kind", "servicebus")
     return GatewayConfig(
         primary=_namespace(data["primary"], "primary", source, kind),
@@ -327,6 +353,8 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
         if data.get("data_dir") else None,
         state_dir=_path(base, data["state_dir"], "state_dir", source)
         if data.get("state_dir") else None,
+        observability=ObservabilityConfig(metrics=metrics.get("enabled", False),
+                                          tracing=tracing.get("enabled", False)),
         roles_store=_dsn(data.get("roles_store"), "roles_store", source),
     )
 

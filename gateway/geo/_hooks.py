@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-__all__ = ["GatewayHooks", "emit"]
+__all__ = ["GatewayHooks", "dedup_call", "emit"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("geogateway")
 
@@ -61,6 +64,58 @@ class GatewayHooks:
         de-duplicates against its local window ``fallback`` (at-least-once across
         machines); not ``active``: it is back on ``store``."""
 
+    def on_sent(
+        self,
+        *,
+        entity: str,
+        count: int,
+        namespaces: tuple[str, ...],
+        buffered: tuple[str, ...],
+        failed_over: bool,
+        seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        """A ``send`` or ``send_batch`` of ``count`` messages to ``entity`` returned
+        (``error`` None) or raised ``error``, after ``seconds``. ``namespaces`` took
+        the messages; ``buffered``: the durable queue destinations they were written
+        to; ``failed_over``: the roles swapped during this send."""
+
+    def on_backlog(self, *, destination: str, count: int, oldest_enqueued_at: float | None
+                   ) -> None:
+        """The durable queue holds ``count`` messages for ``destination``, the oldest
+        put at ``oldest_enqueued_at`` (Unix time; None when it holds none), as the
+        sender knows it: when it first looks at the queue (a backlog left by an
+        earlier run), after each batch buffered, and as a replay drains it."""
+
+    def on_dedup_store(self, *, operation: str, count: int, seconds: float) -> None:
+        """One call to the de-duplication store took ``seconds``: ``operation`` is
+        ``"check"`` (verdicts for ``count`` ids), ``"done"`` (``count`` ids marked
+        done) or ``"release"`` (a claim given back)."""
+
+    def on_partition_progress(
+        self,
+        *,
+        namespace: str,
+        entity: str,
+        consumer_group: str,
+        partition_id: str,
+        owned: bool,
+        lag_events: int,
+        oldest_unsaved_at: float | None,
+    ) -> None:
+        """A partition this instance reads on ``namespace``: claimed or read further
+        (``owned``), or handed over or lost (``owned`` False). ``lag_events``: events
+        read past its last checkpoint (a new owner would read them again);
+        ``oldest_unsaved_at``: the enqueued time (Unix) of the oldest of them, None
+        when there are none."""
+
+    def on_relay_request(self, *, namespace: str, method: str, status: int | None,
+                         outcome: str) -> None:
+        """One attempt of a relay request on ``namespace`` ended: ``status`` is the HTTP
+        status the relay or the listener answered (None: no answer), ``outcome`` one
+        of ``"answered"``, ``"unavailable"``, ``"rejected"``, ``"unknown"`` (no
+        answer, the outcome unknown) or ``"error"``."""
+
 
 def emit(hooks: Sequence[GatewayHooks], name: str, **kwargs: Any) -> None:
     """Call hook ``name`` on each of ``hooks``; log and carry on when one raises."""
@@ -69,3 +124,23 @@ def emit(hooks: Sequence[GatewayHooks], name: str, **kwargs: Any) -> None:
             getattr(hook, name)(**kwargs)
         except Exception:
             logger.exception("hook %s.%s failed", type(hook).__name__, name)
+
+
+async def dedup_call(hooks: Sequence[GatewayHooks], operation: str, count: int,
+                     call: Callable[..., T], *args: Any) -> T:
+    """Run a de-duplication store ``call`` in a worker thread (its SQLite work never
+    runs on the event loop); with hooks, time it there and report it on the loop
+    (``on_dedup_store``)."""
+    import anyio.to_thread  # here: a module that only subclasses the hooks needs no anyio
+
+    if not hooks:
+        return await anyio.to_thread.run_sync(call, *args)
+    result, seconds = await anyio.to_thread.run_sync(_timed, call, args)
+    emit(hooks, "on_dedup_store", operation=operation, count=count, seconds=seconds)
+    return result
+
+
+def _timed(call: Callable[..., T], args: tuple[Any, ...]) -> tuple[T, float]:
+    began = time.perf_counter()
+    result = call(*args)
+    return result, time.perf_counter() - began

@@ -47,7 +47,8 @@ what failed (listing the partitions, or reading one) and an ``on_namespace_down`
 hook; it is probed (a partition listing every balance interval) until it answers,
 then one "is back" warning and ``on_namespace_up``.
 ``GeoPartitionReceiver`` (``_partitions_sync``) is the sync twin, a thin driver over
-the same core; ``_partitions_dedup`` delivers each event once.
+the same core; ``_partitions_dedup`` delivers each event once, ``_partitions_outages``
+reports and probes the namespaces that are down.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -67,6 +68,7 @@ from gateway.consumer import (
     BalanceSettings,
     CheckpointStore,
     PartitionContext,
+    PartitionProgress,
     ProcessorSettings,
     SqliteCheckpointStore,
     StartingPosition,
@@ -74,9 +76,11 @@ from gateway.consumer import (
 from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, PartitionHandler
+from gateway.geo._partitions_outages import ErrorCallback, NamespaceOutages
 from gateway.geo._receiver import StopFlag
 from gateway.geo._receiver_run import check_inbox
 from gateway.geo._store_watch import StoreWatch
+from gateway.geo._tracing import find_tracer, messaging_system
 from gateway.stores import DedupTarget, is_dsn, open_dedup_store
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
@@ -86,7 +90,6 @@ from replication import (
     DedupWindow,
     GatewayError,
     RetryPolicy,
-    TransportError,
 )
 
 if TYPE_CHECKING:
@@ -100,8 +103,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("geogateway.consumer")
-
-ErrorCallback = Callable[[PartitionContext | None, BaseException], Awaitable[None]]
 
 #: Three attempts, 0.1 s to 1 s apart, at most 5 s in all.
 DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff=1.0,
@@ -123,7 +124,7 @@ def _open_checkpoint_store(
     return PostgresCheckpointStore(target)  # type: ignore[arg-type]  # a DSN or a pool
 
 
-class AsyncGeoPartitionReceiver:
+class AsyncGeoPartitionReceiver(NamespaceOutages):
     """Reads a partitioned entity on both namespaces and delivers each ``MessageId`` once.
 
     Args:
@@ -147,7 +148,9 @@ class AsyncGeoPartitionReceiver:
         settings: batch, prefetch and checkpoint cadence of both processors.
         balance: how both ownership managers balance.
         starting_position: where a partition with no checkpoint starts.
-        hooks: ``on_duplicate``, ``on_namespace_down``, ``on_namespace_up``.
+        hooks: ``on_duplicate``, ``on_namespace_down``, ``on_namespace_up``,
+            ``on_partition_progress``, ``on_dedup_store``; a hook that traces
+            (``gateway.observability.Tracing``) traces each event handled or skipped.
         data_dir: the directory of local namespaces.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
         handler_retry: attempts and backoff of a failing handler.
@@ -213,9 +216,12 @@ class AsyncGeoPartitionReceiver:
         self._stopping = asyncio.Event()
         self._store_watch = StoreWatch(dedup, hooks=self._hooks, on_error=self._store_error,
                                        stopping=self._stopping.is_set)
-        self._delivery = DedupDelivery(self._dedup, handler_retry=handler_retry,
-                                       hooks=self._hooks, stopping=self._stopping,
-                                       watch=self._store_watch)
+        self._delivery = DedupDelivery(
+            self._dedup, handler_retry=handler_retry, hooks=self._hooks,
+            stopping=self._stopping, watch=self._store_watch,
+            tracer=find_tracer(self._hooks), entity=self.entity,
+            systems={t.namespace: messaging_system(t) for t in self._transports},
+            consumer_group=consumer_group)
         self._down: set[str] = set()
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._busy = 0
@@ -380,7 +386,15 @@ class AsyncGeoPartitionReceiver:
             consumer_group=self.consumer_group, settings=self._settings, balance=self._balance,
             starting_position=self._starting_position,
             instance_id=f"{self._instance}@{namespace}",
+            on_progress=self._progress if self._hooks else None,
         )
+
+    def _progress(self, progress: PartitionProgress) -> None:
+        emit(self._hooks, "on_partition_progress",
+             namespace=progress.group.fully_qualified_namespace,
+             entity=progress.group.eventhub_name, consumer_group=progress.group.consumer_group,
+             partition_id=progress.partition_id, owned=progress.owned,
+             lag_events=progress.lag_events, oldest_unsaved_at=progress.oldest_unsaved_at)
 
     async def _on_event(self, ctx: PartitionContext, event: PartitionEvent | None) -> None:
         if event is None:
@@ -397,46 +411,3 @@ class AsyncGeoPartitionReceiver:
         finally:
             self._busy -= 1
             self._last_activity = time.monotonic() + pause
-
-    async def _error(
-        self, namespace: str, ctx: PartitionContext | None, exc: BaseException
-    ) -> None:
-        if isinstance(exc, TransportError):
-            # Once per outage, however often the balancing loop or a reader retries
-            # (each cycle with fast balancing); a traceback would say nothing more.
-            if namespace not in self._down:
-                self._down.add(namespace)
-                # The balancing loop's only call to the namespace lists its partitions.
-                what = (f"listing the partitions of {self.entity}" if ctx is None
-                        else f"reading partition {ctx.partition_id} of {self.entity}")
-                logger.warning("namespace %s is unavailable: %s failed (%s); retrying "
-                               "until it is back", namespace, what, exc)
-                emit(self._hooks, "on_namespace_down", namespace=namespace, error=exc)
-            if namespace not in self._watches and not self._stopping.is_set():
-                self._watches[namespace] = asyncio.get_running_loop().create_task(
-                    self._watch(namespace))
-        else:
-            logger.error("%s: %s", ctx or namespace, exc, exc_info=exc)
-        if self._on_error is not None:
-            await self._on_error(ctx, exc)
-
-    async def _watch(self, namespace: str) -> None:
-        """Probe a namespace marked down (a listing of its partitions, every balance
-        interval) until it answers: an idle entity brings no event to say it is back."""
-        transport = next(t for t in self._transports if t.namespace == namespace)
-        interval = (self._balance or BalanceSettings()).interval
-        while namespace in self._down:
-            await asyncio.sleep(interval)
-            try:
-                await transport.get_partition_ids(self.entity)
-            except Exception:  # still down: the processor reports each failure
-                continue
-            self._back(namespace, f"listed the partitions of {self.entity}")
-        self._watches.pop(namespace, None)
-
-    def _back(self, namespace: str, how: str) -> None:
-        if namespace not in self._down:
-            return  # an event or the probe said so first
-        self._down.discard(namespace)
-        logger.warning("namespace %s is back: %s", namespace, how)
-        emit(self._hooks, "on_namespace_up", namespace=namespace)

@@ -27,6 +27,7 @@ from tenacity import (
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._store_watch import StoreWatch
+from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import PartitionEvent
 from replication import Deduplicator, RetryPolicy, StoreUnavailable, Verdict
 
@@ -65,6 +66,9 @@ class DedupDelivery:
         hooks: ``on_duplicate`` is called for each copy skipped.
         stopping: set when the receiver stops: a held copy is then abandoned.
         watch: waits out and reports the dedup store's outages.
+        tracer: traces each delivery and each copy skipped (None: no tracing).
+        entity: the entity, and ``systems`` each namespace's ``messaging.system``,
+            ``consumer_group`` the consumer group, for the traces.
     """
 
     def __init__(
@@ -75,11 +79,19 @@ class DedupDelivery:
         hooks: Sequence[GatewayHooks],
         stopping: asyncio.Event,
         watch: StoreWatch,
+        tracer: MessageTracer | None = None,
+        entity: str = "",
+        systems: dict[str, str] | None = None,
+        consumer_group: str | None = None,
     ) -> None:
         self._dedup = dedup
         self._watch = watch
         self._slots: asyncio.Semaphore | None = None
         self._hooks = hooks
+        self._tracer = tracer
+        self._entity = entity
+        self._systems = systems or {}
+        self._group = consumer_group
         self._stopping = stopping
         self._retrying = AsyncRetrying(
             stop=stop_after_attempt(handler_retry.attempts)
@@ -119,26 +131,45 @@ class DedupDelivery:
         message_id = event.message.message_id
         verdict = await self._wait_turn(message_id)
         if verdict is Verdict.DUPLICATE:
-            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            self._skipped(event)
             return
         ran = True
         try:
             async with self._slot():
-                if self._transactional:
-                    ran = await self._retrying(self._call_inbox, event)
+                if self._tracer is None:
+                    ran = await self._attempts(event)
                 else:
-                    await self._retrying(self._call_handler, event)
+                    with self._tracer.process(system=self._systems.get(event.namespace, ""),
+                                              entity=self._entity, message=event,
+                                              consumer_group=self._group):
+                        ran = await self._attempts(event)
         except Exception:
             # Release the claim: the copy in the other namespace may be delivered (with
             # the store away, once the claim's lease ran out).
             with contextlib.suppress(StoreUnavailable):
-                await self._watch.once("releasing a claim", self._dedup.failed, message_id)
+                await self._watch.once("releasing a claim", self._dedup.failed, message_id,
+                                       timed="release")
             raise  # to the processor: on_error, then the event is offered again
         if not self._transactional:
             # The handler ran: wait for the mark rather than run it again.
-            await self._watch.call("marking done", self._dedup.succeeded, message_id)
+            await self._watch.call("marking done", self._dedup.succeeded, message_id,
+                                   timed="done")
         elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
-            emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
+            self._skipped(event)
+
+    async def _attempts(self, event: PartitionEvent) -> bool:
+        # The handler with its retries; False when an inbox handler found the id done.
+        if self._transactional:
+            return await self._retrying(self._call_inbox, event)
+        await self._retrying(self._call_handler, event)
+        return True
+
+    def _skipped(self, event: PartitionEvent) -> None:
+        emit(self._hooks, "on_duplicate", message_id=event.message.message_id,
+             namespace=event.namespace)
+        if self._tracer is not None:
+            self._tracer.skipped(system=self._systems.get(event.namespace, ""),
+                                 entity=self._entity, event=event, consumer_group=self._group)
 
     async def _call_inbox(self, event: PartitionEvent) -> bool:
         handler = cast(InboxHandler, self._handler)
@@ -153,7 +184,7 @@ class DedupDelivery:
         while True:
             try:
                 verdict = await self._watch.call("checking ids", self._dedup.check,
-                                                 message_id)
+                                                 message_id, timed="check")
             except StoreUnavailable as exc:  # still away, and the receiver stops
                 raise _HoldAbandoned(f"stopped while the dedup store was away ({exc})"
                                      ) from exc

@@ -39,7 +39,7 @@ import anyio.to_thread
 
 from gateway._support.deadlines import within_deadline
 from gateway.geo._factory import NamespaceLike, check_entity, open_transport
-from gateway.geo._hooks import GatewayHooks
+from gateway.geo._hooks import GatewayHooks, dedup_call
 from gateway.geo._receiver_marks import DoneMarks
 from gateway.geo._receiver_pumps import Pumps
 from gateway.geo._receiver_run import (
@@ -51,6 +51,7 @@ from gateway.geo._receiver_run import (
 )
 from gateway.geo._receiver_settle import Settler
 from gateway.geo._store_watch import StoreWatch
+from gateway.geo._tracing import find_tracer, messaging_system
 from gateway.stores import DedupTarget, open_dedup_store
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
@@ -115,7 +116,9 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         dedup_lease: seconds a delivered copy's claim holds the other copy back; a
             receiver that crashed with the copy leaves it to the others after this.
         prefetch: messages each namespace's pump keeps received ahead of the caller.
-        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
+        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...);
+            a hook that traces (``gateway.observability.Tracing``) traces receives,
+            ``run()``'s handler calls and settlements.
         data_dir: the directory of local namespaces.
         deadlines: how long a settlement, or a receive beyond its own wait, may take
             on a namespace before it counts as not answering (a hung namespace is
@@ -167,6 +170,8 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         self._pending: set[str] = set()  # completed by the caller, mark not yet written
         self._marks: DoneMarks[tuple[ReceivedMessage, bool]] = DoneMarks(
             self._dedup, self._on_marked, self._watch)
+        self._tracer = find_tracer(self._hooks)
+        self._systems = {ns: messaging_system(t) for ns, t in self._transports.items()}
         self._last_recheck = 0.0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
@@ -263,7 +268,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             ours = self._in_flight.intersection(ids)
             try:
                 verdicts = await self._watch.once("checking ids", self._dedup.check_many,
-                                                  ids)
+                                                  ids, timed="check", count=len(ids))
             except StoreUnavailable:
                 self._inbox.extendleft(reversed(take))  # kept, in order, for the next try
                 raise
@@ -277,8 +282,8 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
                 elif verdict is Verdict.DELIVER:
                     # Claimed but no room: give the claim back and keep it for later.
                     with contextlib.suppress(StoreUnavailable):  # the lease runs out
-                        await anyio.to_thread.run_sync(self._dedup.failed,
-                                                       received.message_id)
+                        await dedup_call(self._hooks, "release", 1, self._dedup.failed,
+                                         received.message_id)
                     again.append(received)
                 elif verdict is Verdict.DUPLICATE:
                     duplicates.append(received)
@@ -329,7 +334,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         """
         with contextlib.suppress(StoreUnavailable):
             await self._watch.once("releasing a claim", self._dedup.failed,
-                                   message.message_id)
+                                   message.message_id, timed="release")
         self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
         await self._settle_all([(message, "abandon")])

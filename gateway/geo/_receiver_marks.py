@@ -103,7 +103,8 @@ class DoneMarks(Generic[T]):
         error: Exception | None = None
         if ids:
             try:
-                await self._watch.call("marking done", self._dedup.succeeded_many, ids)
+                await self._watch.call("marking done", self._dedup.succeeded_many, ids,
+                                       timed="done", count=len(ids))
             except Exception as exc:
                 logger.error("could not mark %d message id(s) done: %s; their messages "
                              "stay unsettled and come back when their locks expire",

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 
 import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
     DeadlineEstimator,
@@ -46,6 +48,8 @@ class Pumps:
     _pumps: list[asyncio.Task[None]]
     _closing: bool
     _estimator: DeadlineEstimator
+    _tracer: MessageTracer | None
+    _systems: dict[str, str]
 
     @property
     def down(self) -> frozenset[str]:
@@ -133,6 +137,7 @@ class Pumps:
             seconds = self._poll_wait + estimator.deadline(namespace, Operation.RECEIVE)
             watchdog = loop.call_later(seconds, self._no_answer, namespace, seconds)
             began = estimator.clock()
+            began_ns = time.time_ns() if self._tracer is not None else 0
             try:
                 batch = await transport.receive(
                     self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
@@ -154,6 +159,10 @@ class Pumps:
                 self._down.discard(namespace)
                 emit(self._hooks, "on_namespace_up", namespace=namespace)
             if batch:
+                if self._tracer is not None:
+                    self._tracer.received(system=self._systems[namespace], entity=self.entity,
+                                          namespace=namespace, messages=batch,
+                                          started_ns=began_ns)
                 self._counts["received"] += len(batch)
                 self._inbox.extend(batch)
                 self._arrived.set()

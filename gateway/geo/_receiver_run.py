@@ -4,12 +4,14 @@ once, with plain handlers or inbox handlers (see :class:`Runner`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
@@ -18,6 +20,7 @@ import anyio.to_thread
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._receiver_marks import DoneMarks
 from gateway.geo._store_watch import StoreWatch
+from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import ReceivedMessage
 from replication import ConfigError, Deduplicator, NamespaceUnavailable, StoreUnavailable
 
@@ -58,6 +61,9 @@ class Runner:
     _held: dict[str, list[ReceivedMessage]]
     _counts: dict[str, int]
     _poll_wait: float
+    _tracer: MessageTracer | None
+    _systems: dict[str, str]
+    entity: str
 
     if TYPE_CHECKING:  # provided by AsyncGeoReceiver and its other mixins
         async def receive(self, max_messages: int = 10, max_wait: float = 5.0
@@ -180,12 +186,13 @@ class Runner:
                       message: ReceivedMessage) -> None:
         handler = cast(Handler, handler)
         try:
-            if inspect.iscoroutinefunction(handler):
-                await handler(message)
-            else:
-                result = await anyio.to_thread.run_sync(handler, message)
-                if inspect.isawaitable(result):
-                    await result
+            with self._span(message):
+                if inspect.iscoroutinefunction(handler):
+                    await handler(message)
+                else:
+                    result = await anyio.to_thread.run_sync(handler, message)
+                    if inspect.isawaitable(result):
+                        await result
         except Exception:
             logger.exception("handler failed for message %s", message.message_id)
             await self.abandon(message)
@@ -200,6 +207,13 @@ class Runner:
             if len(self._pending) >= MAX_SETTLING:
                 await self._marks.wait()
 
+    def _span(self, message: ReceivedMessage) -> AbstractContextManager[object]:
+        # The handling of one message, traced when a hook traces.
+        if self._tracer is None:
+            return contextlib.nullcontext()
+        return self._tracer.process(system=self._systems[message.namespace],
+                                    entity=self.entity, message=message)
+
     async def _handle_inbox(self, handler: Handler | MessageInboxHandler,
                             stopped: Callable[[], bool], message: ReceivedMessage) -> None:
         effect = functools.partial(handler, message)
@@ -207,8 +221,9 @@ class Runner:
             # An outage of the store is waited out here (the effect is tried again on
             # a new transaction) until run() is told to stop; then, as after the
             # handler's own failure, nothing was kept and the message is abandoned.
-            ran = await self._watch.call("the inbox", self._dedup.succeeded_with,
-                                         message.message_id, effect, give_up=stopped)
+            with self._span(message):
+                ran = await self._watch.call("the inbox", self._dedup.succeeded_with,
+                                             message.message_id, effect, give_up=stopped)
         except Exception:
             logger.exception("inbox handler failed for message %s", message.message_id)
             await self.abandon(message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 
@@ -12,6 +13,7 @@ import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._receiver_marks import DoneMarks
+from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import DeadlineEstimator, MessageRejected, Operation, TransportError
 
@@ -33,6 +35,9 @@ class Settler:
     _counts: dict[str, int]
     _estimator: DeadlineEstimator
     _settle_hung: set[str]
+    _tracer: MessageTracer | None
+    _systems: dict[str, str]
+    entity: str
 
     def _queue_done(self, message: ReceivedMessage, *, settle: bool, marked: bool = False
                     ) -> asyncio.Future[None]:
@@ -83,9 +88,11 @@ class Settler:
             self._counts["duplicates_suppressed"] += 1
             emit(self._hooks, "on_duplicate", message_id=held.message_id,
                  namespace=held.namespace)
+        settled = work
         work = [*work, *((held, "complete") for held in duplicates)]
         if not work:
             return
+        began_ns = time.time_ns() if self._tracer is not None else 0
         estimator = self._estimator
         seconds = max(estimator.deadline(ns, Operation.SETTLE)
                       for ns in {received.namespace for received, _ in work})
@@ -98,6 +105,9 @@ class Settler:
         if scope.cancelled_caught:
             for received, how in cut:
                 self._settle_timed_out(received, how, seconds)
+        if self._tracer is not None:
+            self._tracer.settled(systems=self._systems, entity=self.entity, copies=settled,
+                                 duplicates=duplicates, started_ns=began_ns)
 
     def _settle_timed_out(self, received: ReceivedMessage, how: str, seconds: float) -> None:
         # The lock expires by itself and the copy comes back; a done id is then

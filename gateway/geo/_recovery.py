@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from gateway.geo._buffering import Buffer
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._namespaces import NamespacePair
+from gateway.geo._tracing import MessageTracer
 from replication import (
     ANY_NAMESPACE,
     ConfigError,
@@ -91,11 +92,15 @@ class Recovery:
         *,
         failback: bool,
         hooks: Sequence[GatewayHooks],
+        tracer: MessageTracer | None = None,
+        system: str = "",
     ) -> None:
         self._namespaces = namespaces
         self._buffer = buffer
         self._failback = failback
         self._hooks = hooks
+        self._tracer = tracer
+        self._system = system
         # Made on first use, on the event loop the sender runs on.
         self._lock: asyncio.Lock | None = None
         # The last error reading which destinations hold messages, logged once.
@@ -121,6 +126,7 @@ class Recovery:
             # would otherwise be missed (replay() returned 0 while they waited).
             try:
                 await buffer.refresh()
+                await buffer.report_backlog()
             except DurableQueueError as exc:
                 if raise_errors:
                     raise
@@ -157,6 +163,21 @@ class Recovery:
             return ReplayReport(replayed, waiting=waiting, reasons={
                 d: reasons.get(d) or "more messages were buffered for it while it was "
                 "replayed: replay again" for d in waiting})
+
+    def _traced(self, send: Callable[[Sequence[Message]], Awaitable[None]]
+                ) -> Callable[[Sequence[Message]], Awaitable[None]]:
+        # Each replayed batch is a send span of its own, linked to the messages' own
+        # trace context (the one their first send gave them, kept in the queue).
+        tracer, entity = self._tracer, self._namespaces.entity
+        assert tracer is not None
+
+        async def traced(batch: Sequence[Message]) -> None:
+            with tracer.send(system=self._system, entity=entity, messages=batch,
+                             replay=True) as trace:
+                await send(trace.messages)
+                trace.finished(namespaces=(), buffered=(), failed_over=False, hedged=False)
+
+        return traced
 
     def _refresh_failed(self, error: DurableQueueError) -> None:
         # Each background round would meet it again: one line, until it changes.
@@ -204,7 +225,8 @@ class Recovery:
             async def send(batch: Sequence[Message]) -> None:
                 await pair.send_within(namespace, batch)
         report = None if progress is None else functools.partial(progress, dest)
-        replayed, seconds, stopped_by = await self._buffer.drain(dest, send, report)
+        replayed, seconds, stopped_by = await self._buffer.drain(
+            dest, send if self._tracer is None else self._traced(send), report)
         why = ""
         if isinstance(stopped_by, TransportError) and namespace == ANY_NAMESPACE:
             why = f"no namespace took them (the last error: {stopped_by})"

@@ -23,10 +23,11 @@ import anyio
 from durable_queue import DurableQueue
 from gateway.geo._buffering import BacklogCleared, Buffer
 from gateway.geo._factory import NamespaceLike, check_entity
-from gateway.geo._hooks import GatewayHooks
+from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._namespaces import NamespacePair
 from gateway.geo._recovery import Recovery, ReplayReport
 from gateway.geo._roles import RolesTarget
+from gateway.geo._tracing import find_tracer, messaging_system
 from replication import (
     ANY_NAMESPACE,
     Message,
@@ -87,7 +88,9 @@ class AsyncGeoSender:
         policy: retry bounds, failback, probe interval and the per-operation
             deadlines after which a send is hedged (``mode`` and ``failback`` given
             here override it).
-        hooks: observability callbacks.
+        hooks: observability callbacks (``on_sent``, ``on_failover``, ``on_buffered``
+            ...); a hook that traces (``gateway.observability.Tracing``) traces each
+            send and replay.
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
         state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
         roles_store: keep the roles on PostgreSQL instead, shared by every sender of a
@@ -137,8 +140,11 @@ class AsyncGeoSender:
         except BaseException:
             self._namespaces.role_keeper.close()  # a pool opened for the roles
             raise
+        self._tracer = find_tracer(self._hooks)
+        self._system = messaging_system(next(iter(self._namespaces.transports.values())))
         self._recovery = Recovery(self._namespaces, self._buffer,
-                                  failback=self.policy.failback, hooks=self._hooks)
+                                  failback=self.policy.failback, hooks=self._hooks,
+                                  tracer=self._tracer, system=self._system)
         self._recover = recovery
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
@@ -219,6 +225,37 @@ class AsyncGeoSender:
         batch = [_coerce(m) for m in messages]
         if not batch:
             return SendResult(message_ids=(), namespaces=(), buffered=())
+        if not self._hooks:
+            return await self._route(batch)
+        return await self._observed(batch)
+
+    async def _observed(self, batch: list[Message]) -> SendResult:
+        # The send reported to the hooks (on_sent), and traced when a hook traces.
+        started = time.perf_counter()
+        result: SendResult | None = None
+        error: Exception | None = None
+        try:
+            if self._tracer is None:
+                result = await self._route(batch)
+            else:
+                with self._tracer.send(system=self._system, entity=self.entity,
+                                       messages=batch) as trace:
+                    result = await self._route(list(trace.messages))
+                    trace.finished(namespaces=result.namespaces, buffered=result.buffered,
+                                   failed_over=result.failed_over, hedged=result.hedged)
+            return result
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            if result is not None or error is not None:
+                emit(self._hooks, "on_sent", entity=self.entity, count=len(batch),
+                     namespaces=result.namespaces if result else (),
+                     buffered=result.buffered if result else (),
+                     failed_over=result.failed_over if result else False,
+                     seconds=time.perf_counter() - started, error=error)
+
+    async def _route(self, batch: list[Message]) -> SendResult:
         while True:
             plan = plan_send(
                 mode=self.policy.mode,

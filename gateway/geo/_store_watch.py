@@ -9,7 +9,8 @@ tries it again (tenacity, random exponential backoff up to 2 s) for as long as i
 one warning, an ``on_store_down`` hook and (partition receivers) one ``on_error`` call;
 the first call that succeeds afterwards is one "is back" warning and ``on_store_up``. A
 :class:`~gateway.stores.FallbackDedupStore` switching to its local window and back is a
-warning of its own and ``on_dedup_fallback``.
+warning of its own and ``on_dedup_fallback``. A call named by ``timed`` is timed in its
+worker thread and reported as ``on_dedup_store`` (when there are hooks).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
-from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._hooks import GatewayHooks, dedup_call, emit
 from gateway.stores import FallbackDedupStore, PostgresDedupStore, SqliteDedupStore
 from replication import DedupStore, StoreUnavailable
 
@@ -106,20 +107,30 @@ class StoreWatch:
             logger.warning("%s is back", self.store)
             emit(self._hooks, "on_store_up", store=self.store)
 
-    async def once(self, doing: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread, once; an outage is reported and raised."""
+    async def once(self, doing: str, fn: Callable[..., T], *args: Any,
+                   timed: str | None = None, count: int = 1) -> T:
+        """``fn(*args)`` in a worker thread, once; an outage is reported and raised.
+        ``timed``: the ``on_dedup_store`` operation it is (``count`` ids), or None."""
         self._loop = asyncio.get_running_loop()
         try:
-            result = await anyio.to_thread.run_sync(fn, *args)
+            result = await self._run(timed, count, fn, *args)
         except StoreUnavailable as exc:
             await self.failed(exc, doing)
             raise
         self.answered()
         return result
 
+    async def _run(self, timed: str | None, count: int, fn: Callable[..., T], *args: Any
+                   ) -> T:
+        if timed is None:
+            return await anyio.to_thread.run_sync(fn, *args)
+        return await dedup_call(self._hooks, timed, count, fn, *args)
+
     async def call(self, doing: str, fn: Callable[..., T], *args: Any,
-                   give_up: Callable[[], bool] = lambda: False) -> T:
-        """``fn(*args)`` in a worker thread, tried again while the store is unavailable.
+                   give_up: Callable[[], bool] = lambda: False, timed: str | None = None,
+                   count: int = 1) -> T:
+        """``fn(*args)`` in a worker thread, tried again while the store is unavailable
+        (``timed`` and ``count``: as for :meth:`once`, each attempt that answered).
 
         Raises:
             StoreUnavailable: still unavailable when the receiver began to stop (or
@@ -141,7 +152,7 @@ class StoreWatch:
             reraise=True,
         )
         try:
-            result: T = await retrying(anyio.to_thread.run_sync, fn, *args)
+            result: T = await retrying(self._run, timed, count, fn, *args)
         except StoreUnavailable as exc:
             await self.failed(exc, doing)
             raise

@@ -1,13 +1,19 @@
-"""Seeing a gateway at work: health and status endpoints, the status of a
-configuration, partition owners and checkpoint lag (and, beside them, metrics).
+"""Seeing a gateway at work: Prometheus metrics and OpenTelemetry traces, health and
+status endpoints, the status of a configuration, partition owners and checkpoint lag.
+
+``PrometheusMetrics`` and ``Tracing`` are hooks: give them to a sender, receiver,
+partition receiver or relay client (``hooks=[...]``), or turn them on in the
+configuration file (``[metrics] enabled = true``, ``[tracing] enabled = true``;
+``hooks_from_config``). ``render_metrics`` is what a ``/metrics`` endpoint answers
+(the extras ``metrics`` and ``tracing``).
 
 ``create_app(config)`` is the ASGI app (starlette) that ``geogateway serve`` runs:
 ``/healthz``, ``/readyz``, ``/metrics`` and ``/status``; ``collect_status(config)``
 is what ``geogateway status`` prints. starlette, uvicorn and prometheus-client are
 the ``serve`` extra (``pip install 'geogateway[serve]'``).
 
-Imported on first use (PEP 562): ``import gateway`` loads none of these modules, nor
-starlette or prometheus_client behind them.
+Everything here is imported on first use (PEP 562): ``import gateway`` loads none of
+these modules, nor ``prometheus_client``, ``opentelemetry`` or starlette behind them.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -23,7 +29,9 @@ if _TYPE_CHECKING:
         StoreLike,
         collect_status,
     )
+    from gateway.observability._config import hooks_from_config
     from gateway.observability._html import status_page
+    from gateway.observability._metrics import PrometheusMetrics, render_metrics
     from gateway.observability._partitions import (
         ConsumerNamespaceStatus,
         LocalPartitions,
@@ -38,6 +46,7 @@ if _TYPE_CHECKING:
         NamespaceHealth,
         QueueHealth,
     )
+    from gateway.observability._tracing import Tracing, trace_context
 
 _LAZY = {
     "DEFAULT_PROBE_DEADLINE": "gateway.observability._collect",
@@ -48,15 +57,20 @@ _LAZY = {
     "LocalPartitions": "gateway.observability._partitions",
     "NamespaceHealth": "gateway.observability._status",
     "PartitionStatus": "gateway.observability._partitions",
+    "PrometheusMetrics": "gateway.observability._metrics",
     "QueueHealth": "gateway.observability._status",
     "StatusReader": "gateway.observability._collect",
     "StoreLike": "gateway.observability._collect",
+    "Tracing": "gateway.observability._tracing",
     "collect_status": "gateway.observability._collect",
     "consumer_status": "gateway.observability._partitions",
     "create_app": "gateway.observability._app",
+    "hooks_from_config": "gateway.observability._config",
     "local_partitions": "gateway.observability._partitions",
     "metrics_exposition": "gateway.observability._app",
+    "render_metrics": "gateway.observability._metrics",
     "status_page": "gateway.observability._html",
+    "trace_context": "gateway.observability._tracing",
     "wants_html": "gateway.observability._app",
 }
 
@@ -72,14 +86,19 @@ __all__ = [
     "LocalPartitions",
     "NamespaceHealth",
     "PartitionStatus",
+    "PrometheusMetrics",
     "QueueHealth",
     "StatusReader",
     "StoreLike",
+    "Tracing",
     "collect_status",
     "consumer_status",
     "create_app",
+    "hooks_from_config",
     "local_partitions",
     "metrics_exposition",
+    "render_metrics",
     "status_page",
+    "trace_context",
     "wants_html",
 ]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.geo import GatewayConfig
 from gateway.observability._collect import DEFAULT_PROBE_DEADLINE, StatusReader, StoreLike
 from gateway.observability._html import status_page
+from gateway.observability._metrics import render_metrics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -33,11 +34,9 @@ __all__ = ["create_app", "metrics_exposition", "wants_html"]
 
 def metrics_exposition(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
     """The Prometheus text exposition of ``registry`` (the global registry by default),
-    and its content type: what ``/metrics`` answers."""
-    import prometheus_client
-
-    chosen = prometheus_client.REGISTRY if registry is None else registry
-    return prometheus_client.generate_latest(chosen), prometheus_client.CONTENT_TYPE_LATEST
+    and its content type: what ``/metrics`` answers (:func:`render_metrics`, by which
+    the app's ``/metrics`` and a ``/metrics`` of the application's own answer alike)."""
+    return render_metrics(registry)
 
 
 def wants_html(accept: str) -> bool:

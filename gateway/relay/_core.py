@@ -207,6 +207,7 @@ class BaseGeoRelayClient:
             verdict = classify_response(outcome.status_code, via="via" in outcome.headers)
             if verdict is Verdict.ANSWERED:  # most requests: nothing more to build
                 self._answered(call, namespace)
+                self._report(call, namespace, outcome.status_code, verdict)
                 return outcome
             status = outcome.status_code
             reason = f"{status} {outcome.reason_phrase} from the relay"
@@ -215,8 +216,10 @@ class BaseGeoRelayClient:
         else:
             verdict = classify_error(outcome)
             if verdict is Verdict.RAISE:
+                self._report(call, namespace, None, verdict)
                 raise outcome
             reason = f"{type(outcome).__name__}: {outcome}".rstrip(": ")
+        self._report(call, namespace, status, verdict)
         call.failures.append(Failure(namespace, verdict, reason, status))
         logger.info("relay %s %s: %s via %s", call.method, verdict.value, reason, namespace)
         if verdict is Verdict.REJECTED:
@@ -229,6 +232,12 @@ class BaseGeoRelayClient:
                 "again because the method is not idempotent (pass idempotent=True if "
                 "it is)", namespace=namespace)
         raise Retry(reason, namespace=namespace)
+
+    def _report(self, call: Call, namespace: str, status: int | None, verdict: Verdict) -> None:
+        if self._hooks:
+            outcome = "error" if verdict is Verdict.RAISE else verdict.value
+            emit(self._hooks, "on_relay_request", namespace=namespace, method=call.method,
+                 status=status, outcome=outcome)
 
     def _answered(self, call: Call, namespace: str) -> None:
         # Swap roles only when this request saw the active namespace fail (or not answer
@@ -243,6 +252,7 @@ class BaseGeoRelayClient:
         """The error of a non-idempotent request whose namespace answers neither it nor
         the probe; the roles swap, so that the next requests go to the other."""
         call.failures.append(Failure(namespace, Verdict.UNKNOWN, "no answer"))
+        self._report(call, namespace, None, Verdict.UNKNOWN)
         if namespace == self._roles.active:
             self._swap(f"relay failover: {namespace} does not answer (it hangs) -> "
                        f"{self._roles.standby}")

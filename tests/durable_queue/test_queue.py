@@ -39,6 +39,24 @@ def test_put_returns_increasing_ids_and_peek_is_fifo(queue: DurableQueue) -> Non
     assert queue.destinations() == ["a", "b"]
 
 
+def test_oldest_is_when_the_first_waiting_message_of_a_destination_was_put(
+    queue: DurableQueue,
+) -> None:
+    # Given two messages for "a" and one for "b"
+    assert queue.oldest("a") is None
+    queue.put("a", msg("m0"))
+    queue.put("b", msg("m1"))
+    queue.put("a", msg("m2"))
+    first, second = queue.get_batch("a")
+    # Then "a"'s oldest is its first message's put time, until that one is acked
+    assert queue.oldest("a") == first.enqueued_at
+    queue.ack([first])
+    assert queue.oldest("a") == second.enqueued_at
+    queue.ack([second])
+    assert queue.oldest("a") is None
+    assert queue.oldest("b") == queue.get_batch("b")[0].enqueued_at
+
+
 def test_message_fields_round_trip(queue: DurableQueue) -> None:
     original = Message(
         body=b"\x00\xffbin", message_id="x1", partition_key="pk", properties={"n": 1, "s": "v"}
