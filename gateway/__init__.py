@@ -18,6 +18,7 @@ from gateway.errors import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    SessionLockLost,
     TransportError,
 )
 
@@ -115,6 +116,7 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "SendResult",
+    "SessionLockLost",
     "SqliteDedupStore",
     "TransportError",
     "__version__",

@@ -13,6 +13,7 @@ from replication import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    SessionLockLost,
     TransportError,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "OwnershipLost",
     "QueueCorrupt",
     "QueueFull",
+    "SessionLockLost",
     "TransportError",
 ]

@@ -33,6 +33,7 @@ from replication._errors import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    SessionLockLost,
     TransportError,
 )
 from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
@@ -85,6 +86,7 @@ __all__ = [
     "RetryPolicy",
     "RoleState",
     "SendPlan",
+    "SessionLockLost",
     "TransactionalDedupStore",
     "TransportError",
     "Verdict",

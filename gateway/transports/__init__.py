@@ -33,6 +33,7 @@ if _TYPE_CHECKING:
         PartitionEvent,
         ReceivedMessage,
         ReceiveMode,
+        SessionReceiver,
         Transport,
     )
     from gateway.transports.faults import FaultyTransport
@@ -60,6 +61,7 @@ _LAZY = {
     "PartitionInfo": "gateway.transports._local_namespace",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
+    "SessionReceiver": "gateway.transports.base",
     "Transport": "gateway.transports.base",
     "default_data_dir": "gateway.transports.local",
 }
@@ -86,6 +88,7 @@ __all__ = [
     "Queued",
     "ReceiveMode",
     "ReceivedMessage",
+    "SessionReceiver",
     "Store",
     "Transport",
     "default_data_dir",

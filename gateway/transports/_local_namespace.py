@@ -84,13 +84,19 @@ class LocalNamespace:
 
     def create_queue(self, name: str, *, lock_duration: float = 30.0,
                      max_delivery_count: int = 10, max_message_size: int = 1 << 20,
-                     dead_lettering_on_message_expiration: bool = False) -> None:
+                     dead_lettering_on_message_expiration: bool = False,
+                     requires_session: bool = False) -> None:
         """Create a queue; do nothing when it exists with the same settings.
 
         A message whose time to live is over (one sent through the emulator with a
         time to live) is never delivered: with ``dead_lettering_on_message_expiration``
         it moves to the dead-letter sub-queue (reason ``TTLExpiredException``),
         otherwise it is dropped, as on Service Bus.
+
+        ``requires_session``: a session-enabled queue. Every message sent to it needs a
+        ``session_id``, and it is received a session at a time
+        (``LocalTransport.accept_session``), each session's messages in order by one
+        receiver holding the session's lock (``lock_duration``, renewed explicitly).
 
         Raises:
             ConfigError: bad settings, or the entity exists with other settings.
@@ -99,7 +105,8 @@ class LocalNamespace:
         self._store.create(Store.queue(
             name, lock_duration=lock_duration, max_delivery_count=max_delivery_count,
             max_message_size=max_message_size,
-            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration))
+            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration,
+            requires_session=requires_session))
 
     def create_partitioned(self, name: str, *, partitions: int = 4,
                            max_message_size: int = 1 << 20) -> None:

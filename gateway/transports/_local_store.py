@@ -7,7 +7,8 @@ never handed to two receivers at once, even across processes.
 
 :class:`Store` holds the transactions; what runs inside them is plain SQL in the
 modules beside it: the entities (``_local_entities``), the queues (``_local_queues``)
-and the partitioned entities (``_local_events``).
+and the partitioned entities (``_local_events``); sessions and deferred messages are
+:attr:`Store.sessions` (``_local_session_store``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gateway.transports._local_entities import (
 )
 from gateway.transports._local_events import PartitionState
 from gateway.transports._local_queues import Queued
+from gateway.transports._local_session_store import SessionStore
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from replication import (
     ConfigError,
@@ -52,6 +54,14 @@ def _message(item: Message | Queued) -> Message:
     return item.message if isinstance(item, Queued) else item
 
 
+def _check_sessions(entity: str, messages: Sequence[Message]) -> None:
+    for m in messages:
+        if m.session_id is None:
+            raise MessageRejected(
+                f"message {m.message_id} has no session id and {entity!r} is session-enabled: "
+                "set Message(session_id=...)")
+
+
 def _check_sizes(e: Entity, entity: str, messages: Sequence[Message]) -> None:
     for m in messages:
         if m.size > e.max_message_size:
@@ -60,6 +70,12 @@ def _check_sizes(e: Entity, entity: str, messages: Sequence[Message]) -> None:
                 f"{e.max_message_size}-byte limit of {entity!r}: make it smaller",
                 message_id=m.message_id,
             )
+
+
+def _no_sessions(e: Entity, entity: str) -> None:
+    if e.requires_session and not entity.endswith(DEAD_LETTER_SUFFIX):
+        raise MessageRejected(f"{entity!r} is session-enabled: receive it a session at a time "
+                              "(accept_session), not with a plain receiver")
 
 
 class Store:
@@ -77,6 +93,8 @@ class Store:
         self._catalog = Catalog(namespace=namespace, auto_create=auto_create)
         self._round_robin = itertools.count()
         self._leases = events.Leases()
+        #: Sessions of session-enabled queues, and deferred messages.
+        self.sessions = SessionStore(self.db, self._catalog, namespace=namespace)
 
     def close(self) -> None:
         # Readers of this store are closed with it: their owner levels stop fencing.
@@ -131,6 +149,8 @@ class Store:
         e = self._catalog.entity(conn, entity, create=True)
         messages = [_message(item) for item in items]
         _check_sizes(e, entity, messages)
+        if e.requires_session:
+            _check_sessions(entity, messages)
         if e.kind is EntityKind.QUEUE:
             return queues.insert(conn, entity, items, now)
         events.append(conn, entity, e.partitions, messages, now, self._round_robin.__next__)
@@ -178,14 +198,17 @@ class Store:
 
         # Look before taking the write lock: an idle receiver polling an empty
         # queue then never competes with senders for it.
-        known = self._catalog.cached(entity.removesuffix(DEAD_LETTER_SUFFIX)) is not None
-        if known and not self.db.read(has_any):
+        cached = self._catalog.cached(entity.removesuffix(DEAD_LETTER_SUFFIX))
+        if cached is not None:
+            _no_sessions(cached, entity)
+        if cached is not None and not self.db.read(has_any):
             return []
         return self.db.write(lambda conn: self._claim(conn, entity, max_messages, mode, now))
 
     def _claim(self, conn: sqlite3.Connection, entity: str, max_messages: int,
                mode: ReceiveMode, now: float) -> list[tuple[ReceivedMessage, bytes | None]]:
         q = self._catalog.queue_of(conn, entity)
+        _no_sessions(q, entity)
         return queues.claim(conn, entity, namespace=self.namespace, max_messages=max_messages,
                             mode=mode, now=now, lock_duration=q.lock_duration,
                             max_delivery_count=q.max_delivery_count,
