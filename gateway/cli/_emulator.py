@@ -64,6 +64,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
                    "[default: primary=5672 and secondary=5673].")
 @click.option("--queue", "-q", "queues", multiple=True, metavar="NAME",
               help="A queue to declare in every namespace (repeatable).")
+@click.option("--session-queue", "session_queues", multiple=True, metavar="NAME",
+              help="A session-enabled queue to declare in every namespace (repeatable).")
 @click.option("--event-hub", "-e", "event_hubs", multiple=True, callback=_event_hubs,
               metavar="NAME:PARTITIONS", help="An event hub to declare (repeatable).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -86,7 +88,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
               metavar="NAME=PORT", help="The relay port of a namespace [default: a free one].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
 def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
-             event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
+             session_queues: tuple[str, ...], event_hubs: list[EventHubSpec],
+             config_path: Path | None, data_dir: Path | None,
              host: str | None, key_name: str | None, key: str | None,
              max_message_size: int | None, hybrid_connections: tuple[str, ...],
              relay_ports: dict[str, int], as_json: bool) -> None:
@@ -100,7 +103,8 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
         emu = Emulator(
             {**config.namespaces, **namespaces} or _DEFAULT_NAMESPACES,
             data_dir=data_dir,
-            queues=[*config.queues, *(QueueSpec(name=q) for q in queues)],
+            queues=[*config.queues, *(QueueSpec(name=q) for q in queues),
+                    *(QueueSpec(name=q, requires_session=True) for q in session_queues)],
             event_hubs=[*config.event_hubs, *event_hubs],
             key_name=key_name or config.key_name or DEFAULT_KEY_NAME,
             key=key or DEFAULT_KEY,

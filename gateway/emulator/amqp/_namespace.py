@@ -119,7 +119,8 @@ class Namespace:
             self.store.create(Store.queue(
                 q.name, lock_duration=q.lock_duration, max_delivery_count=q.max_delivery_count,
                 max_message_size=q.max_message_size,
-                dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration))
+                dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration,
+                requires_session=q.requires_session))
         for h in self._event_hubs:
             self.store.create(Store.partitioned(h.name, partitions=h.partitions,
                                                 max_message_size=h.max_message_size))

@@ -131,7 +131,8 @@ async def test_deferred_messages_come_back_only_by_sequence_number(
         namespace: LocalNamespace, transport: LocalTransport) -> None:
     # Given a plain queue, and its first message deferred
     namespace.create_queue("plain")
-    await transport.send("plain", [Message(b"1", message_id="one"), Message(b"2", message_id="two")])
+    await transport.send("plain", [Message(b"1", message_id="one"),
+                                   Message(b"2", message_id="two")])
     first = (await transport.receive("plain"))[0]
     await transport.defer(first)
     # Then a receive skips it
