@@ -51,11 +51,19 @@ from replication._routing import (
     replayable,
     should_fail_back,
 )
+from replication._sessions import (
+    SESSION_POSITION,
+    ReorderBuffer,
+    SessionGap,
+    SessionOffer,
+    session_position,
+)
 
 __all__ = [
     "ANY_NAMESPACE",
     "DEFAULT_DEDUP_WINDOW",
     "RECEIVE_DEADLINES",
+    "SESSION_POSITION",
     "Attempt",
     "AttemptState",
     "ConfigError",
@@ -82,11 +90,14 @@ __all__ = [
     "PropertyValue",
     "QueueCorrupt",
     "QueueFull",
+    "ReorderBuffer",
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
     "SendPlan",
+    "SessionGap",
     "SessionLockLost",
+    "SessionOffer",
     "TransactionalDedupStore",
     "TransportError",
     "Verdict",
@@ -96,5 +107,6 @@ __all__ = [
     "parse_destination",
     "plan_send",
     "replayable",
+    "session_position",
     "should_fail_back",
 ]
