@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import TracebackType
 
 import anyio
 
 from durable_queue import DurableQueue
+from gateway._support.blocking import run_blocking
 from gateway.geo._buffering import BacklogCleared, Buffer
-from gateway.geo._factory import NamespaceLike, check_entity
+from gateway.geo._factory import NamespaceLike, check_entity, default_state_dir
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._namespaces import NamespacePair
 from gateway.geo._recovery import Recovery, ReplayReport
+from gateway.geo._session_stamp import SessionStamper, needs_stamp
 from replication import (
     ANY_NAMESPACE,
     Message,
@@ -88,7 +92,8 @@ class AsyncGeoSender:
             here override it).
         hooks: observability callbacks.
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
-        state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
+        state_dir: where role state and the sessions' next positions are persisted
+            (default ``$GEOGATEWAY_STATE_DIR``).
         recovery: run the background probe/replay/failback task.
     """
 
@@ -128,6 +133,12 @@ class AsyncGeoSender:
         self._recovery = Recovery(self._namespaces, self._buffer,
                                   failback=self.policy.failback, hooks=self._hooks)
         self._recover = recovery
+        names = list(self._namespaces.transports)
+        # Each message of a session is stamped with its position (gateway.geo._session_stamp).
+        self._stamper = SessionStamper(
+            Path(state_dir or default_state_dir()) / f"session-positions-{names[0]}-{names[1]}.db",
+            entity=self.entity)
+        self._stamp_limiter = anyio.CapacityLimiter(1)
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
         self._task: asyncio.Task[None] | None = None
@@ -201,12 +212,18 @@ class AsyncGeoSender:
             MessageRejected: a namespace refused them for good.
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
+            GatewayError: messages of a session could not be stamped with their
+                positions (the positions file under ``state_dir`` could not be
+                written); nothing was sent.
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
         batch = [_coerce(m) for m in messages]
         if not batch:
             return SendResult(message_ids=(), namespaces=(), buffered=())
+        if any(needs_stamp(m) for m in batch):
+            batch = await run_blocking(functools.partial(self._stamper.stamp, batch),
+                                       self._stamp_limiter)
         while True:
             plan = plan_send(
                 mode=self.policy.mode,
@@ -262,6 +279,7 @@ class AsyncGeoSender:
             self._task = None
         await self._namespaces.aclose()
         self._buffer.close()
+        self._stamper.close()
 
     # -- sending --------------------------------------------------------------------
 
