@@ -31,10 +31,12 @@ if _TYPE_CHECKING:
         GeoPartitionReceiver,
         GeoReceiver,
         GeoSender,
+        GeoSessionReceiver,
         NamespaceConfig,
         ReceiverStats,
         ReplayReport,
         SendResult,
+        SessionReceiverStats,
     )
     from gateway.stores import SqliteDedupStore
     from gateway.transports.base import ReceivedMessage, ReceiveMode
@@ -65,6 +67,7 @@ _LAZY = {
     "GeoPartitionReceiver": "gateway.geo",
     "GeoReceiver": "gateway.geo",
     "GeoSender": "gateway.geo",
+    "GeoSessionReceiver": "gateway.geo",
     "InMemoryDedupStore": "replication",
     "Message": "replication",
     "Mode": "replication",
@@ -76,6 +79,7 @@ _LAZY = {
     "ReplicationPolicy": "replication",
     "RetryPolicy": "replication",
     "SendResult": "gateway.geo",
+    "SessionReceiverStats": "gateway.geo",
     "SqliteDedupStore": "gateway.stores",
 }
 
@@ -98,6 +102,7 @@ __all__ = [
     "GeoPartitionReceiver",
     "GeoReceiver",
     "GeoSender",
+    "GeoSessionReceiver",
     "InMemoryDedupStore",
     "Message",
     "MessageRejected",
@@ -117,6 +122,7 @@ __all__ = [
     "RetryPolicy",
     "SendResult",
     "SessionLockLost",
+    "SessionReceiverStats",
     "SqliteDedupStore",
     "TransportError",
     "__version__",

@@ -1,5 +1,6 @@
 """The geo core: the sender and the receiver over two namespaces, their sync drivers,
-the geo partition receiver, configuration, the transport factory and the hooks.
+the geo partition receiver, the geo session receiver, configuration, the transport
+factory and the hooks.
 
 Everything here is imported on first use (PEP 562), so that a module that only needs
 the hooks or the configuration records does not load the transports and the stores.
@@ -21,11 +22,14 @@ if _TYPE_CHECKING:
     from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
+    from gateway.geo._session_receiver import AsyncGeoSessionReceiver, SessionReceiverStats
+    from gateway.geo._session_sync import GeoSessionReceiver
 
 _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
+    "AsyncGeoSessionReceiver": "gateway.geo._session_receiver",
     "DedupConfig": "gateway.geo._config",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
@@ -33,12 +37,14 @@ _LAZY = {
     "GeoPartitionReceiver": "gateway.geo._partitions_sync",
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
+    "GeoSessionReceiver": "gateway.geo._session_sync",
     "InboxHandler": "gateway.geo._partitions",
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
     "ReceiverStats": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
+    "SessionReceiverStats": "gateway.geo._session_receiver",
     "emit": "gateway.geo._hooks",
 }
 
@@ -49,6 +55,7 @@ __all__ = [
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
+    "AsyncGeoSessionReceiver",
     "DedupConfig",
     "DurableQueueConfig",
     "GatewayConfig",
@@ -56,11 +63,13 @@ __all__ = [
     "GeoPartitionReceiver",
     "GeoReceiver",
     "GeoSender",
+    "GeoSessionReceiver",
     "InboxHandler",
     "NamespaceConfig",
     "NamespaceLike",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
+    "SessionReceiverStats",
     "emit",
 ]
