@@ -195,6 +195,18 @@ class ReorderBuffer(Generic[T]):
         if self._gap_since is None and self._held and self.next_position not in self._held:
             self._gap_since = now
 
+    def skip_to(self, position: int) -> list[T]:
+        """Another holder of the session handed positions before ``position`` over:
+        go on from there. Returns the copies held below it (to settle as the
+        duplicates they should be)."""
+        if position <= self.next_position:
+            return []
+        below = [c.item for p in sorted(self._held) if p < position for c in self._held[p]]
+        self._held = {p: c for p, c in self._held.items() if p >= position}
+        self.next_position = position
+        self._gap_since = None
+        return below
+
     def gap_deadline(self) -> float | None:
         """When the missing head position will be given up on; ``None`` without a gap."""
         if self._gap_since is None or not self._held or self.next_position in self._held:

@@ -78,6 +78,8 @@ class NamespaceSession:
         #: A state write this namespace has not taken yet (it was down, or not locked).
         self.pending_state: SessionState | None = None
         self.down = False
+        #: Since when another receiver holds the session here (None: it does not).
+        self.busy_since: float | None = None
         self._prefetch, self._poll_wait = prefetch, poll_wait
         self._estimator, self._hooks = estimator, hooks
         self._on_received, self._on_lost = on_received, on_lost
@@ -93,6 +95,11 @@ class NamespaceSession:
     @property
     def held(self) -> bool:
         return self.receiver is not None
+
+    @property
+    def busy(self) -> bool:
+        """Another receiver holds the session in this namespace."""
+        return self.receiver is None and self.busy_since is not None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._pump())
@@ -126,9 +133,12 @@ class NamespaceSession:
                                   max_wait=self._poll_wait, estimator=self._estimator)
             self._mark_up()
             if got is None:  # another receiver holds it here: try again
+                if self.busy_since is None:
+                    self.busy_since = time.monotonic()
                 await anyio.sleep(self._poll_wait)
                 return
             self.receiver, self._duration = got, self._lock_duration(got)
+            self.busy_since = None
             return
         if receiver.locked_until - time.time() < self._duration / 2:
             await self._call("renew the lock", Operation.SETTLE, receiver.renew_lock)

@@ -166,16 +166,28 @@ class AsyncGeoSessionReceiver:
         """
         if self.session_id is not None:
             return self.session_id
-        accepted = await accept_both(self._transports, self.entity, self._wanted,
-                                     max_wait=max_wait, estimator=self._estimator)
-        if accepted is None:
-            return None
+        deadline = time.monotonic() + max_wait
+        while True:
+            # Short rounds: each namespace waits a little, so a session one of them has
+            # is taken at once even while the other one has none to give.
+            left = deadline - time.monotonic()
+            accepted = await accept_both(self._transports, self.entity, self._wanted,
+                                         max_wait=max(0.0, min(self._poll_wait, left)),
+                                         estimator=self._estimator)
+            if accepted is not None:
+                break
+            if deadline - time.monotonic() <= 0:
+                return None
         sid = accepted.session_id
+        now = time.monotonic()
         self._links = [NamespaceSession(
             t, entity=self.entity, session_id=sid, receiver=accepted.held.get(t.namespace),
             prefetch=self._prefetch, poll_wait=self._poll_wait, estimator=self._estimator,
             hooks=self._hooks, on_received=self._received, on_lost=self._lost,
             has_room=self._has_room, room=self._room) for t in self._transports]
+        for link in self._links:
+            link.down = link.namespace in accepted.down
+            link.busy_since = now if link.namespace in accepted.busy else None
         states = [s for s in [await link.read_state() for link in self._links] if s is not None]
         self._state = newest(states)
         cursor = await anyio.to_thread.run_sync(self._cursors.next, self.entity, sid)
@@ -312,7 +324,18 @@ class AsyncGeoSessionReceiver:
                            idle_after: float) -> None:
         buffer = self._buffer
         assert buffer is not None
+        waiting = False
         while not _stopped(stop):
+            allowed = self._may_hand_over()
+            if allowed is None:
+                return  # another receiver holds the session in the primary: it is theirs
+            if not allowed:
+                waiting = True
+                await self._wait(None)
+                continue
+            if waiting:  # the other holder gave the session up: go on from where it was
+                waiting = False
+                await self._catch_up()
             if self._unordered:
                 copy, late = self._unordered.popleft()
                 await self._hand_over(handler, copy, late=late)
@@ -330,14 +353,36 @@ class AsyncGeoSessionReceiver:
             quiet = time.monotonic() - self._last_arrival
             if len(buffer) == 0 and quiet >= idle_after:
                 return
-            deadline = buffer.gap_deadline()
-            wait = min(self._poll_wait, max(0.0, idle_after - quiet) if len(buffer) == 0
-                       else self._poll_wait)
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - self._clock()))
-            self._arrived.clear()
-            with anyio.move_on_after(max(wait, 0.001)):
-                await self._arrived.wait()
+            await self._wait(max(0.0, idle_after - quiet) if len(buffer) == 0 else None)
+
+    def _may_hand_over(self) -> bool | None:
+        """Whether messages may be handed over now: only while no other receiver holds
+        the session in a namespace that is up (a secondary's holder gives it up, as
+        ``_session_accept`` says; a holder that never does is waited for
+        ``gap_timeout``). ``None``: another receiver holds it in the primary."""
+        primary, *others = self._links
+        if primary.busy:
+            return None
+        deadline = time.monotonic() - self._gap_timeout
+        return not any(link.busy and (link.busy_since or 0.0) > deadline for link in others)
+
+    async def _catch_up(self) -> None:
+        buffer = self._buffer
+        assert buffer is not None and self.session_id is not None
+        cursor = await anyio.to_thread.run_sync(self._cursors.next, self.entity,
+                                                self.session_id)
+        for copy in buffer.skip_to(cursor or 0):
+            self._unordered.append((copy, True))
+
+    async def _wait(self, idle_left: float | None) -> None:
+        """Until something arrives, the gap deadline, ``idle_left`` or a poll interval."""
+        wait = self._poll_wait if idle_left is None else min(self._poll_wait, idle_left)
+        deadline = self._buffer.gap_deadline() if self._buffer is not None else None
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - self._clock()))
+        self._arrived.clear()
+        with anyio.move_on_after(max(wait, 0.001)):
+            await self._arrived.wait()
 
     async def _hand_over(self, handler: Handler, copy: Copy, *, late: bool | None) -> None:
         """Run ``handler`` on ``copy`` unless its id is done; ``late`` is None for the

@@ -333,6 +333,11 @@ class ServiceBusReceiving(ServiceBusBase):
                     session_id is None and isinstance(cause, OperationTimeoutError)):
                 return None
             raise
+        except BaseException:
+            # Cancelled: the link may hold a session's lock already; give it back.
+            with anyio.CancelScope(shield=True):
+                await self._close("session receiver", receiver)
+            raise
         return ServiceBusSessionReceiver(receiver, namespace=self.namespace, entity=entity,
                                          call=self._call, deliver=self._delivered,
                                          close=self._close, bound=bound)

@@ -114,6 +114,16 @@ def test_removed_copies_are_forgotten() -> None:
     assert b.gap_deadline() == 4  # position 0 must come back (or is given up on)
 
 
+def test_skipping_to_a_position_returns_what_is_held_below_it() -> None:
+    b: ReorderBuffer[str] = ReorderBuffer("s", next_position=2, gap_timeout=1)
+    for p in (3, 5, 6):
+        b.offer(f"m{p}", message_id=f"m{p}", position=p, now=0)
+    assert b.skip_to(1) == []  # never backwards
+    assert b.skip_to(5) == ["m3"]
+    assert b.gap_deadline() is None
+    assert drain(b) == ["m5", "m6"]
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         ReorderBuffer("s", next_position=-1)

@@ -14,7 +14,7 @@ import pytest
 from gateway import GeoSessionReceiver
 from gateway.aio import AsyncGeoReceiver, AsyncGeoSender, AsyncGeoSessionReceiver
 from gateway.geo._session_state import SessionState
-from gateway.transports import LocalNamespace, LocalTransport
+from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from gateway.transports.base import ReceivedMessage
 from replication import SESSION_POSITION, Message
 from tests.gateway.conftest import Recorder, wait_for
@@ -298,3 +298,43 @@ async def test_through_a_geo_sender_in_passive_mode_across_a_failover(
     receiver = make()
     await run_until(receiver, handled, lambda: len(handled.seen) == 6)
     assert handled.of("a") == [0, 1, 2, 3, 4, 5]
+
+
+async def test_two_receivers_never_hand_one_session_over_side_by_side(
+        sessions: Sessions, make: Factory) -> None:
+    # Given the first receiver holds the session in both namespaces
+    await sessions.put("primary", "a", 0)
+    first, second = make(), make()
+    assert await first.accept_session(max_wait=1) == "a"
+    # Then the second cannot take it
+    assert await second.accept_session(max_wait=0.1) is None
+    await first.release_session()
+
+
+async def test_the_primarys_holder_takes_the_session_over_from_the_secondarys(
+        sessions: Sessions, make: Factory) -> None:
+    # Given a receiver holding the session in the secondary only (the primary was down
+    # for it), waiting for positions that are in the primary
+    await sessions.put("primary", "a", 0, 1, 2)
+    await sessions.put("secondary", "a", 3, 4, 5)
+    cut_off = FaultyTransport(LocalTransport("primary", data_dir=sessions.data_dir))
+    cut_off.go_down()
+    first = make(primary=cut_off, gap_timeout=30)
+    assert await first.accept_session(max_wait=1) == "a"
+    handled = Handled()
+    stop = asyncio.Event()
+    first_run = asyncio.create_task(first.run(handled, stop=stop, session_idle_timeout=30))
+    # When another receiver locks the session in the primary
+    second = make(gap_timeout=30)
+    assert await second.accept_session(max_wait=1) == "a"
+    second_run = asyncio.create_task(second.run(handled, stop=stop))
+    await asyncio.sleep(0.2)
+    assert handled.seen == []  # the second waits for the secondary's lock
+    cut_off.come_up()
+    # Then the first gives the session up, and the second hands it all over, in order
+    await wait_for(lambda: len(handled.seen) == 6)
+    assert first.session_id is None
+    stop.set()
+    await asyncio.gather(first_run, second_run)
+    assert handled.of("a") == [0, 1, 2, 3, 4, 5]
+    await cut_off.aclose()
