@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
@@ -52,6 +53,7 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
     ],
     Scenario.LOST_REPLIES: [(0.3, "lose", PRIMARY), (0.6, "heal", PRIMARY)],
     Scenario.HANG: [(0.3, "hang", PRIMARY), (0.6, "unhang", PRIMARY)],
+    Scenario.SESSIONS: [(0.3, "down", PRIMARY), (0.6, "up", PRIMARY)],
 }
 
 
@@ -83,11 +85,7 @@ class _Drill:
         for namespace in self.namespaces.values():
             namespace.up()
             namespace.set_faults(latency=0.0, lost_replies=0.0)
-            if transport == "eventhubs":
-                namespace.create_partitioned(HUB, partitions=HUB_PARTITIONS)
-            else:
-                namespace.create_queue(ENTITY, lock_duration=_LOCK,
-                                       max_delivery_count=_MAX_DELIVERIES)
+            self._declare(namespace)
         self.counters = DrillCounters()
         self.delivered: Counter[str] = Counter()
         self.sent_ids: list[str] = []
@@ -101,6 +99,23 @@ class _Drill:
         self._down: set[str] = set()
         self._up_at: float | None = None
 
+    def _declare(self, namespace: LocalNamespace) -> None:
+        """Create the drill's entity in a namespace."""
+        if self.transport == "eventhubs":
+            namespace.create_partitioned(HUB, partitions=HUB_PARTITIONS)
+        else:
+            namespace.create_queue(ENTITY, lock_duration=_LOCK,
+                                   max_delivery_count=_MAX_DELIVERIES)
+
+    def _emulated(self) -> dict[str, Any]:
+        """The entities the emulator declares (its ``queues`` and ``event_hubs``)."""
+        if self.transport == "eventhubs":
+            return {"queues": {}, "event_hubs": {HUB: HUB_PARTITIONS}}
+        return {"queues": {ENTITY: _QUEUE}, "event_hubs": None}
+
+    def _message(self, i: int) -> Message:
+        return Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
+
     async def run(self, settle_timeout: float) -> DrillReport:
         started = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
@@ -110,14 +125,16 @@ class _Drill:
             else:
                 emulator = await stack.enter_async_context(EmulatorProcess(
                     (PRIMARY, SECONDARY), data_dir=self.root / "namespaces",
-                    queues={} if self.transport == "eventhubs" else {ENTITY: _QUEUE},
-                    event_hubs={HUB: HUB_PARTITIONS} if self.transport == "eventhubs" else None,
-                    log=self.root / "emulator.log"))
+                    log=self.root / "emulator.log", **self._emulated()))
                 primary, secondary = (
                     NamespaceConfig(connection_string=emulator.connection_string(ns), name=ns,
                                     kind=self.transport)
                     for ns in (PRIMARY, SECONDARY))
             suppressed, replay_seconds = await self._run(primary, secondary, settle_timeout)
+        return self._report(started, suppressed, replay_seconds)
+
+    def _report(self, started: float, suppressed: int,
+                replay_seconds: float | None) -> DrillReport:
         unique = set(self.sent_ids)
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
@@ -188,10 +205,8 @@ class _Drill:
                 injected = True
             if injected and self.transport != "local":
                 await self._until_applied()
-            batch = [
-                Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
-                for i in range(sent, min(sent + self.batch_size, self.total))
-            ]
+            batch = [self._message(i)
+                     for i in range(sent, min(sent + self.batch_size, self.total))]
             started, hung = time.monotonic(), bool(self._hung)
             result = await sender.send_batch(batch)
             if hung:

@@ -10,6 +10,7 @@ from gateway.drill._common import Progress, Scenario, new_state_dir, remove_stat
 from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
+from gateway.drill._sessions import run_sessions_drill
 from replication import ConfigError, Mode
 
 __all__ = ["TRANSPORTS", "run_drill"]
@@ -60,6 +61,9 @@ async def run_drill(
     if consumers and transport == "servicebus":
         raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
                           "--transport local or eventhubs")
+    if scenario is Scenario.SESSIONS and transport == "eventhubs":
+        raise ConfigError("the sessions scenario needs Service Bus sessions: use --transport "
+                          "local or servicebus")
     if mode is None:
         mode = Mode.ACTIVE if consumers else Mode.PASSIVE
     mode = Mode.parse(mode)
@@ -68,7 +72,12 @@ async def run_drill(
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)
-    if consumers:
+    if scenario is Scenario.SESSIONS:
+        report = await run_sessions_drill(
+            mode=mode, messages=messages, batch_size=batch_size, root=root,
+            settle_timeout=settle_timeout, progress=progress, transport=transport,
+        )
+    elif consumers:
         report = await run_consumer_drill(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             root=root, settle_timeout=settle_timeout,

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -59,9 +60,33 @@ async def _give_back(receiver: SessionReceiver) -> None:
         await receiver.aclose()
 
 
+async def _first_offers(transports: list[Transport], entity: str, wanted: str | None,
+                        max_wait: float, estimator: DeadlineEstimator,
+                        background: set[asyncio.Task[Any]]
+                        ) -> list[SessionReceiver | GatewayError | None]:
+    """Ask every namespace at once; once one offers a session, stop waiting for the
+    others (their asks are cancelled in the ``background``: a lock one took meanwhile
+    is given back) and report them as ``None``."""
+    tasks = [asyncio.ensure_future(_one(t, entity, wanted, max_wait, estimator))
+             for t in transports]
+    pending = set(tasks)
+    while pending:
+        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if any(isinstance(t.result(), SessionReceiver) for t in tasks if t.done()):
+            break
+    for task in pending:
+        task.cancel()
+        background.add(task)
+        task.add_done_callback(background.discard)
+    return [t.result() if t.done() and not t.cancelled() else None for t in tasks]
+
+
 async def accept_both(transports: list[Transport], entity: str, wanted: str | None, *,
-                      max_wait: float, estimator: DeadlineEstimator) -> Accepted | None:
+                      max_wait: float, estimator: DeadlineEstimator,
+                      background: set[asyncio.Task[Any]]) -> Accepted | None:
     """Lock ``wanted`` (``None``: the next available session) in the namespaces.
+
+    ``background`` collects the asks given up on (the caller awaits them on close).
 
     Returns:
         The session and its locks; ``None`` when no namespace has it (or any) free.
@@ -71,8 +96,8 @@ async def accept_both(transports: list[Transport], entity: str, wanted: str | No
         MessageRejected: every namespace refused the entity (no such queue, not
             session-enabled).
     """
-    results = await asyncio.gather(*(_one(t, entity, wanted, max_wait, estimator)
-                                     for t in transports))
+    results = await _first_offers(transports, entity, wanted, max_wait, estimator,
+                                  background)
     errors = [r for r in results if isinstance(r, GatewayError)]
     if len(errors) == len(transports):
         if all(isinstance(e, MessageRejected) for e in errors):
@@ -91,13 +116,14 @@ async def accept_both(transports: list[Transport], entity: str, wanted: str | No
             accepted.held[t.namespace] = lock
         else:
             await _give_back(lock)
+    missing = []
     for t, r in zip(transports, results, strict=True):
-        if t.namespace in accepted.held:
-            continue
         if isinstance(r, GatewayError):
             accepted.down[t.namespace] = r
-            continue
-        again = await _one(t, entity, chosen, 0.0, estimator)
+        elif t.namespace not in accepted.held:
+            missing.append(t)
+    lock_now = await asyncio.gather(*(_one(t, entity, chosen, 0.0, estimator) for t in missing))
+    for t, again in zip(missing, lock_now, strict=True):
         if isinstance(again, SessionReceiver):
             accepted.held[t.namespace] = again
         elif isinstance(again, GatewayError):

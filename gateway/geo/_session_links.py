@@ -218,13 +218,18 @@ class NamespaceSession:
         self.pending_state = state
         return False
 
-    async def close(self) -> None:
-        """Stop the pump and give the session up here."""
+    async def stop(self) -> None:
+        """Stop the pump (the lock is kept until :meth:`close`)."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
+
+    async def close(self) -> None:
+        """Stop the pump and give the session up here."""
+        await self.stop()
         receiver, self.receiver = self.receiver, None
         if receiver is not None:
             with contextlib.suppress(GatewayError), anyio.move_on_after(2.0):

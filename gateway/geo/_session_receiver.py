@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -57,6 +58,8 @@ __all__ = ["AsyncGeoSessionReceiver", "SessionReceiverStats"]
 logger = logging.getLogger("geogateway")
 
 Copy = tuple[NamespaceSession, ReceivedMessage]
+#: Settlements let run beside the hand-overs at most.
+_MAX_SETTLING = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +135,8 @@ class AsyncGeoSessionReceiver:
         self._arrived, self._room = asyncio.Event(), asyncio.Event()
         self._last_arrival = 0.0
         self._settling: set[asyncio.Task[None]] = set()
+        # Accepts given up on and locks being given back, still ending (awaited on close).
+        self._background: set[asyncio.Task[Any]] = set()
         self._counts = dict.fromkeys(("sessions", "delivered", "duplicates_suppressed",
                                       "abandoned", "gaps", "missing", "late"), 0)
         self.session_id: str | None = None
@@ -173,7 +178,7 @@ class AsyncGeoSessionReceiver:
             left = deadline - time.monotonic()
             accepted = await accept_both(self._transports, self.entity, self._wanted,
                                          max_wait=max(0.0, min(self._poll_wait, left)),
-                                         estimator=self._estimator)
+                                         estimator=self._estimator, background=self._background)
             if accepted is not None:
                 break
             if deadline - time.monotonic() <= 0:
@@ -188,7 +193,8 @@ class AsyncGeoSessionReceiver:
         for link in self._links:
             link.down = link.namespace in accepted.down
             link.busy_since = now if link.namespace in accepted.busy else None
-        states = [s for s in [await link.read_state() for link in self._links] if s is not None]
+        read = await asyncio.gather(*(link.read_state() for link in self._links))
+        states = [s for s in read if s is not None]
         self._state = newest(states)
         cursor = await anyio.to_thread.run_sync(self._cursors.next, self.entity, sid)
         start = max(cursor or 0, self._state.next_position or 0)
@@ -203,18 +209,28 @@ class AsyncGeoSessionReceiver:
     async def release_session(self) -> None:
         """Give the session up in both namespaces (what was not handed over comes back
         to its next holder), recording how far it was handed over in its state."""
+        await self._release()
+        await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def _release(self) -> None:
+        """:meth:`release_session`, the locks given back in the background (``run``
+        goes on to the next session meanwhile)."""
         if self.session_id is None:
             return
         assert self._buffer is not None
+        # The pumps first: an SDK receiver answers other calls only between its receives.
+        await asyncio.gather(*(link.stop() for link in self._links))
         if self._state.next_position != self._buffer.next_position:
             await self._write_state(self._state.state)
         else:  # a namespace that missed the last write (it was down) gets it now
-            for link in self._links:
-                if link.pending_state is not None:
-                    await link.write_state(link.pending_state)
+            await asyncio.gather(*(link.write_state(link.pending_state) for link in self._links
+                                   if link.pending_state is not None))
         await self._settled()
+        # Closing an SDK receiver takes a few round trips: the next session need not wait.
         for link in self._links:
-            await link.close()
+            task = asyncio.get_running_loop().create_task(link.close())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         self._links, self._buffer, self.session_id = [], None, None
         self._unordered.clear()
 
@@ -240,8 +256,7 @@ class AsyncGeoSessionReceiver:
         assert self._buffer is not None
         self._state = SessionState(state=state, version=self._state.version + 1,
                                    next_position=self._buffer.next_position)
-        for link in self._links:
-            await link.write_state(self._state)
+        await asyncio.gather(*(link.write_state(self._state) for link in self._links))
 
     # -- receiving -------------------------------------------------------------------
 
@@ -317,7 +332,7 @@ class AsyncGeoSessionReceiver:
             try:
                 await self._run_session(handler, stop, session_idle_timeout)
             finally:
-                await self.release_session()
+                await self._release()
             idle_since = time.monotonic()
 
     async def _run_session(self, handler: Handler, stop: StopFlag | None,
@@ -429,7 +444,15 @@ class AsyncGeoSessionReceiver:
                                            buffer.next_position)
         if len(copies) > 1:
             self._counts["duplicates_suppressed"] += len(copies) - 1
-        await asyncio.gather(*(link.settle(r, "complete") for link, r in copies))
+        # Settled beside the next hand-over: an SDK receiver sends a settlement only
+        # between two of its receives. Late is safe: the id is done and the position
+        # passed, so a copy that comes back meanwhile is settled as a duplicate.
+        for link, r in copies:
+            task = asyncio.get_running_loop().create_task(link.settle(r, "complete"))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+        if len(self._settling) >= _MAX_SETTLING:
+            await self._settled()
         self._room.set()
 
     def _report(self, gap: SessionGap) -> None:
@@ -451,6 +474,7 @@ class AsyncGeoSessionReceiver:
             await self.release_session()
         except Exception:  # the locks expire by themselves; close the rest anyway
             logger.exception("giving up session %r failed", self.session_id)
+        await asyncio.gather(*list(self._background), return_exceptions=True)
         for transport in self._owned:
             await transport.aclose()
         await anyio.to_thread.run_sync(self._dedup.close)

@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import anyio
+
 from gateway.transports._local_session_store import SessionStore
 from gateway.transports.base import ReceivedMessage, ReceiveMode, SessionReceiver
 from replication import ConfigError, GatewayError
@@ -108,12 +110,21 @@ async def accept_session(store: SessionStore, entity: str, session_id: str | Non
     """Lock a session (see ``Transport.accept_session``), polling up to ``max_wait``."""
     await enter()
     token = uuid.uuid4().hex
+    taken: list[tuple[str, float]] = []
 
     def attempt() -> list[tuple[str, float]]:
         got = store.accept(entity, session_id, token=token, now=clock())
-        return [] if got is None else [got]
+        taken.extend([] if got is None else [got])
+        return taken
 
-    found = await poll(max_wait, attempt)
+    try:
+        found = await poll(max_wait, attempt)
+    except BaseException:
+        # Cancelled as an attempt in its thread took a lock: give that lock back.
+        if taken:
+            with anyio.CancelScope(shield=True), contextlib.suppress(GatewayError):
+                await run(store.release, entity, taken[0][0], token, clock())
+        raise
     if not found:
         return None
     [(sid, until)] = found
