@@ -146,6 +146,11 @@ class ServiceBusReceiving(ServiceBusBase):
         now = time.time()
         for token, held in list(self._held.items()):
             until = epoch_seconds(held.message.locked_until_utc)
+            session = held.receiver.session
+            if until is None and session is not None:
+                # A session's messages are locked as long as the session (the SDK says
+                # None for theirs).
+                until = epoch_seconds(session.locked_until_utc)
             if until is None or until < now - 1.0:
                 del self._held[token]
 

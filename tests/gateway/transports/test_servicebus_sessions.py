@@ -39,6 +39,8 @@ async def test_a_session_through_the_transport(sb: ServiceBusTransport, tmp_path
     # Then its messages come in order, with their session id, settled through the transport
     got = await s.receive(max_messages=10, max_wait=1)
     assert [(r.message_id, r.message.session_id) for r in got] == [("a-0", "a"), ("a-1", "a")]
+    # (a receive in between keeps them settleable: they are locked as long as the session)
+    assert await s.receive(max_messages=1, max_wait=0.3) == []
     # and its state and lock can be used
     await s.set_state(b"half way")
     assert await s.get_state() == b"half way"
