@@ -138,9 +138,16 @@ class ReorderBuffer(Generic[T]):
         copies = self._held.get(self.next_position)
         return copies[0].item if copies else None
 
-    def head_id(self) -> str | None:
-        copies = self._held.get(self.next_position)
-        return copies[0].message_id if copies else None
+    def ready(self, limit: int) -> list[T]:
+        """The heads of the next ``limit`` positions that are all held, in order (the
+        first copy of each): what may be handed over one after the other, each once the
+        one before is :meth:`done`."""
+        out: list[T] = []
+        position = self.next_position
+        while len(out) < limit and position in self._held:
+            out.append(self._held[position][0].item)
+            position += 1
+        return out
 
     def done(self, message_id: str, now: float) -> list[T]:
         """The head's message was handled: pass its position (unless a message with

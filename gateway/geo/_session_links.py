@@ -30,6 +30,7 @@ from replication import (
     GatewayError,
     MessageRejected,
     Operation,
+    OperationTimeout,
     SessionLockLost,
     TransportError,
 )
@@ -61,7 +62,9 @@ class NamespaceSession:
         receiver: the lock, when it was taken at accept; ``None`` to take it in the pump.
         on_received: called with the messages the pump received.
         on_lost: called when the lock is lost (what it received comes again).
-        has_room: whether the receiver's buffer takes more.
+        has_room: whether the receiver's buffer takes more from this namespace now (it
+            has room, and what this namespace delivered last is handed over, so that a
+            receive never holds up the settlements of the messages before it).
     """
 
     def __init__(self, transport: Transport, *, entity: str, session_id: str,
@@ -69,7 +72,7 @@ class NamespaceSession:
                  estimator: DeadlineEstimator, hooks: list[GatewayHooks],
                  on_received: Callable[[NamespaceSession, list[ReceivedMessage]], None],
                  on_lost: Callable[[NamespaceSession], None],
-                 has_room: Callable[[], bool], room: asyncio.Event) -> None:
+                 has_room: Callable[[NamespaceSession], bool], room: asyncio.Event) -> None:
         self.transport = transport
         self.namespace = transport.namespace
         self.entity = entity
@@ -87,6 +90,11 @@ class NamespaceSession:
         self._duration = self._lock_duration(receiver)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        # Settlements under way: the pump receives once they are done (an SDK receiver
+        # sends a settlement only between two of its reads, so a receive under way would
+        # hold each one up for a read timeout).
+        self._settling = 0
+        self._settled = asyncio.Event()
 
     @staticmethod
     def _lock_duration(receiver: SessionReceiver | None) -> float:
@@ -114,16 +122,22 @@ class NamespaceSession:
             try:
                 await self._turn()
             except SessionLockLost as exc:
-                self._lose(exc)
+                await self._drop(exc)
             except TransportError as exc:
+                # A call given up on at its deadline may have taken messages that nobody
+                # will see: they stay locked as long as the session. Give that lock up,
+                # so that they come back when it is taken again. After a plain outage
+                # the lock is kept (an SDK session receiver re-attaches to its session).
                 self._mark_down(exc)
+                if isinstance(exc, OperationTimeout):
+                    await self._drop(exc)
                 await anyio.sleep(self._poll_wait)
             except MessageRejected as exc:
                 # Refused for good here (the entity went away, access was revoked): the
                 # other namespace goes on; the gaps that leaves are reported as such.
                 logger.warning("session %r of %r in %s refused: %s", self.session_id,
                                self.entity, self.namespace, exc)
-                self._lose(exc)
+                await self._drop(exc)
                 await anyio.sleep(self._poll_wait)
 
     async def _turn(self) -> None:
@@ -148,23 +162,33 @@ class NamespaceSession:
                              lambda: receiver.set_state(state.encode()))
             if self.pending_state is state:
                 self.pending_state = None
-        if not self._has_room():
+        if not self._has_room(self):
             self._room.clear()
             with anyio.move_on_after(self._poll_wait):
                 await self._room.wait()
             return
+        if self._settling:
+            self._settled.clear()
+            with anyio.move_on_after(self._poll_wait):
+                await self._settled.wait()
         got = await self._call("receive", Operation.RECEIVE, lambda: receiver.receive(
             max_messages=self._prefetch, max_wait=self._poll_wait), wait=self._poll_wait)
         self._mark_up()
         if got:
             self._on_received(self, got)
 
-    def _lose(self, exc: GatewayError) -> None:
-        if self.receiver is not None:
-            logger.info("lost the lock on session %r in %s: %s", self.session_id,
-                        self.namespace, exc)
-            self.receiver = None
-            self._on_lost(self)
+    async def _drop(self, exc: GatewayError) -> None:
+        """Stop using the lock (lost, or its namespace failed): the copies it delivered
+        leave the buffer, and it is given up (bounded; a namespace that is down lets it
+        expire), to be taken again by the next turn."""
+        receiver, self.receiver = self.receiver, None
+        if receiver is None:
+            return
+        logger.info("session %r in %s: giving the lock up (%s)", self.session_id,
+                    self.namespace, exc)
+        self._on_lost(self)
+        with contextlib.suppress(GatewayError), anyio.move_on_after(2.0):
+            await receiver.aclose()
 
     def _mark_down(self, exc: GatewayError) -> None:
         if not self.down:
@@ -183,12 +207,17 @@ class NamespaceSession:
         copy comes back, and is then settled as the duplicate it is)."""
         transport = self.transport
         call = transport.complete if action == "complete" else transport.abandon
+        self._settling += 1
         try:
             await self._call(f"{action} {received.message_id!r}", Operation.SETTLE,
                              lambda: call(received))
         except GatewayError as exc:
             logger.info("%s of %r in %s failed: %s", action, received.message_id,
                         self.namespace, exc)
+        finally:
+            self._settling -= 1
+            if not self._settling:
+                self._settled.set()
 
     async def read_state(self) -> SessionState | None:
         """This namespace's session state; ``None`` when it cannot be read now."""

@@ -16,7 +16,6 @@ namespaces (``_session_state``), so the next holder of the session starts there.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
@@ -31,9 +30,10 @@ import anyio
 import anyio.to_thread
 
 from gateway.geo._factory import NamespaceLike, check_entity, default_state_dir, open_transport
-from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._hooks import GatewayHooks
 from gateway.geo._receiver import Handler, StopFlag
 from gateway.geo._session_accept import accept_both
+from gateway.geo._session_handover import Copy, HandOver
 from gateway.geo._session_links import NamespaceSession
 from gateway.geo._session_state import SessionState, newest
 from gateway.stores import SqliteDedupStore, SqliteSessionStore
@@ -47,9 +47,7 @@ from replication import (
     DedupWindow,
     NamespaceUnavailable,
     ReorderBuffer,
-    SessionGap,
     SessionOffer,
-    Verdict,
     session_position,
 )
 
@@ -57,9 +55,6 @@ __all__ = ["AsyncGeoSessionReceiver", "SessionReceiverStats"]
 
 logger = logging.getLogger("geogateway")
 
-Copy = tuple[NamespaceSession, ReceivedMessage]
-#: Settlements let run beside the hand-overs at most.
-_MAX_SETTLING = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +71,7 @@ class SessionReceiverStats:
     late: int
 
 
-class AsyncGeoSessionReceiver:
+class AsyncGeoSessionReceiver(HandOver):
     """Receives a session at a time from both namespaces, in the sender's order.
 
     Args:
@@ -260,9 +255,13 @@ class AsyncGeoSessionReceiver:
 
     # -- receiving -------------------------------------------------------------------
 
-    def _has_room(self) -> bool:
-        return self._buffer is not None and (
-            len(self._buffer) + len(self._unordered) < self._max_buffered)
+    def _has_room(self, link: NamespaceSession) -> bool:
+        buffer = self._buffer
+        if buffer is None or len(buffer) + len(self._unordered) >= self._max_buffered:
+            return False
+        # Copies of this namespace about to be handed over: receive after them (what a
+        # gap holds back does not count, so the other namespace's pump never waits for it).
+        return not any(c[0] is link for c in buffer.ready(self._prefetch))
 
     def _received(self, link: NamespaceSession, got: list[ReceivedMessage]) -> None:
         buffer = self._buffer
@@ -288,20 +287,6 @@ class AsyncGeoSessionReceiver:
                 self._buffer.remove(copy, now)
         self._unordered = deque(u for u in self._unordered if u[0][0] is not link)
         self._room.set()
-
-    def _duplicate(self, copy: Copy) -> None:
-        self._counts["duplicates_suppressed"] += 1
-        emit(self._hooks, "on_duplicate", message_id=copy[1].message_id,
-             namespace=copy[0].namespace)
-        task = asyncio.get_running_loop().create_task(copy[0].settle(copy[1], "complete"))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-
-    async def _settled(self) -> None:
-        if self._settling:
-            await asyncio.gather(*list(self._settling), return_exceptions=True)
-
-    # -- handing over ----------------------------------------------------------------
 
     async def run(self, handler: Handler, *, stop: StopFlag | None = None,
                   idle_timeout: float | None = None,
@@ -355,9 +340,9 @@ class AsyncGeoSessionReceiver:
                 copy, late = self._unordered.popleft()
                 await self._hand_over(handler, copy, late=late)
                 continue
-            head = buffer.head()
-            if head is not None:
-                await self._hand_over(handler, head, late=None)
+            run = buffer.ready(self._prefetch)
+            if run:
+                await self._hand_over_run(handler, run)
                 continue
             gap = buffer.expire_gap(self._clock())
             if gap is not None:
@@ -399,72 +384,6 @@ class AsyncGeoSessionReceiver:
         with anyio.move_on_after(max(wait, 0.001)):
             await self._arrived.wait()
 
-    async def _hand_over(self, handler: Handler, copy: Copy, *, late: bool | None) -> None:
-        """Run ``handler`` on ``copy`` unless its id is done; ``late`` is None for the
-        head of the buffer (the others come unordered, or late)."""
-        buffer = self._buffer
-        assert buffer is not None
-        link, r = copy
-        [verdict] = await anyio.to_thread.run_sync(self._dedup.check_many, [r.message_id])
-        if verdict is Verdict.HOLD:  # another process handles this id right now
-            if late is not None:
-                self._unordered.append((copy, late))
-            await anyio.sleep(self._poll_wait)
-            return
-        if verdict is Verdict.DUPLICATE:
-            self._counts["duplicates_suppressed"] += 1
-            emit(self._hooks, "on_duplicate", message_id=r.message_id, namespace=link.namespace)
-            others = buffer.done(r.message_id, self._clock()) if late is None else []
-            await self._complete([copy, *others], cursor=late is None)
-            return
-        if not await _call(handler, r):
-            await anyio.to_thread.run_sync(self._dedup.failed, r.message_id)
-            if late is None:
-                buffer.failed(self._clock())
-            self._counts["abandoned"] += 1
-            await link.settle(r, "abandon")
-            return
-        await anyio.to_thread.run_sync(self._dedup.succeeded, r.message_id)
-        self._counts["delivered"] += 1
-        if late:
-            self._counts["late"] += 1
-            position = session_position(r.message.properties)
-            logger.warning("session %r of %r: message %s (position %s) came after its gap "
-                           "was given up on: handed over late", self.session_id, self.entity,
-                           r.message_id, position)
-            emit(self._hooks, "on_session_late", entity=self.entity,
-                 session_id=self.session_id, position=position, message_id=r.message_id)
-        others = buffer.done(r.message_id, self._clock()) if late is None else []
-        await self._complete([copy, *others], cursor=late is None)
-
-    async def _complete(self, copies: list[Copy], *, cursor: bool) -> None:
-        buffer = self._buffer
-        if cursor and buffer is not None and self.session_id is not None:
-            await anyio.to_thread.run_sync(self._cursors.advance, self.entity, self.session_id,
-                                           buffer.next_position)
-        if len(copies) > 1:
-            self._counts["duplicates_suppressed"] += len(copies) - 1
-        # Settled beside the next hand-over: an SDK receiver sends a settlement only
-        # between two of its receives. Late is safe: the id is done and the position
-        # passed, so a copy that comes back meanwhile is settled as a duplicate.
-        for link, r in copies:
-            task = asyncio.get_running_loop().create_task(link.settle(r, "complete"))
-            self._settling.add(task)
-            task.add_done_callback(self._settling.discard)
-        if len(self._settling) >= _MAX_SETTLING:
-            await self._settled()
-        self._room.set()
-
-    def _report(self, gap: SessionGap) -> None:
-        self._counts["gaps"] += 1
-        self._counts["missing"] += gap.missing
-        logger.warning("session %r of %r: positions %d to %d did not come within %.1f s "
-                       "(a namespace down, a sender's durable queue, or lost): going on "
-                       "without them", gap.session_id, self.entity, gap.first, gap.last,
-                       gap.waited)
-        emit(self._hooks, "on_session_gap", entity=self.entity, session_id=gap.session_id,
-             first=gap.first, last=gap.last, waited=gap.waited)
-
     async def aclose(self) -> None:
         """Give the session up, close what was opened. Safe to call twice."""
         if self._closed:
@@ -483,19 +402,3 @@ class AsyncGeoSessionReceiver:
 
 def _stopped(stop: StopFlag | None) -> bool:
     return stop is not None and stop.is_set()
-
-
-async def _call(handler: Handler, message: ReceivedMessage) -> bool:
-    """Run the handler; False (logged) when it raised."""
-    try:
-        if inspect.iscoroutinefunction(handler):
-            await handler(message)
-        else:
-            result = await anyio.to_thread.run_sync(handler, message)
-            if inspect.isawaitable(result):
-                await result
-    except Exception:
-        logger.exception("handler failed for message %s", message.message_id)
-        return False
-    return True
-

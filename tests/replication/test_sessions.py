@@ -114,6 +114,16 @@ def test_removed_copies_are_forgotten() -> None:
     assert b.gap_deadline() == 4  # position 0 must come back (or is given up on)
 
 
+def test_ready_is_the_run_of_heads_held_in_a_row() -> None:
+    b: ReorderBuffer[str] = ReorderBuffer("s")
+    for p in (0, 1, 3):
+        b.offer(f"m{p}", message_id=f"m{p}", position=p, now=0)
+    b.offer("m1 again", message_id="m1", position=1, now=0)
+    assert b.ready(10) == ["m0", "m1"] and b.ready(1) == ["m0"]
+    b.done("m0", 0)
+    assert b.ready(10) == ["m1"]
+
+
 def test_skipping_to_a_position_returns_what_is_held_below_it() -> None:
     b: ReorderBuffer[str] = ReorderBuffer("s", next_position=2, gap_timeout=1)
     for p in (3, 5, 6):

@@ -101,6 +101,28 @@ async def test_a_locked_session_cannot_be_taken_and_none_left_times_out(conn_str
                     await r.receive_messages(max_wait_time=0.5)
 
 
+async def test_next_available_waits_for_a_session_to_get_a_message(conn_str: str) -> None:
+    async with client(conn_str) as c:
+        # Given a receiver waiting for the next available session of an empty queue
+        receiver = c.get_queue_receiver(SESSIONS, session_id=NEXT_AVAILABLE_SESSION,
+                                        max_wait_time=10)
+        opening = asyncio.create_task(receiver.__aenter__())
+        await asyncio.sleep(0.3)
+        assert not opening.done()
+        # When a message of a session arrives
+        await send(conn_str, SESSIONS, msg("late", 0), msg("b", 0))
+        # Then the receiver gets that session
+        await opening
+        async with receiver:
+            assert receiver.session.session_id == "late"
+            [m] = await receiver.receive_messages(max_message_count=5, max_wait_time=1)
+            assert m.message_id == "late-0"
+            # and a peek sees that session's messages only
+            assert [p.message_id for p in await receiver.peek_messages(
+                max_message_count=5, sequence_number=1)] == ["late-0"]
+            await receiver.complete_message(m)
+
+
 async def test_session_state_and_renewal(conn_str: str) -> None:
     await send(conn_str, SESSIONS, msg("a", 0))
     async with client(conn_str) as c:
