@@ -8,6 +8,7 @@ No azure import, no gateway import.
 """
 
 from durable_queue._queue import DurableQueue
+from durable_queue._readonly import read_stats, why_not_writable
 from durable_queue._records import (
     DeadLetteredMessage,
     DestinationStats,
@@ -37,6 +38,8 @@ __all__ = [
     "busy_retrying",
     "is_busy",
     "open_private_store",
+    "read_stats",
     "salvage",
     "transaction",
+    "why_not_writable",
 ]

@@ -19,7 +19,7 @@ from durable_queue._records import DestinationStats, QueueStats
 from durable_queue._rows import split_properties
 from durable_queue._sqlite import file_bytes
 
-__all__ = ["Inspected", "export", "stats"]
+__all__ = ["Inspected", "empty_stats", "export", "stats"]
 
 
 class Inspected(Protocol):
@@ -92,6 +92,15 @@ def stats(conn: sqlite3.Connection, queue: Inspected) -> QueueStats:
         max_bytes=queue.max_bytes,
         file_bytes=file_bytes(queue.path),
         commits=queue.commits,
+    )
+
+
+def empty_stats(queue: Inspected) -> QueueStats:
+    """The stats of a queue file that has no schema yet: nothing waits."""
+    return QueueStats(
+        path=str(queue.path), destinations=(), count=0, bytes=0, dead_letters=0,
+        max_messages=queue.max_messages, max_bytes=queue.max_bytes,
+        file_bytes=file_bytes(queue.path), commits=queue.commits,
     )
 
 

@@ -19,12 +19,14 @@ from gateway.errors import (
     QueueCorrupt,
     QueueFull,
     SessionLockLost,
+    StoreUnavailable,
     TransportError,
 )
 
 if _TYPE_CHECKING:
     from gateway.geo import (
         DedupConfig,
+        DispatcherStats,
         DurableQueueConfig,
         GatewayConfig,
         GatewayHooks,
@@ -33,12 +35,20 @@ if _TYPE_CHECKING:
         GeoSender,
         GeoSessionReceiver,
         NamespaceConfig,
+        OutboxDispatcher,
         ReceiverStats,
         ReplayReport,
         SendResult,
         SessionReceiverStats,
     )
-    from gateway.stores import SqliteDedupStore
+    from gateway.stores import (
+        FallbackDedupStore,
+        OutboxStats,
+        PostgresDedupStore,
+        PostgresOutbox,
+        SqliteDedupStore,
+        SqliteOutbox,
+    )
     from gateway.transports.base import ReceivedMessage, ReceiveMode
     from replication import (
         DeadlinePolicy,
@@ -61,7 +71,9 @@ _LAZY = {
     "DedupConfig": "gateway.geo",
     "DedupStore": "replication",
     "DedupWindow": "replication",
+    "DispatcherStats": "gateway.geo",
     "DurableQueueConfig": "gateway.geo",
+    "FallbackDedupStore": "gateway.stores",
     "GatewayConfig": "gateway.geo",
     "GatewayHooks": "gateway.geo",
     "GeoPartitionReceiver": "gateway.geo",
@@ -72,6 +84,10 @@ _LAZY = {
     "Message": "replication",
     "Mode": "replication",
     "NamespaceConfig": "gateway.geo",
+    "PostgresDedupStore": "gateway.stores",
+    "OutboxDispatcher": "gateway.geo",
+    "OutboxStats": "gateway.stores",
+    "PostgresOutbox": "gateway.stores",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "ReceiverStats": "gateway.geo",
@@ -81,6 +97,7 @@ _LAZY = {
     "SendResult": "gateway.geo",
     "SessionReceiverStats": "gateway.geo",
     "SqliteDedupStore": "gateway.stores",
+    "SqliteOutbox": "gateway.stores",
 }
 
 
@@ -94,8 +111,10 @@ __all__ = [
     "DedupConfig",
     "DedupStore",
     "DedupWindow",
+    "DispatcherStats",
     "DurableQueueConfig",
     "DurableQueueError",
+    "FallbackDedupStore",
     "GatewayConfig",
     "GatewayError",
     "GatewayHooks",
@@ -111,7 +130,11 @@ __all__ = [
     "NamespaceConfig",
     "NamespaceUnavailable",
     "OperationTimeout",
+    "OutboxDispatcher",
+    "OutboxStats",
     "OwnershipLost",
+    "PostgresDedupStore",
+    "PostgresOutbox",
     "QueueCorrupt",
     "QueueFull",
     "ReceiveMode",
@@ -124,6 +147,8 @@ __all__ = [
     "SessionLockLost",
     "SessionReceiverStats",
     "SqliteDedupStore",
+    "SqliteOutbox",
+    "StoreUnavailable",
     "TransportError",
     "__version__",
 ]

@@ -1,5 +1,6 @@
 """The async API: ``AsyncGeoSender``, ``AsyncGeoReceiver``,
-``AsyncGeoPartitionReceiver`` and ``AsyncGeoSessionReceiver`` (close with ``aclose()``)."""
+``AsyncGeoPartitionReceiver``, ``AsyncGeoSessionReceiver`` and ``AsyncOutboxDispatcher``
+(close with ``aclose()``)."""
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
@@ -12,6 +13,7 @@ if _TYPE_CHECKING:
         AsyncGeoReceiver,
         AsyncGeoSender,
         AsyncGeoSessionReceiver,
+        AsyncOutboxDispatcher,
     )
 
 # Imported on first use (PEP 562): the partition receiver brings in the consumer's blob
@@ -21,6 +23,7 @@ _LAZY = {
     "AsyncGeoReceiver": "gateway.geo",
     "AsyncGeoSender": "gateway.geo",
     "AsyncGeoSessionReceiver": "gateway.geo",
+    "AsyncOutboxDispatcher": "gateway.geo",
 }
 
 
@@ -29,4 +32,4 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 
 
 __all__ = ["AsyncGeoPartitionReceiver", "AsyncGeoReceiver", "AsyncGeoSender",
-           "AsyncGeoSessionReceiver"]
+           "AsyncGeoSessionReceiver", "AsyncOutboxDispatcher"]

@@ -14,6 +14,7 @@ from replication import (
     QueueCorrupt,
     QueueFull,
     SessionLockLost,
+    StoreUnavailable,
     TransportError,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "QueueCorrupt",
     "QueueFull",
     "SessionLockLost",
+    "StoreUnavailable",
     "TransportError",
 ]

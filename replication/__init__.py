@@ -22,6 +22,7 @@ from replication._dedup import (
     TransactionalDedupStore,
     Verdict,
 )
+from replication._dedup_scope import ScopedDedupStore, scoped
 from replication._errors import (
     ConfigError,
     DurableQueueError,
@@ -34,6 +35,7 @@ from replication._errors import (
     QueueCorrupt,
     QueueFull,
     SessionLockLost,
+    StoreUnavailable,
     TransportError,
 )
 from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
@@ -94,10 +96,12 @@ __all__ = [
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
+    "ScopedDedupStore",
     "SendPlan",
     "SessionGap",
     "SessionLockLost",
     "SessionOffer",
+    "StoreUnavailable",
     "TransactionalDedupStore",
     "TransportError",
     "Verdict",
@@ -107,6 +111,7 @@ __all__ = [
     "parse_destination",
     "plan_send",
     "replayable",
+    "scoped",
     "session_position",
     "should_fail_back",
 ]

@@ -194,6 +194,11 @@ class Deduplicator:
         """The owner this deduplicator claims ids as."""
         return self._owner
 
+    @property
+    def store(self) -> DedupStore:
+        """The store behind this deduplicator."""
+        return self._store
+
     def check(self, message_id: str) -> Verdict:
         """Decide about one received copy; ``DELIVER`` means it is claimed, in flight.
 

@@ -14,6 +14,7 @@ the boundary where they occur (``raise Mapped(...) from exc``)::
     │   ├── QueueFull                  the size cap (messages or bytes) is reached
     │   └── QueueCorrupt               the queue file is torn or not a queue
     ├── OwnershipLost                  another instance owns the partition now
+    ├── StoreUnavailable               a shared store (PostgreSQL) cannot be reached now
     └── ConfigError                    a bad option, value or file
 
 The tree lives in ``replication`` (pure, no I/O) because ``durable_queue`` and
@@ -34,6 +35,7 @@ __all__ = [
     "QueueCorrupt",
     "QueueFull",
     "SessionLockLost",
+    "StoreUnavailable",
     "TransportError",
 ]
 
@@ -135,6 +137,12 @@ class QueueCorrupt(DurableQueueError):
 
 class OwnershipLost(GatewayError):
     """Another instance owns the partition now; stop reading it."""
+
+
+class StoreUnavailable(GatewayError):
+    """A shared store (the PostgreSQL de-duplication, inbox, outbox, roles or checkpoint
+    store) cannot be reached now: transient; nothing was written. Receivers stop
+    settling (no copy is completed without its done mark) and go on once it is back."""
 
 
 class ConfigError(GatewayError):

@@ -3,8 +3,11 @@ from __future__ import annotations
 import pytest
 
 from tests.azurite import azurite, azurite_port, container
+from tests.postgres import pg, pg_server_factory, pg_session_server
 
-__all__ = ["azurite", "azurite_port", "container"]  # fixtures for every test
+# fixtures for every test
+__all__ = ["azurite", "azurite_port", "container", "pg", "pg_server_factory",
+           "pg_session_server"]
 
 
 @pytest.fixture

@@ -16,9 +16,11 @@ EXPECTED = {
     "active_sender_with_queue.py": "replayed after the outage: 1",
     "azure_sdk_on_the_emulator.py": "received: ['order-1', 'order-2']",
     "dedup_receiver.py": "'event 4']",
+    "outbox_orders.py": "received: ['order-1', 'order-2']",
     "passive_sender.py": "active namespace now: secondary",
     "relay_failover.py": "failover: primary -> secondary",
     "replay_after_outage.py": "waiting on disk: 0",
+    "topic_subscriptions.py": "big: ['order-1!', 'order-3!']",
 }
 
 

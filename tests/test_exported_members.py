@@ -16,6 +16,7 @@ PUBLIC_MODULES = [
     "gateway.aio",
     "gateway.consumer",
     "gateway.errors",
+    "gateway.observability",
     "replication",
     "durable_queue",
 ]

@@ -48,8 +48,8 @@ def test_gateway_holds_only_its_public_face_and_its_rooms():
     assert modules == ["__init__.py", "aio.py", "errors.py"]
     rooms = sorted(p.name for p in (ROOT / "gateway").iterdir()
                    if p.is_dir() and (p / "__init__.py").exists())
-    assert rooms == ["_support", "cli", "consumer", "drill", "emulator", "geo", "relay",
-                     "stores", "transports"]
+    assert rooms == ["_support", "cli", "consumer", "drill", "emulator", "geo",
+                     "observability", "relay", "stores", "transports"]
 
 
 def test_no_module_is_much_longer_than_400_lines():

@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "local namespaces to the Azure SDKs."),
     "namespace": ("gateway.cli._namespace",
                   "Take embedded namespaces down and up, inject faults, show their state."),
+    "outbox": ("gateway.cli._outbox", "Dispatch a transactional outbox (PostgreSQL or "
+               "SQLite) and show what waits in it."),
+    "postgres": ("gateway.cli._postgres", "Start, stop and show an embedded PostgreSQL "
+                 "server (for trying the fleet stores)."),
     "queue": ("gateway.cli._queue",
               "Inspect, export, purge, replay and salvage the durable queue."),
     "receive": ("gateway.cli._send",
@@ -39,6 +43,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "namespaces (Azure Relay)."),
     "send": ("gateway.cli._send",
              "Send BODIES (or --count generated messages) through the gateway."),
+    "serve": ("gateway.cli._serve", "Serve /healthz, /readyz, /metrics and /status over HTTP."),
+    "status": ("gateway.cli._serve", "Show each namespace's role and health, the durable "
+               "queue's backlog and the partition owners, as /status does."),
 }
 
 

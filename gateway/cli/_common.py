@@ -102,7 +102,7 @@ def gateway_config(
     mode: str | None = None,
     data_dir: Path | None = None,
     durable_queue: Path | None = None,
-    dedup_store: Path | None = None,
+    dedup_store: str | Path | None = None,
     needs_entity: bool = True,
 ) -> GatewayConfig:
     """The configuration a command runs with, read as the library reads it
@@ -118,7 +118,7 @@ def gateway_config(
     """
     import os
 
-    from gateway.geo import GatewayConfig
+    from gateway.geo import GatewayConfig, dedup_layer
 
     env = os.environ
     if needs_entity and not (entity or env.get("GEOGATEWAY_ENTITY") or config_path):
@@ -136,7 +136,7 @@ def gateway_config(
         defaults={**_LOCAL, **({} if needs_entity else {"entity": ANY_ENTITY})},
         overrides={"primary": primary, "secondary": secondary, "entity": entity, "mode": mode,
                    "data_dir": data_dir, "durable_queue": {"path": durable_queue},
-                   "dedup": {"path": dedup_store}},
+                   "dedup": dedup_layer(dedup_store)},
     )
 
 

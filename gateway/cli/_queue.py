@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
-from rich.progress import Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from durable_queue import DurableQueue, SalvageReport, UnreadableRows
 from gateway.cli._common import (
     data_dir_option,
-    err,
     fail,
     out,
     print_json,
@@ -26,6 +24,7 @@ from gateway.cli._common import (
     run,
     warning_line,
 )
+from gateway.cli._progress import LiveProgress
 from gateway.geo import GatewayConfig
 from replication import QueueCorrupt, parse_destination
 
@@ -234,18 +233,27 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
                             data_dir=data_dir, needs_entity=False)
     results: list[dict[str, Any]] = []
     sent: dict[str, int] = {}
+    #: What waits per destination when the replay starts: the bars' totals.
+    totals: dict[str, int] = {}
 
-    async def go() -> None:
+    async def go(bars: LiveProgress) -> None:
+        def show(destination: str, replayed: int) -> None:
+            sent[destination] = replayed
+            bars.update(f"replaying {destination}", replayed, totals.get(destination))
+
         q = DurableQueue(path)
         try:
             if dead_letters:
                 q.requeue_dead_letters()
+            if bars.shown:  # the bars' totals (counting costs a read of the index)
+                totals.update((d.destination, d.count) for d in q.stats().destinations)
             entities = sorted({_entity(d) for d in q.destinations()})
             for entity in entities:
                 async with AsyncGeoSender(
                     primary=config.primary, secondary=config.secondary, entity=entity,
                     durable_queue=q, data_dir=config.data_dir, recovery=False,
                     policy=config.policy, state_dir=config.state_dir,
+                    roles_store=config.roles_store,
                 ) as sender:
                     report = await sender.replay(progress=show)
                     results.append({"entity": entity, "replayed": int(report),
@@ -255,20 +263,9 @@ def replay(queue_path: Path | None, config_path: Path | None, primary: str | Non
         finally:
             q.close()
 
-    with Progress(
-        TextColumn("replaying {task.description}"), TextColumn("{task.completed:,} sent"),
-        TimeElapsedColumn(), console=err, transient=True, disable=as_json or not err.is_terminal,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def show(destination: str, replayed: int) -> None:
-            sent[destination] = replayed
-            if destination not in tasks:
-                tasks[destination] = bar.add_task(destination, total=None)
-            bar.update(tasks[destination], completed=replayed)
-
+    with LiveProgress(enabled=not as_json) as bars:
         try:
-            run(go())
+            run(go(bars))
         except QueueCorrupt as exc:
             fail(f"{_stopped(sum(sent.values()))}: {exc}")
     if as_json:

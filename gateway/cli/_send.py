@@ -17,6 +17,7 @@ from gateway.cli._common import (
     run,
     warning_line,
 )
+from gateway.cli._progress import LiveProgress
 from replication import Message, PropertyValue
 
 #: Seconds ``receive`` waits at most for each namespace's first answer.
@@ -79,10 +80,11 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
     texts = list(bodies) + [f"message {i}" for i in range(count or 0)]
     messages = [Message(t, message_id=message_id or "", properties=props) for t in texts]
 
-    async def go() -> list[dict[str, Any]]:
+    async def go(bars: LiveProgress) -> list[dict[str, Any]]:
         async with AsyncGeoSender(
             primary=config.primary, secondary=config.secondary, entity=config.entity,
             policy=config.policy, data_dir=config.data_dir, state_dir=config.state_dir,
+            roles_store=config.roles_store,
             durable_queue=config.durable_queue.path if config.durable_queue else None,
             recovery=False,
         ) as sender:
@@ -91,9 +93,13 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
                 r = await sender.send(m)
                 results.append({"message_id": m.message_id, "namespaces": list(r.namespaces),
                                 "buffered": list(r.buffered), "failed_over": r.failed_over})
+                if len(results) % 50 == 0 or len(results) == len(messages):
+                    bars.update("sending", len(results), len(messages))
             return results
 
-    results = run(go())
+    # A bar for many messages only: one send is over before it would show.
+    with LiveProgress(enabled=not as_json and len(messages) > _ROWS) as bars:
+        results = run(go(bars))
     if as_json:
         print_json(results)
         return
@@ -154,13 +160,14 @@ def _properties(options: tuple[str, ...]) -> dict[str, PropertyValue]:
 @click.option("--max", "max_messages", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--wait", "max_wait", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Seconds to wait for messages.")
-@click.option("--dedup-store", type=click.Path(dir_okay=False, path_type=Path),
-              help="De-duplication window file [env: GEOGATEWAY_DEDUP_STORE; default: "
-                   "<data dir>/dedup.db].")
+@click.option("--dedup-store", metavar="FILE|DSN",
+              help="De-duplication window: a SQLite file, or a PostgreSQL DSN "
+                   "(postgresql://...) shared by a fleet [env: GEOGATEWAY_DEDUP_STORE; "
+                   "default: <data dir>/dedup.db].")
 @click.option("--peek", is_flag=True, help="Abandon instead of complete (leave them queued).")
 def receive(config_path: Path | None, primary: str | None, secondary: str | None,
             entity: str | None, data_dir: Path | None, as_json: bool, max_messages: int,
-            max_wait: float, dedup_store: Path | None, peek: bool) -> None:
+            max_wait: float, dedup_store: str | None, peek: bool) -> None:
     """Receive de-duplicated messages from both namespaces and complete them.
 
     Exits 3 when one namespace could not be read (refused, down, no answer; a warning
@@ -171,19 +178,18 @@ def receive(config_path: Path | None, primary: str | None, secondary: str | None
 
     config = gateway_config(config_path, primary=primary, secondary=secondary, entity=entity,
                             data_dir=data_dir, dedup_store=dedup_store)
-    if config.dedup is not None:
-        dedup_store = config.dedup.path
-    else:
-        dedup_store = Path(config.data_dir or default_data_dir()) / "dedup.db"
+    if config.dedup is None:
+        default = Path(config.data_dir or default_data_dir()) / "dedup.db"
         # Its default home may not exist yet when both namespaces are in Azure.
-        dedup_store.parent.mkdir(parents=True, exist_ok=True)
+        default.parent.mkdir(parents=True, exist_ok=True)
     unread: dict[str, str] = {}
 
     async def go() -> list[dict[str, Any]]:
+        # A DSN opens a PostgreSQL store (a one-line error if it cannot), never a file.
+        store = config.dedup.open_store() if config.dedup is not None else default
         async with AsyncGeoReceiver(
             primary=config.primary, secondary=config.secondary, entity=config.entity,
-            dedup_store=dedup_store, data_dir=config.data_dir,
-            dedup_window=config.dedup.window if config.dedup else None,
+            dedup_store=store, data_dir=config.data_dir,
         ) as receiver:
             got = await receiver.receive(max_messages=max_messages, max_wait=max_wait)
             for m in got:

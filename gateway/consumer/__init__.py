@@ -27,11 +27,16 @@ from gateway.consumer._sync import PartitionProcessor, SyncPartitionContext
 
 if _TYPE_CHECKING:
     from gateway.consumer._blob_store import BlobCheckpointStore
+    from gateway.consumer._pg_store import PostgresCheckpointStore
 
 
 # Imported on first use: the Blob SDK (and aiohttp behind it) is most of the start-up
-# time of anything that imports the consumer, and only the blob store needs it.
-__getattr__ = _lazy_exports(__name__, {"BlobCheckpointStore": "gateway.consumer._blob_store"})
+# time of anything that imports the consumer, and only the blob store needs it (and
+# psycopg only the PostgreSQL one).
+__getattr__ = _lazy_exports(__name__, {
+    "BlobCheckpointStore": "gateway.consumer._blob_store",
+    "PostgresCheckpointStore": "gateway.consumer._pg_store",
+})
 
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "OwnershipManager",
     "PartitionContext",
     "PartitionProcessor",
+    "PostgresCheckpointStore",
     "ProcessorSettings",
     "SdkCheckpointStore",
     "SqliteCheckpointStore",

@@ -36,6 +36,8 @@ class Scenario(enum.Enum):
     # Receiver processes on a partitioned entity (gateway.drill._consumers):
     CONSUMER_CRASH = "consumer-crash"  # 3 workers; one SIGKILLed at 40% delivered
     CONSUMER_SCALE = "consumer-scale"  # 2 workers; a 3rd joins at 30%, one leaves at 60%
+    # Receiver processes on three machines sharing one store (gateway.drill._fleet):
+    FLEET = "fleet"  # active mode; a machine SIGKILLed at 30%, primary down 45%-70%
 
     @classmethod
     def parse(cls, value: Scenario | str) -> Scenario:

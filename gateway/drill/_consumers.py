@@ -31,16 +31,15 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import signal
 import sqlite3
 import time
 from pathlib import Path
 
-from gateway._support.parent_watch import child_command
 from gateway.drill import _consumer_shared as shared
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._timeline import DrillTimeline
+from gateway.drill._workers import Workers, send_while_watching
 from gateway.emulator import EmulatorProcess
 from gateway.geo import AsyncGeoSender, NamespaceConfig, NamespaceLike
 from gateway.stores import SqliteDedupStore
@@ -63,13 +62,10 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
     Scenario.CONSUMER_SCALE: [(0.3, "start", "w3"), (0.6, "term", "w1")],
 }
 _POLL = 0.1
-# The directory that holds the gateway package, for the workers' PYTHONPATH.
-_PROJECT = str(Path(__file__).resolve().parents[2])
 # A worker's graceful stop waits at most DRILL_BALANCE.handover_timeout for takers,
 # then hands over what is left (each partition after its handler call): a worker
 # still running this long after SIGTERM is stuck.
 _STOP_TIMEOUT = 4 * shared.DRILL_BALANCE.handover_timeout
-_READY_TIMEOUT = 30.0
 
 
 async def run_consumer_drill(
@@ -112,10 +108,10 @@ class _ConsumerDrill:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
             shared.create_delivered_table(conn)
             conn.commit()
-        (root / "logs").mkdir(exist_ok=True)
-        self.workers: dict[str, asyncio.subprocess.Process] = {}
-        self.killed: set[str] = set()
-        self.counters = DrillCounters()
+        self.workers = Workers(root, stop_timeout=_STOP_TIMEOUT)
+        #: What happened when, for the drill's picture (deliveries by worker).
+        self.timeline = DrillTimeline(delivered_label="delivered by")
+        self.counters = DrillCounters(self.timeline)
         self.sent = 0
         self.script = list(_SCRIPTS[scenario])
         self.connection_strings: dict[str, str] = {}  # Event Hubs on the emulator, if set
@@ -128,7 +124,8 @@ class _ConsumerDrill:
                             kind="eventhubs") for ns in (PRIMARY, SECONDARY))
 
     async def run(self, settle_timeout: float) -> DrillReport:
-        started = time.monotonic()
+        started = self.timeline.started = time.monotonic()
+        wall = time.time()
         try:
             await asyncio.gather(*(self._start(name) for name in _START[self.scenario]))
             primary, secondary = self._namespaces()
@@ -139,18 +136,16 @@ class _ConsumerDrill:
                 data_dir=self.root / "namespaces", state_dir=self.root / "state",
             )
             async with sender:
-                watching = asyncio.create_task(self._watch())
-                try:
-                    await self._send_all(sender)
-                    await self._settle(sender, watching, settle_timeout)
-                finally:
-                    watching.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await watching
+                await send_while_watching(
+                    self._watch, lambda: self._send_all(sender),
+                    lambda watching: self._settle(sender, watching, settle_timeout))
             await asyncio.sleep(0.5)  # a late duplicate would still be counted
         finally:
-            await self._stop_all()
+            await self.workers.stop_all()
+        self.timeline.finish()
         rows = await asyncio.to_thread(self._rows)
+        for worker, at in await asyncio.to_thread(self._deliveries):
+            self.timeline.delivered.setdefault(worker, []).append(max(0.0, at - wall))
         ids = [f"drill-{i:08d}" for i in range(self.sent)]
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
@@ -159,71 +154,29 @@ class _ConsumerDrill:
             duplicates_delivered=sum(c - 1 for c in rows.values() if c > 1),
             duplicates_suppressed=self._suppressed(), buffered=self.counters.buffered,
             replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
-            elapsed_seconds=round(time.monotonic() - started, 3),
+            elapsed_seconds=round(time.monotonic() - started, 3), timeline=self.timeline,
         )
 
     # -- workers --------------------------------------------------------------------
 
     async def _start(self, name: str) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PROJECT, env.get("PYTHONPATH", "")) if p)
-        for ns, value in self.connection_strings.items():
-            env[shared.connection_string_variable(ns)] = value
-        log = await asyncio.to_thread(open, self.root / "logs" / f"{name}.log", "ab")
-        # It stops gracefully by itself should this process die (gateway._support.parent_watch).
-        command, fds = child_command(["-m", "gateway.drill._consumer_worker", "--root",
-                                      str(self.root), "--worker", name])
-        with log:
-            self.workers[name] = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=log, env=env, pass_fds=fds,
-            )
-        # Wait until it can take a SIGTERM gracefully (it imports for a second or so).
-        process = self.workers[name]
-        assert process.stdout is not None
-        try:
-            line = await asyncio.wait_for(process.stdout.readline(), _READY_TIMEOUT)
-        except asyncio.TimeoutError:
-            line = b""
-        if line.strip() != b"ready":
-            raise RuntimeError(f"drill worker {name} did not start; see "
-                               f"{self.root / 'logs' / f'{name}.log'}")
+        env = {shared.connection_string_variable(ns): value
+               for ns, value in self.connection_strings.items()}
+        await self.workers.start(name, ["-m", "gateway.drill._consumer_worker", "--root",
+                                        str(self.root), "--worker", name], env)
 
     async def _act(self, action: str, name: str) -> None:
-        process = self.workers.get(name)
+        self.timeline.add_fault(action, name)
         if action == "start":
             await self._start(name)  # the next step waits until this worker is up
-            return
-        if process is None or process.returncode is not None:
-            return
-        if action == "kill":
-            process.send_signal(signal.SIGKILL)
-            self.killed.add(name)
+        elif action == "kill":
+            self.workers.kill(name)
         elif action == "term":
-            process.send_signal(signal.SIGTERM)
-
-    async def _stop_all(self) -> None:
-        for process in self.workers.values():
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
-        for name, process in self.workers.items():
-            try:
-                await asyncio.wait_for(process.wait(), _STOP_TIMEOUT)
-            except asyncio.TimeoutError:
-                logger.warning("drill worker %s did not stop in %s s: killed; see %s", name,
-                               _STOP_TIMEOUT, self.root / "logs" / f"{name}.log")
-                process.kill()
-                await process.wait()
-            if process.returncode not in (0, -signal.SIGKILL) or (
-                    process.returncode == -signal.SIGKILL and name not in self.killed):
-                logger.warning("drill worker %s exited with %s; see %s", name,
-                               process.returncode, self.root / "logs" / f"{name}.log")
+            self.workers.terminate(name)
 
     def _suppressed(self) -> int:
         total = 0
-        for name in self.workers:
+        for name in self.workers.processes:
             path = self.root / "stats" / f"{name}.json"
             if path.exists():
                 total += int(json.loads(path.read_text())["duplicates"])
@@ -238,7 +191,8 @@ class _ConsumerDrill:
                         partition_key=f"key-{i % 64}")
                 for i in range(self.sent, min(self.sent + self.batch_size, self.total))
             ]
-            await sender.send_batch(batch)
+            result = await sender.send_batch(batch)
+            self.timeline.add_sent(result.namespaces, len(batch))
             self.sent += len(batch)
             if self.sent % 500 < self.batch_size or self.sent == self.total:
                 self.progress("sent", self.sent, self.total)
@@ -249,6 +203,9 @@ class _ConsumerDrill:
         while True:
             delivered = await asyncio.to_thread(self._count)
             self.progress("delivered", delivered, self.total)
+            suppressed = await asyncio.to_thread(self._progress_counts, "duplicates")
+            seen = self.timeline.duplicates
+            seen.extend([self.timeline.now()] * max(0, suppressed - len(seen)))
             while script and delivered >= script[0][0] * self.total:
                 _, action, name = script[0]
                 await self._act(action, name)
@@ -278,19 +235,29 @@ class _ConsumerDrill:
         """True once the workers handled or suppressed every copy (one per namespace
         in active mode), by their progress files. A SIGKILLed worker's last counts
         are lost with it, so with one the drill does not wait for this."""
-        if self.killed:
+        if self.workers.killed:
             return True
         copies = self.sent * (2 if self.mode is Mode.ACTIVE else 1)
-        consumed = 0
+        consumed = self._progress_counts("delivered") + self._progress_counts("duplicates")
+        return consumed >= copies
+
+    def _progress_counts(self, counter: str) -> int:
+        """A counter summed over the workers' progress files (written every 0.2 s)."""
+        total = 0
         for path in (self.root / "progress").glob("*.json"):
             with contextlib.suppress(OSError, ValueError, KeyError):
-                counters = json.loads(path.read_text())
-                consumed += int(counters["delivered"]) + int(counters["duplicates"])
-        return consumed >= copies
+                total += int(json.loads(path.read_text())[counter])
+        return total
 
     def _count(self) -> int:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
             return int(conn.execute("SELECT count(*) FROM drill_delivered").fetchone()[0])
+
+    def _deliveries(self) -> list[tuple[str, float]]:
+        """(worker, wall-clock time) of each first delivery."""
+        with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:
+            return [(str(w), float(at)) for w, at in
+                    conn.execute("SELECT worker, at FROM drill_delivered ORDER BY at")]
 
     def _rows(self) -> dict[str, int]:
         with contextlib.closing(sqlite3.connect(self.dedup_path, timeout=30.0)) as conn:

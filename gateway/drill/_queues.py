@@ -13,11 +13,13 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._timeline import DrillTimeline, DuplicateRecorder
 from gateway.emulator import EmulatorProcess
 from gateway.geo import (
     AsyncGeoPartitionReceiver,
@@ -30,7 +32,10 @@ from gateway.transports.base import PartitionEvent, ReceivedMessage
 from gateway.transports.local import LocalNamespace
 from replication import Message, Mode
 
-__all__ = ["run_queue_drill"]
+__all__ = ["Handler", "QueueDrill", "run_queue_drill"]
+
+#: What a drill's receiver calls with each message it delivers.
+Handler = Callable[[Any], Awaitable[None]]
 
 ENTITY = "drill"
 HUB, HUB_PARTITIONS = "drill-events", 4
@@ -66,11 +71,13 @@ async def run_queue_drill(
     With ``transport="servicebus"`` or ``"eventhubs"`` the namespaces are served by
     ``geogateway emulator`` (a child process started and stopped here).
     """
-    drill = _Drill(mode, scenario, messages, batch_size, root, progress, transport)
+    drill = QueueDrill(mode, scenario, messages, batch_size, root, progress, transport)
     return await drill.run(settle_timeout)
 
 
-class _Drill:
+class QueueDrill:
+    """One queue drill (and, through its subclass in ``_topics``, a topic drill)."""
+
     def __init__(
         self, mode: Mode, scenario: Scenario, messages: int, batch_size: int, root: Path,
         progress: Progress | None, transport: str = "local",
@@ -86,7 +93,9 @@ class _Drill:
             namespace.up()
             namespace.set_faults(latency=0.0, lost_replies=0.0)
             self._declare(namespace)
-        self.counters = DrillCounters()
+        #: What happened when, for the drill's picture.
+        self.timeline = DrillTimeline()
+        self.counters = DrillCounters(self.timeline)
         self.delivered: Counter[str] = Counter()
         self.sent_ids: list[str] = []
         self.failover_seconds: list[float] = []
@@ -100,7 +109,7 @@ class _Drill:
         self._up_at: float | None = None
 
     def _declare(self, namespace: LocalNamespace) -> None:
-        """Create the drill's entity in a namespace."""
+        """Create the drill's entity in one namespace."""
         if self.transport == "eventhubs":
             namespace.create_partitioned(HUB, partitions=HUB_PARTITIONS)
         else:
@@ -117,7 +126,7 @@ class _Drill:
         return Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
 
     async def run(self, settle_timeout: float) -> DrillReport:
-        started = time.monotonic()
+        started = self.timeline.started = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
             if self.transport == "local":
                 primary: NamespaceLike = f"local://{PRIMARY}"
@@ -131,10 +140,11 @@ class _Drill:
                                     kind=self.transport)
                     for ns in (PRIMARY, SECONDARY))
             suppressed, replay_seconds = await self._run(primary, secondary, settle_timeout)
-        return self._report(started, suppressed, replay_seconds)
+        self.timeline.finish()
+        return self._report(suppressed, replay_seconds, time.monotonic() - started)
 
-    def _report(self, started: float, suppressed: int,
-                replay_seconds: float | None) -> DrillReport:
+    def _report(self, suppressed: int, replay_seconds: float | None,
+                elapsed: float) -> DrillReport:
         unique = set(self.sent_ids)
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
@@ -145,7 +155,8 @@ class _Drill:
             replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
             failover_seconds=self.failover_seconds, replay_seconds=replay_seconds,
             hung_send_seconds=self.hung_send_seconds,
-            elapsed_seconds=round(time.monotonic() - started, 3), transport=self.transport,
+            elapsed_seconds=round(elapsed, 3), transport=self.transport,
+            timeline=self.timeline,
         )
 
     async def _run(self, primary: NamespaceLike, secondary: NamespaceLike,
@@ -156,25 +167,16 @@ class _Drill:
             mode=self.mode, durable_queue=self.root / "buffer.db", hooks=self.counters,
             data_dir=self.root / "namespaces", state_dir=self.root / "state",
         )
-        receiver: AsyncGeoReceiver | AsyncGeoPartitionReceiver
-        if self.transport == "eventhubs":
-            receiver = AsyncGeoPartitionReceiver(
-                primary=primary, secondary=secondary, entity=self.entity,
-                checkpoint_store=self.root / "checkpoints.db",
-                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
-            )
-        else:
-            receiver = AsyncGeoReceiver(
-                primary=primary, secondary=secondary, entity=self.entity,
-                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
-            )
+        receivers = self._receivers(primary, secondary)
         stop = asyncio.Event()
-        async with sender, receiver:
-            if isinstance(receiver, AsyncGeoPartitionReceiver):
-                receiving = asyncio.create_task(receiver.run(self._handle, stop=stop))
-            else:
-                receiving = asyncio.create_task(
-                    receiver.run(self._handle, max_messages=100, stop=stop))
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(sender)
+            for receiver, _ in receivers:
+                await stack.enter_async_context(receiver)
+            receiving = [asyncio.create_task(
+                receiver.run(handle, stop=stop) if isinstance(receiver, AsyncGeoPartitionReceiver)
+                else receiver.run(handle, max_messages=100, stop=stop))
+                for receiver, handle in receivers]
             try:
                 await self._send_all(sender)
                 replay_seconds = await self._settle(sender, settle_timeout)
@@ -182,14 +184,37 @@ class _Drill:
                 await asyncio.sleep(0.5)
             finally:
                 stop.set()
-                await receiving
-            suppressed = (receiver.dedup_stats.duplicates
-                          if isinstance(receiver, AsyncGeoPartitionReceiver)
-                          else receiver.stats.duplicates_suppressed)
-        return suppressed, replay_seconds
+                await asyncio.gather(*receiving)
+        return sum(self._suppressed(receiver) for receiver, _ in receivers), replay_seconds
+
+    def _receivers(self, primary: NamespaceLike, secondary: NamespaceLike
+                   ) -> list[tuple[AsyncGeoReceiver | AsyncGeoPartitionReceiver, Handler]]:
+        """The drill's receivers, each with its handler."""
+        if self.transport == "eventhubs":
+            return [(AsyncGeoPartitionReceiver(
+                primary=primary, secondary=secondary, entity=self.entity,
+                checkpoint_store=self.root / "checkpoints.db",
+                dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+                hooks=DuplicateRecorder(self.timeline)),
+                self._handle)]
+        return [(AsyncGeoReceiver(
+            primary=primary, secondary=secondary, entity=self.entity,
+            dedup_store=self.root / "dedup.db", data_dir=self.root / "namespaces",
+            hooks=DuplicateRecorder(self.timeline)),
+            self._handle)]
+
+    @staticmethod
+    def _suppressed(receiver: AsyncGeoReceiver | AsyncGeoPartitionReceiver) -> int:
+        if isinstance(receiver, AsyncGeoPartitionReceiver):
+            return receiver.dedup_stats.duplicates
+        return receiver.stats.duplicates_suppressed
+
+    def _all_delivered(self) -> bool:
+        return all(self.delivered[i] for i in self.sent_ids)
 
     async def _handle(self, message: ReceivedMessage | PartitionEvent) -> None:
         self.delivered[message.message.message_id] += 1
+        self.timeline.add_delivered(message.namespace)
         delivered = len(self.delivered)
         if delivered % 500 == 0 or delivered == self.total:
             self.progress("delivered", delivered, self.total)
@@ -211,6 +236,7 @@ class _Drill:
             result = await sender.send_batch(batch)
             if hung:
                 self.hung_send_seconds.append(round(time.monotonic() - started, 4))
+            self.timeline.add_sent(result.namespaces, len(batch))
             self._note_failover(result.namespaces, started)
             self.sent_ids.extend(m.message_id for m in batch)
             sent += len(batch)
@@ -229,6 +255,7 @@ class _Drill:
 
     def _inject(self, action: str, ns: str) -> None:
         namespace = self.namespaces[ns]
+        self.timeline.add_fault(action, ns)
         if action == "down":
             namespace.down()
             self._down.add(ns)
@@ -268,8 +295,9 @@ class _Drill:
         faulty, since = self._fault
         if (since is not None and started < since) or not accepted or faulty in accepted:
             return
-        self.failover_seconds.append(
-            round(time.monotonic() - (started if since is None else since), 4))
+        seconds = round(time.monotonic() - (started if since is None else since), 4)
+        self.failover_seconds.append(seconds)
+        self.timeline.add_failover(seconds)
         self._fault = None
 
     async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:
@@ -284,7 +312,7 @@ class _Drill:
             if not drained and not sender.backlog:
                 drained = True
                 self.progress("replaying", 1, 1)
-            if drained and all(self.delivered[i] for i in self.sent_ids):
+            if drained and self._all_delivered():
                 break
             await asyncio.sleep(0.05)
         # Replay time: from the namespaces' return to the last buffered message sent.

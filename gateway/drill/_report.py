@@ -17,11 +17,13 @@ drill passes only when their p99 is within :data:`HUNG_SEND_LIMIT` seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gateway.drill._timeline import BUFFERED, REPLAYED, DrillTimeline
 from gateway.geo import GatewayHooks
 
 __all__ = ["HUNG_SEND_LIMIT", "DrillCounters", "DrillReport"]
@@ -39,6 +41,8 @@ class DrillReport:
     ``failovers`` is ``len(failover_seconds)`` (see the module docstring for what
     counts as one); ``role_swaps`` counts the sender's ``on_failover`` hook calls.
     ``state_dir`` is the run's state folder when it was kept, None once removed.
+    ``timeline`` is what happened when (the drill's picture is drawn from it); it is
+    not part of :meth:`to_dict`.
     """
 
     scenario: str
@@ -65,6 +69,14 @@ class DrillReport:
     per_session: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Gaps the session receivers gave up waiting for (``on_session_gap``).
     session_gaps: int = 0
+    timeline: DrillTimeline | None = field(default=None, repr=False, compare=False)
+    #: The receivers' shared store (the fleet and outbox drills): postgres or sqlite.
+    store: str | None = None
+    #: "queue", or "topic": then ``subscriptions`` holds, per subscription, its
+    #: ``delivered``, ``lost``, ``duplicates_delivered`` and ``duplicates_suppressed``
+    #: (``lost`` and ``duplicates_delivered`` above are their sums).
+    entity: str = "queue"
+    subscriptions: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -85,7 +97,8 @@ class DrillReport:
         return _percentile(self.failover_seconds, 0.99)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(dataclasses.replace(self, timeline=None))
+        del data["timeline"]
         data["passed"] = self.passed
         data["failovers"] = self.failovers
         data["failover_p99_seconds"] = self.failover_p99
@@ -104,20 +117,28 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 class DrillCounters(GatewayHooks):
-    """What the sender reports through its hooks during a drill."""
+    """What the sender reports through its hooks during a drill (on ``timeline`` too,
+    when given: the durable queue's backlog over time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeline: DrillTimeline | None = None) -> None:
         self.buffered = 0
         self.replayed = 0
         self.role_swaps = 0
         self.last_replay_at: float | None = None
+        self.timeline = timeline
 
     def on_buffered(self, *, destination: str, count: int) -> None:
         self.buffered += count
+        if self.timeline is not None:
+            self.timeline.add_backlog(count)
+            self.timeline.add_sent([BUFFERED], count)
 
     def on_replayed(self, *, destination: str, count: int, seconds: float) -> None:
         self.replayed += count
         self.last_replay_at = time.monotonic()
+        if self.timeline is not None:
+            self.timeline.add_backlog(-count)
+            self.timeline.add_sent([REPLAYED], count)
 
     def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
         self.role_swaps += 1

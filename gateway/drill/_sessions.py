@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.drill._common import Progress, Scenario
-from gateway.drill._queues import _Drill
+from gateway.drill._queues import QueueDrill
 from gateway.drill._report import DrillReport
+from gateway.drill._timeline import DuplicateRecorder
 from gateway.geo import (
     AsyncGeoReceiver,
     AsyncGeoSender,
@@ -73,7 +74,7 @@ class _Gaps(GatewayHooks):
         self.gaps += 1
 
 
-class _SessionsDrill(_Drill):
+class _SessionsDrill(QueueDrill):
     def __init__(self, mode: Mode, messages: int, batch_size: int, root: Path,
                  progress: Progress | None, transport: str, *, sessions: int, receivers: int,
                  plain: bool) -> None:
@@ -116,10 +117,12 @@ class _SessionsDrill(_Drill):
             "dedup_store": self.root / "dedup.db", "data_dir": self.root / "namespaces"}
         made: list[AsyncGeoSessionReceiver | AsyncGeoReceiver]
         if self.plain:
-            made = [AsyncGeoReceiver(**common, poll_wait=0.1)]
+            made = [AsyncGeoReceiver(**common, poll_wait=0.1,
+                                     hooks=DuplicateRecorder(self.timeline))]
         else:
             made = [AsyncGeoSessionReceiver(
-                **common, state_dir=self.root / "state", hooks=self.hooks, poll_wait=0.1,
+                **common, state_dir=self.root / "state",
+                hooks=[self.hooks, DuplicateRecorder(self.timeline)], poll_wait=0.1,
                 gap_timeout=settle_timeout) for _ in range(self.receivers)]
         stop = asyncio.Event()
         tasks: list[asyncio.Task[None]] = []
@@ -153,9 +156,9 @@ class _SessionsDrill(_Drill):
             self.out_of_order[session] += 1
         self.highest[session] = max(n, self.highest.get(session, -1))
 
-    def _report(self, started: float, suppressed: int,
-                replay_seconds: float | None) -> DrillReport:
-        report = super()._report(started, suppressed, replay_seconds)
+    def _report(self, suppressed: int, replay_seconds: float | None,
+                elapsed: float) -> DrillReport:
+        report = super()._report(suppressed, replay_seconds, elapsed)
         per: dict[str, dict[str, int]] = {}
         for i in range(len(self.sent_ids)):
             row = per.setdefault(f"s{i % self.sessions:03d}", dict.fromkeys(

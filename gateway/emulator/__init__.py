@@ -17,9 +17,12 @@ cancellation, time to live (dropped or dead-lettered on expiry), a 256 KiB messa
 limit (configurable); every property, annotation and application property of a queue
 message comes back as sent (``_convert``); event hub properties, sends by partition
 id or key, reads from every kind of starting position, owner levels; the local
-namespace's control file (down/up, latency, lost replies, hang). Not emulated (refused
-with ``amqp:not-implemented``, never faked): topics and subscriptions, session
-receivers, deferral, transactions.
+namespace's control file (down/up, latency, lost replies, hang); topics and their
+subscriptions (``TOPIC/Subscriptions/SUB``) with true, false, correlation and SQL
+filters and SQL actions, declared with ``topics=`` (:class:`TopicSpec`) or read from
+the official Service Bus emulator's ``Config.json`` (``load_config``). Not emulated
+(refused with ``amqp:not-implemented``, never faked): session receivers, deferral,
+transactions, scheduling through a topic's ``$management``.
 
 Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer, then its links, sessions
 and connections, the nodes they reach, the router, the namespaces and the server, each
@@ -44,6 +47,12 @@ from gateway.emulator._config import (
     load_config,
     parse_event_hub,
     parse_namespace,
+)
+from gateway.emulator._servicebus_config import (
+    SubscriptionSpec,
+    TopicSpec,
+    is_official,
+    parse_topic,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +83,11 @@ __all__ = [
     "EventHubSpec",
     "QueueSpec",
     "RelayEmulator",
+    "SubscriptionSpec",
+    "TopicSpec",
+    "is_official",
     "load_config",
     "parse_event_hub",
     "parse_namespace",
+    "parse_topic",
 ]

@@ -1,4 +1,5 @@
-"""What an emulator serves: namespaces and their entities, from options or a TOML file.
+"""What an emulator serves: namespaces and their entities, from options, a TOML file or
+the official Service Bus emulator's ``Config.json`` (``_servicebus_config``).
 
 A config file looks like::
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gateway.emulator._servicebus_config import TopicSpec, is_official, load_official
 from replication import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -63,6 +65,9 @@ class QueueSpec:
     max_delivery_count: int = 10
     max_message_size: int = 1 << 20
     dead_lettering_on_message_expiration: bool = False
+    default_message_time_to_live: float | None = None  # seconds
+    forward_to: str | None = None  # a queue or topic that takes what is sent here
+    duplicate_detection_window: float | None = None  # seconds; None: no detection
     requires_session: bool = False
 
 
@@ -85,6 +90,9 @@ class EmulatorConfig:
     host: str | None = None
     key_name: str | None = None
     max_message_size: int | None = None
+    topics: tuple[TopicSpec, ...] = ()
+    #: Where the emulator's log lines go ("console", "file"): the official file's Logging.
+    logging: tuple[str, ...] = ()
 
 
 def parse_size(value: object, where: str = "max_message_size") -> int:
@@ -135,7 +143,8 @@ def _spec(cls: type[Any], raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     if not isinstance(raw.get("name"), str) or not raw["name"]:
         raise ConfigError(f"{where}: 'name' (a non-empty string) is required")
-    kinds = {"float": float, "int": int, "bool": bool}
+    kinds = {"float": float, "int": int, "bool": bool, "float | None": float,
+             "str | None": str}
     for key, value in raw.items():
         kind = kinds.get(str(known[key].type), str)
         ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
@@ -145,11 +154,18 @@ def _spec(cls: type[Any], raw: Any, where: str) -> Any:
 
 
 def load_config(path: str | Path) -> EmulatorConfig:
-    """Read an emulator config file (see the module docstring).
+    """Read an emulator config file: TOML (see the module docstring), or the official
+    Service Bus emulator's ``Config.json`` (see ``_servicebus_config``).
 
     Raises:
-        ConfigError: a missing or malformed file, an unknown key, a bad value.
+        ConfigError: a missing or malformed file, an unknown key, a bad value, or
+            something the official file asks for that is not emulated.
     """
+    if is_official(path):
+        official = load_official(path)
+        return EmulatorConfig(namespaces=official.namespaces, topics=official.topics,
+                              queues=tuple(QueueSpec(**q) for q in official.queues),
+                              logging=official.logging)
     try:
         with open(path, "rb") as fp:
             data = tomllib.load(fp)

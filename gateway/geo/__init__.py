@@ -1,6 +1,6 @@
 """The geo core: the sender and the receiver over two namespaces, their sync drivers,
-the geo partition receiver, the geo session receiver, configuration, the transport
-factory and the hooks.
+the geo partition receiver, the geo session receiver, the outbox dispatcher,
+configuration, the transport factory and the hooks.
 
 Everything here is imported on first use (PEP 562), so that a module that only needs
 the hooks or the configuration records does not load the transports and the stores.
@@ -13,13 +13,16 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
-    from gateway.geo._config import DedupConfig, DurableQueueConfig, GatewayConfig
-    from gateway.geo._factory import NamespaceLike
+    from gateway.geo._config import DurableQueueConfig, GatewayConfig
+    from gateway.geo._dedup_config import DedupConfig, dedup_layer
+    from gateway.geo._dispatcher import AsyncOutboxDispatcher, DispatcherStats
+    from gateway.geo._dispatcher_sync import OutboxDispatcher
+    from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
     from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
     from gateway.geo._partitions_sync import GeoPartitionReceiver
-    from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
+    from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
     from gateway.geo._session_receiver import AsyncGeoSessionReceiver, SessionReceiverStats
@@ -30,7 +33,10 @@ _LAZY = {
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
     "AsyncGeoSessionReceiver": "gateway.geo._session_receiver",
-    "DedupConfig": "gateway.geo._config",
+    "AsyncOutboxDispatcher": "gateway.geo._dispatcher",
+    "DedupConfig": "gateway.geo._dedup_config",
+    "DispatcherStats": "gateway.geo._dispatcher",
+    "OutboxDispatcher": "gateway.geo._dispatcher_sync",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
     "GatewayHooks": "gateway.geo._hooks",
@@ -42,10 +48,14 @@ _LAZY = {
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
     "ReceiverStats": "gateway.geo._receiver",
+    "MessageInboxHandler": "gateway.geo._receiver",
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
     "SessionReceiverStats": "gateway.geo._session_receiver",
+    "default_state_dir": "gateway.geo._factory",
+    "dedup_layer": "gateway.geo._dedup_config",
     "emit": "gateway.geo._hooks",
+    "open_transport": "gateway.geo._factory",
 }
 
 __getattr__ = _lazy_exports(__name__, _LAZY)
@@ -56,7 +66,9 @@ __all__ = [
     "AsyncGeoReceiver",
     "AsyncGeoSender",
     "AsyncGeoSessionReceiver",
+    "AsyncOutboxDispatcher",
     "DedupConfig",
+    "DispatcherStats",
     "DurableQueueConfig",
     "GatewayConfig",
     "GatewayHooks",
@@ -65,11 +77,16 @@ __all__ = [
     "GeoSender",
     "GeoSessionReceiver",
     "InboxHandler",
+    "MessageInboxHandler",
     "NamespaceConfig",
     "NamespaceLike",
+    "OutboxDispatcher",
     "ReceiverStats",
     "ReplayReport",
     "SendResult",
     "SessionReceiverStats",
+    "dedup_layer",
+    "default_state_dir",
     "emit",
+    "open_transport",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway._support.portal import PortalDriver
-from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats, StopFlag
+from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats, StopFlag
 from gateway.geo._recovery import ReplayReport
 from gateway.geo._sender import AsyncGeoSender, MessageLike, SendResult
 from gateway.transports.base import ReceivedMessage
@@ -44,6 +44,11 @@ class GeoSender(PortalDriver):
         except BaseException:
             self._close_portal(_noop)
             raise
+
+    @property
+    def entity(self) -> str:
+        """The queue or partitioned entity this sender sends to."""
+        return self._core.entity
 
     @property
     def roles(self) -> RoleState:
@@ -112,31 +117,40 @@ class GeoReceiver(PortalDriver):
 
     def run(
         self,
-        handler: Callable[[ReceivedMessage], None],
+        handler: Callable[[ReceivedMessage], None] | MessageInboxHandler,
         *,
         max_messages: int = 10,
         stop: StopFlag | None = None,
         idle_timeout: float | None = None,
+        transactional: bool = False,
+        concurrency: int = 1,
     ) -> None:
         """Handle messages until ``stop`` is set or nothing came for ``idle_timeout`` s.
 
         ``stop`` is a ``threading.Event`` or anything with ``is_set()``.
 
-        The handler runs in a worker thread, one message at a time; one that returns
-        completes its message, one that raises abandons it (delivered again).
-        Outages of both namespaces are waited out, not raised.
+        The handler runs in a worker thread, ``concurrency`` messages at a time (one by
+        default); one that returns completes its message, one that raises abandons it
+        (delivered again). With ``transactional`` it is an inbox handler
+        ``(message, conn)`` whose writes through ``conn`` commit with the done mark.
+        Outages of both namespaces, and of the dedup store, are waited out, not raised.
+        See :meth:`AsyncGeoReceiver.run`.
         """
-        self._call(self._run, handler, max_messages, stop, idle_timeout)
+        self._call(self._run, handler, max_messages, stop, idle_timeout, transactional,
+                   concurrency)
 
     async def _run(
         self,
-        handler: Callable[[ReceivedMessage], None],
+        handler: Callable[[ReceivedMessage], None] | MessageInboxHandler,
         max_messages: int,
         stop: StopFlag | None,
         idle_timeout: float | None,
+        transactional: bool,
+        concurrency: int,
     ) -> None:
         await self._core.run(
-            handler, max_messages=max_messages, stop=stop, idle_timeout=idle_timeout
+            handler, max_messages=max_messages, stop=stop, idle_timeout=idle_timeout,
+            transactional=transactional, concurrency=concurrency,
         )
 
     def close(self) -> None:

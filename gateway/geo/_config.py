@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.geo._dedup_config import DedupConfig, dedup_layer, settle_dedup_layer
 from gateway.geo._namespace_config import KINDS, NamespaceConfig, endpoint_key
+from gateway.stores import is_dsn
 from replication import (
     ConfigError,
     DeadlinePolicy,
@@ -60,17 +62,6 @@ class DurableQueueConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DedupConfig:
-    """The receive side's persistent ``MessageId`` window."""
-
-    path: Path
-    window: DedupWindow = field(default_factory=DedupWindow)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path).expanduser())
-
-
-@dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
     """Everything a sender or receiver needs, from a TOML file and ``GEOGATEWAY_*`` env.
 
@@ -85,8 +76,14 @@ class GatewayConfig:
     dedup: DedupConfig | None = None
     data_dir: Path | None = None
     state_dir: Path | None = None
+    #: A PostgreSQL DSN: the senders' roles live there, shared by a fleet (a secret:
+    #: it may hold a password, so it is kept out of the repr).
+    roles_store: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.roles_store is not None and not _is_dsn(self.roles_store):
+            raise ConfigError("roles_store must be a PostgreSQL DSN (postgresql://user:"
+                              "password@host:port/database); role files go in state_dir")
         if not isinstance(self.entity, str) or not self.entity.strip():
             raise ConfigError("entity must be the name of a queue or event hub")
         if self.primary.name == self.secondary.name or endpoint_key(
@@ -155,8 +152,11 @@ _ENV_KEYS = {
     "FAILBACK": ("failback",),
     "DATA_DIR": ("data_dir",),
     "STATE_DIR": ("state_dir",),
+    "ROLES_STORE": ("roles_store",),
     "DURABLE_QUEUE": ("durable_queue", "path"),
-    "DEDUP_STORE": ("dedup", "path"),
+    "DEDUP_STORE": ("dedup", "path"),  # or ("dedup", "store") for a DSN
+    "DEDUP_SCHEMA": ("dedup", "schema"),
+    "DEDUP_FALLBACK": ("dedup", "fallback"),
     "KIND": ("kind",),
 }
 
@@ -179,10 +179,17 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
             data["failback"] = env_flag(ENV_PREFIX + suffix, value)
         elif keys[0] in _CHOICES:
             data[keys[0]] = _env_choice(keys[0], ENV_PREFIX + suffix, value)
+        elif keys == ("dedup", "path"):
+            section = data.setdefault("dedup", {})
+            if isinstance(section, dict):
+                layer = {k: _from_cwd(v) if k == "path" else v
+                         for k, v in dedup_layer(value).items()}
+                settle_dedup_layer(section, layer)
+                section.update(layer)
         elif len(keys) == 2:
             section = data.setdefault(keys[0], {})
             if isinstance(section, dict):
-                section[keys[1]] = _from_cwd(value)
+                section[keys[1]] = value if keys[1] == "schema" else _from_cwd(value)
         else:
             data[keys[0]] = _from_cwd(value) if keys[0] in _PATH_KEYS else value
     for key in _DEADLINE_KEYS:
@@ -243,9 +250,12 @@ def _overlay(data: dict[str, Any], layer: Mapping[str, Any], *,
         if key in _SECTIONS and isinstance(value, Mapping):
             section = data.get(key)
             merged = dict(section) if isinstance(section, dict) else {}
+            if key == "dedup":
+                settle_dedup_layer(merged, dict(value))
             for name, item in value.items():
                 if item is not None:
-                    merged[name] = _from_cwd(item) if from_cwd and name == "path" else item
+                    merged[name] = (_from_cwd(item) if from_cwd and name in ("path", "fallback")
+                                    else item)
             data[key] = merged
         else:
             data[key] = _from_cwd(value) if from_cwd and key in _PATH_KEYS else value
@@ -273,6 +283,7 @@ def env_flag(variable: str, value: str) -> bool:
 _TOP_KEYS = {
     "primary", "secondary", "entity", "mode", "failback", "probe_interval",
     "data_dir", "state_dir", "retry", "deadlines", "durable_queue", "dedup", "kind",
+    "roles_store",
 }
 
 
@@ -299,7 +310,8 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
         raise ConfigError(f"bad value in {source}: {exc}") from None
     queue = _section(data, "durable_queue", {"path", "max_messages", "max_bytes", "synchronous"},
                      source)
-    dedup = _section(data, "dedup", {"path", "window_seconds", "window_count"}, source)
+    dedup = _section(data, "dedup", {"path", "store", "schema", "fallback", "window_seconds",
+                                     "window_count"}, source)
     kind = data.get("kind", "servicebus")
     return GatewayConfig(
         primary=_namespace(data["primary"], "primary", source, kind),
@@ -310,20 +322,51 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
             **{**queue, "path": _path(base, queue["path"], "durable_queue path", source)}
         )
         if queue.get("path") else None,
-        dedup=DedupConfig(
-            path=_path(base, dedup["path"], "dedup path", source),
-            # DedupWindow checks the types itself (a float() or int() here would turn
-            # 'ten' into a ValueError and silently truncate 1.5).
-            window=DedupWindow(
-                seconds=dedup.get("window_seconds", 600.0),
-                count=dedup.get("window_count", 1_000_000),
-            ),
-        ) if dedup.get("path") else None,
+        dedup=_dedup(base, dedup, source) if dedup.get("path") or dedup.get("store") else None,
         data_dir=_path(base, data["data_dir"], "data_dir", source)
         if data.get("data_dir") else None,
         state_dir=_path(base, data["state_dir"], "state_dir", source)
         if data.get("state_dir") else None,
+        roles_store=_dsn(data.get("roles_store"), "roles_store", source),
     )
+
+
+def _dedup(base: Path, dedup: dict[str, Any], source: str) -> DedupConfig:
+    path, store = dedup.get("path"), dedup.get("store")
+    if isinstance(path, str) and is_dsn(path):  # a DSN is never a file name
+        path, store = None, store or path
+    for name, value in (("store", store), ("schema", dedup.get("schema", "geogateway"))):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"dedup {name} in {source} must be a string")
+    return DedupConfig(
+        path=_path(base, path, "dedup path", source) if path else None,
+        store=store or None,
+        schema=dedup.get("schema", "geogateway"),
+        fallback=_path(base, dedup["fallback"], "dedup fallback", source)
+        if dedup.get("fallback") else None,
+        # DedupWindow checks the types itself (a float() or int() here would turn
+        # 'ten' into a ValueError and silently truncate 1.5).
+        window=DedupWindow(
+            seconds=dedup.get("window_seconds", 600.0),
+            count=dedup.get("window_count", 1_000_000),
+        ),
+    )
+
+
+def _is_dsn(value: object) -> bool:
+    from gateway.stores import is_dsn
+
+    return is_dsn(value)
+
+
+def _dsn(value: Any, what: str, source: str) -> str | None:
+    """A PostgreSQL DSN from the config (never echoed: it may hold a password)."""
+    if value is None or value == "":
+        return None
+    if not _is_dsn(value):
+        raise ConfigError(f"{what} in {source} must be a PostgreSQL DSN (postgresql://user:"
+                          "password@host:port/database)")
+    return str(value)
 
 
 def _path(base: Path, value: Any, what: str, source: str) -> Path:

@@ -59,6 +59,19 @@ class GatewayHooks:
                         message_id: str) -> None:
         """A message of a gap reported before arrived and was handed over out of order."""
 
+    def on_store_down(self, *, store: str, error: BaseException) -> None:
+        """A receiver's de-duplication store (e.g. PostgreSQL) did not answer: nothing
+        is settled or delivered past it until :meth:`on_store_up` (``store`` names the
+        server, never a password). Once per outage."""
+
+    def on_store_up(self, *, store: str) -> None:
+        """The store reported by :meth:`on_store_down` answers again."""
+
+    def on_dedup_fallback(self, *, store: str, fallback: str, active: bool) -> None:
+        """``active``: the shared dedup store stayed unreachable and this receiver now
+        de-duplicates against its local window ``fallback`` (at-least-once across
+        machines); not ``active``: it is back on ``store``."""
+
 
 def emit(hooks: Sequence[GatewayHooks], name: str, **kwargs: Any) -> None:
     """Call hook ``name`` on each of ``hooks``; log and carry on when one raises."""

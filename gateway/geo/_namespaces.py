@@ -10,7 +10,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 from tenacity import (
@@ -21,11 +20,11 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
+from gateway.geo._factory import NamespaceLike, open_transport
 from gateway.geo._hedge import HedgeOutcome, batch_bytes, run_attempts
 from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._roles import RoleKeeper, RolesTarget, open_role_store
 from gateway.geo._splitting import send_in_parts
-from gateway.stores import RoleStore
 from gateway.transports.base import Transport
 from replication import (
     DeadlineEstimator,
@@ -85,6 +84,7 @@ class NamespacePair:
         state_dir: str | os.PathLike[str] | None,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
+        roles_store: RolesTarget | None = None,
     ) -> None:
         self.entity = entity
         self._retry = retry
@@ -103,10 +103,10 @@ class NamespacePair:
             if owned:
                 self._owned.append(transport)
         names = list(self.transports)
-        self._roles_store = RoleStore(
-            Path(state_dir or default_state_dir()) / f"roles-{names[0]}-{names[1]}.json"
-        )
-        self.roles = self._roles_store.load(names[0], names[1])
+        store, owned = open_role_store(roles_store, state_dir=state_dir, names=names)
+        #: Which namespace is active: persisted, and shared with a fleet's senders.
+        self.role_keeper = RoleKeeper(store, names[0], names[1], owned=owned, hooks=hooks,
+                                      clock=clock)
         #: Namespaces marked down, with when: skipped until a probe succeeds.
         self.down: dict[str, float] = {}
         # Opening links ahead of sends (prepare_send); awaited, not cancelled, by aclose():
@@ -141,10 +141,8 @@ class NamespacePair:
             if isinstance(error, TransportError):
                 self.mark_down(ns, error)
         failed_over = False
-        if mode is Mode.PASSIVE and outcome.accepted:
-            failed_over = outcome.accepted[0] != self.roles.active
-            if failed_over:
-                self.set_roles(self.roles.swap(self._clock()))
+        if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != self.roles.active:
+            failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0])
         return SendOutcome(outcome, failed_over)
 
     async def send_within(self, namespace: str, batch: Sequence[Message]) -> None:
@@ -232,20 +230,14 @@ class NamespacePair:
             logger.warning("namespace %s is down: %s", namespace, error)
             emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)
 
-    def set_roles(self, roles: RoleState) -> None:
-        """Make ``roles`` current and persist them (``on_failover``)."""
-        before = self.roles
-        self.roles = roles
-        self._roles_store.save(roles)
-        logger.warning("failover: %s -> %s", before.active, roles.active)
-        emit(
-            self._hooks, "on_failover",
-            from_namespace=before.active, to_namespace=roles.active, at=roles.changed_at,
-        )
+    @property
+    def roles(self) -> RoleState:
+        """Which namespace is active now (``role_keeper`` changes and persists it)."""
+        return self.role_keeper.state
 
-    def fail_back(self) -> None:
+    async def fail_back(self) -> None:
         """Make the primary active again (``on_failover``)."""
-        self.set_roles(self.roles.fail_back(self._clock()))
+        await self.role_keeper.fail_back()
 
     async def probe_down(self) -> None:
         """Probe the namespaces marked down, at once and each within the deadline
@@ -298,3 +290,4 @@ class NamespacePair:
                 task.cancel()
         for transport in self._owned:
             await transport.aclose()
+        self.role_keeper.close()

@@ -29,14 +29,17 @@ mark re-delivers the message later (to this group, after the claim's lease), so 
 effect is **at-least-once** and the handler should be idempotent.
 
 With ``transactional=True`` (:meth:`AsyncGeoPartitionReceiver.start` / ``run``) the
-handler is an *inbox handler* ``(event, conn) -> None``: it runs in a worker thread
-inside the dedup store's ``BEGIN IMMEDIATE`` transaction that marks the id done
-(:meth:`gateway.SqliteDedupStore.finish_with_effect`), and writes its effect into
-tables of its own in the dedup store's SQLite file through ``conn``. The effect and
-the mark commit together or not at all, so effects are **exactly-once**: a crash
-rolls both back and the message is delivered again; a copy whose id is already
-done is skipped inside the transaction. Inbox handlers of all partitions (and all
-processes sharing the file) are serialized by SQLite's write lock: keep them short.
+handler is an *inbox handler* ``(event, conn) -> None``, run in a worker thread inside
+the dedup store's transaction that marks the id done (``finish_with_effect``); it
+writes its effect through ``conn``, so effect and mark commit together (**exactly-once**;
+a copy whose id is done is skipped, and of two racing copies the second one's mark
+conflicts and rolls back). On PostgreSQL ``conn`` is a pooled ``psycopg`` connection and
+handlers run concurrently (``concurrency``, 8 by default) across partitions, processes
+and machines; on SQLite it is the store's file, and SQLite's write lock serializes them.
+
+A shared store that does not answer stops delivery at the store: checks, marks and
+inbox transactions wait for it (a warning, ``on_store_down``, ``on_error(None, exc)``,
+then ``on_store_up``); nothing is checkpointed past an event whose mark is not written.
 
 A namespace that is down does not stop the other: its processor retries, every
 failure goes to ``on_error``, and the outage is one warning naming the namespace and
@@ -50,12 +53,14 @@ the same core; ``_partitions_dedup`` delivers each event once.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
 
 from gateway.consumer import (
     AsyncPartitionProcessor,
@@ -70,17 +75,22 @@ from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._partitions_dedup import DedupDelivery, InboxHandler, PartitionHandler
 from gateway.geo._receiver import StopFlag
-from gateway.stores import SqliteDedupStore
+from gateway.geo._receiver_run import check_inbox
+from gateway.geo._store_watch import StoreWatch
+from gateway.stores import DedupTarget, is_dsn, open_dedup_store
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
     ConfigError,
     Deduplicator,
     DedupStats,
-    DedupStore,
     DedupWindow,
+    GatewayError,
     RetryPolicy,
     TransportError,
 )
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 __all__ = [
     "DEFAULT_HANDLER_RETRY",
@@ -98,6 +108,19 @@ DEFAULT_HANDLER_RETRY = RetryPolicy(attempts=3, initial_backoff=0.1, max_backoff
                                     max_delay=5.0)
 
 _RUN_POLL = 0.05
+#: Inbox handlers at once on a store with a pool (PostgreSQL) when run() does not say.
+_INBOX_CONCURRENCY = 8
+
+
+def _open_checkpoint_store(
+    target: str | os.PathLike[str] | ConnectionPool[Any],
+) -> CheckpointStore:
+    """A PostgreSQL store for a DSN or a pool, a SQLite one for a path."""
+    if isinstance(target, (str, os.PathLike)) and not is_dsn(target):
+        return SqliteCheckpointStore(target)
+    from gateway.consumer import PostgresCheckpointStore
+
+    return PostgresCheckpointStore(target)  # type: ignore[arg-type]  # a DSN or a pool
 
 
 class AsyncGeoPartitionReceiver:
@@ -109,10 +132,15 @@ class AsyncGeoPartitionReceiver:
         secondary: the same for the secondary namespace (a different namespace).
         entity: the partitioned entity (event hub).
         checkpoint_store: a ``CheckpointStore`` (shared by the instances of the
-            group; the caller closes it) or the path of a SQLite one (closed here).
+            group; the caller closes it), the path of a SQLite one (one machine), or
+            a PostgreSQL DSN or ``psycopg_pool.ConnectionPool`` (a fleet: a
+            ``PostgresCheckpointStore``); a store opened here is closed here.
             Checkpoints and ownership are kept per namespace.
-        dedup_store: a path (a persistent SQLite window, shareable between
-            processes) or a ``DedupStore``; closed by :meth:`aclose`.
+        dedup_store: a path (a persistent SQLite window, shared by the processes of
+            one machine), a PostgreSQL DSN or a ``psycopg_pool.ConnectionPool`` (one
+            window for a fleet), or a ``DedupStore``; closed by :meth:`aclose`.
+        dedup_fallback: a SQLite file to de-duplicate against while a shared store
+            stays unreachable (at-least-once meanwhile); None: wait for the store.
         consumer_group: the consumer group, the same on both namespaces.
         instance_id: a stable id; the processors use ``f"{instance_id}@{namespace}"``.
             Random when omitted.
@@ -128,8 +156,8 @@ class AsyncGeoPartitionReceiver:
             handler takes).
         on_error: ``async (ctx, exc)``, called for each round of attempts a handler
             failed (the event is offered again), for read and checkpoint errors
-            (``ctx`` is that partition's context) and for store errors of the
-            balancing loop (``ctx`` is None).
+            (``ctx`` is that partition's context), for store errors of the
+            balancing loop and once per outage of the dedup store (``ctx`` is None).
 
     Raises:
         ConfigError: both namespaces are the same, or a bad entity or option.
@@ -141,8 +169,8 @@ class AsyncGeoPartitionReceiver:
         primary: NamespaceLike,
         secondary: NamespaceLike,
         entity: str,
-        checkpoint_store: CheckpointStore | str | os.PathLike[str],
-        dedup_store: str | os.PathLike[str] | DedupStore,
+        checkpoint_store: CheckpointStore | str | os.PathLike[str] | ConnectionPool[Any],
+        dedup_store: DedupTarget,
         consumer_group: str = "$Default",
         instance_id: str | None = None,
         settings: ProcessorSettings | None = None,
@@ -154,6 +182,7 @@ class AsyncGeoPartitionReceiver:
         handler_retry: RetryPolicy = DEFAULT_HANDLER_RETRY,
         on_error: ErrorCallback | None = None,
         dedup_lease: float = 60.0,
+        dedup_fallback: str | os.PathLike[str] | None = None,
     ) -> None:
         self.entity = check_entity(entity)
         self._hooks = [hooks] if isinstance(hooks, GatewayHooks) else list(hooks)
@@ -170,10 +199,9 @@ class AsyncGeoPartitionReceiver:
         if isinstance(checkpoint_store, CheckpointStore):
             self._store = checkpoint_store
         else:
-            self._store = SqliteCheckpointStore(checkpoint_store)
+            self._store = _open_checkpoint_store(checkpoint_store)
             self._owned.append(self._store)
-        dedup = (dedup_store if isinstance(dedup_store, DedupStore)
-                 else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow()))
+        dedup = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
         self._dedup = Deduplicator(dedup, window=dedup_window, lease=dedup_lease)
         self.consumer_group = consumer_group
         self._settings = settings
@@ -183,8 +211,11 @@ class AsyncGeoPartitionReceiver:
         self._on_error = on_error
         self._processors: list[AsyncPartitionProcessor] = []
         self._stopping = asyncio.Event()
+        self._store_watch = StoreWatch(dedup, hooks=self._hooks, on_error=self._store_error,
+                                       stopping=self._stopping.is_set)
         self._delivery = DedupDelivery(self._dedup, handler_retry=handler_retry,
-                                       hooks=self._hooks, stopping=self._stopping)
+                                       hooks=self._hooks, stopping=self._stopping,
+                                       watch=self._store_watch)
         self._down: set[str] = set()
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._busy = 0
@@ -221,7 +252,8 @@ class AsyncGeoPartitionReceiver:
         await self.aclose()
 
     async def start(
-        self, handler: PartitionHandler | InboxHandler, *, transactional: bool = False
+        self, handler: PartitionHandler | InboxHandler, *, transactional: bool = False,
+        concurrency: int | None = None,
     ) -> None:
         """Join the group on both namespaces and handle events in the background.
 
@@ -231,22 +263,28 @@ class AsyncGeoPartitionReceiver:
             transactional: run the handler inside the dedup store's transaction that
                 marks the id done, so that its writes through ``conn`` and the mark
                 commit together: exactly-once effects (see the module docstring).
+            concurrency: handlers running at once across the partitions read here
+                (each partition still one event at a time, in order). None: one per
+                partition, and on PostgreSQL with ``transactional`` 8 (the pool grows
+                to match).
 
         Raises:
             RuntimeError: already started, or closed.
             ConfigError: ``transactional`` with a coroutine handler, or with a dedup
-                store that has no ``finish_with_effect``.
+                store that has no ``finish_with_effect``; ``concurrency`` < 1; a pool
+                of the application's too small for ``concurrency`` inbox handlers.
         """
         if self._closed or self._processors:
             raise RuntimeError("this receiver is " + ("closed" if self._closed else "running"))
+        if concurrency is not None and concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, not {concurrency}")
         if transactional:
-            if inspect.iscoroutinefunction(handler):
-                raise ConfigError("an inbox handler (transactional=True) is a plain "
-                                  "function (event, conn): it runs in a worker thread")
-            if not self._dedup.transactional:
-                raise ConfigError("transactional=True needs a dedup store with "
-                                  "finish_with_effect, such as SqliteDedupStore")
-        self._delivery.use(handler, transactional=transactional)
+            check_inbox(handler, self._dedup, what="event")
+            reserve = getattr(self._dedup.store, "reserve", None)
+            if reserve is not None:
+                concurrency = concurrency or _INBOX_CONCURRENCY
+                await anyio.to_thread.run_sync(reserve, concurrency)
+        self._delivery.use(handler, transactional=transactional, concurrency=concurrency)
         self._stopping.clear()
         self._last_activity = time.monotonic()
         # A processor cannot be restarted after stop(): build new ones each time.
@@ -285,19 +323,21 @@ class AsyncGeoPartitionReceiver:
         stop: StopFlag | None = None,
         idle_timeout: float | None = None,
         transactional: bool = False,
+        concurrency: int | None = None,
     ) -> None:
         """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
 
         Starts, waits, then :meth:`stop` s (also when cancelled). An outage of both
-        namespaces does not count as idle.
+        namespaces, or of the dedup store, does not count as idle.
 
         Args:
             handler: ``async (event)`` or a plain function (run in a worker thread).
             stop: anything with ``is_set()``: ``asyncio.Event``, ``threading.Event``.
             idle_timeout: return after this many seconds without an event.
             transactional: ``handler`` is an inbox handler; see :meth:`start`.
+            concurrency: handlers at once; see :meth:`start`.
         """
-        await self.start(handler, transactional=transactional)
+        await self.start(handler, transactional=transactional, concurrency=concurrency)
         try:
             while not (stop is not None and stop.is_set()):
                 if self._busy or len(self._down) == len(self._transports):
@@ -317,9 +357,16 @@ class AsyncGeoPartitionReceiver:
         self._closed = True
         for resource in self._owned:
             await resource.aclose()
-        self._dedup.close()
+        try:
+            await anyio.to_thread.run_sync(self._dedup.close)
+        except GatewayError as exc:  # the claims could not be released: their leases run out
+            logger.warning("closing the %s: %s", self._store_watch.store, exc)
 
     # -- processing -----------------------------------------------------------------
+
+    async def _store_error(self, exc: BaseException) -> None:
+        if self._on_error is not None:
+            await self._on_error(None, exc)
 
     def _processor(self, transport: Transport) -> AsyncPartitionProcessor:
         namespace = transport.namespace

@@ -1,5 +1,9 @@
 """Delivering one event of the geo partition receiver once across both namespaces:
-the de-duplicator's verdict, waiting on a held copy, the retried handler, the inbox."""
+the de-duplicator's verdict, waiting on a held copy, the retried handler, the inbox.
+
+Every store call goes through the receiver's :class:`~gateway.geo._store_watch.StoreWatch`:
+an outage of a shared store is waited out where it is met (a check, a done mark, an
+inbox transaction), reported once, and never counted as a failure of the handler."""
 
 from __future__ import annotations
 
@@ -8,9 +12,8 @@ import contextlib
 import functools
 import inspect
 import logging
-import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, cast
 
 import anyio.to_thread
 from tenacity import (
@@ -23,8 +26,9 @@ from tenacity import (
 )
 
 from gateway.geo._hooks import GatewayHooks, emit
+from gateway.geo._store_watch import StoreWatch
 from gateway.transports.base import PartitionEvent
-from replication import Deduplicator, RetryPolicy, Verdict
+from replication import Deduplicator, RetryPolicy, StoreUnavailable, Verdict
 
 __all__ = ["DedupDelivery", "InboxHandler", "PartitionHandler"]
 
@@ -33,9 +37,10 @@ logger = logging.getLogger("geogateway.consumer")
 #: A handler of one event: a coroutine function, or a plain one (run in a thread).
 PartitionHandler = Callable[[PartitionEvent], Awaitable[None] | None]
 #: An inbox handler (``transactional=True``): a plain function of the event and the
-#: dedup store's connection, run in a worker thread inside the transaction that marks
-#: the event's id done; it writes its effect through ``conn`` and must not commit.
-InboxHandler = Callable[[PartitionEvent, sqlite3.Connection], None]
+#: dedup store's connection (``psycopg.Connection`` on PostgreSQL, ``sqlite3.Connection``
+#: on SQLite), run in a worker thread inside the transaction that marks the event's id
+#: done; it writes its effect through ``conn`` and must not commit.
+InboxHandler = Callable[[PartitionEvent, Any], None]
 
 _FIRST_HOLD_PAUSE = 0.02
 _MAX_HOLD_PAUSE = 0.5
@@ -59,6 +64,7 @@ class DedupDelivery:
         handler_retry: attempts and backoff of a failing handler.
         hooks: ``on_duplicate`` is called for each copy skipped.
         stopping: set when the receiver stops: a held copy is then abandoned.
+        watch: waits out and reports the dedup store's outages.
     """
 
     def __init__(
@@ -68,8 +74,11 @@ class DedupDelivery:
         handler_retry: RetryPolicy,
         hooks: Sequence[GatewayHooks],
         stopping: asyncio.Event,
+        watch: StoreWatch,
     ) -> None:
         self._dedup = dedup
+        self._watch = watch
+        self._slots: asyncio.Semaphore | None = None
         self._hooks = hooks
         self._stopping = stopping
         self._retrying = AsyncRetrying(
@@ -84,10 +93,21 @@ class DedupDelivery:
         self._handler: PartitionHandler | InboxHandler | None = None
         self._transactional = False
 
-    def use(self, handler: PartitionHandler | InboxHandler, *, transactional: bool) -> None:
-        """Deliver to ``handler`` from now on (an inbox handler when ``transactional``)."""
+    def use(self, handler: PartitionHandler | InboxHandler, *, transactional: bool,
+            concurrency: int | None = None) -> None:
+        """Deliver to ``handler`` from now on (an inbox handler when ``transactional``),
+        at most ``concurrency`` calls at once (None: one per partition)."""
         self._handler = handler
         self._transactional = transactional
+        self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        if self._slots is None:
+            yield
+            return
+        async with self._slots:
+            yield
 
     async def deliver(self, event: PartitionEvent) -> None:
         """Handle ``event`` unless its ``MessageId`` is done; wait while it is held.
@@ -103,30 +123,40 @@ class DedupDelivery:
             return
         ran = True
         try:
-            if self._transactional:
-                ran = await self._retrying(self._call_inbox, event)
-            else:
-                await self._retrying(self._call_handler, event)
+            async with self._slot():
+                if self._transactional:
+                    ran = await self._retrying(self._call_inbox, event)
+                else:
+                    await self._retrying(self._call_handler, event)
         except Exception:
-            # Release the claim: the copy in the other namespace may be delivered.
-            await anyio.to_thread.run_sync(self._dedup.failed, message_id)
+            # Release the claim: the copy in the other namespace may be delivered (with
+            # the store away, once the claim's lease ran out).
+            with contextlib.suppress(StoreUnavailable):
+                await self._watch.once("releasing a claim", self._dedup.failed, message_id)
             raise  # to the processor: on_error, then the event is offered again
         if not self._transactional:
-            await anyio.to_thread.run_sync(self._dedup.succeeded, message_id)
+            # The handler ran: wait for the mark rather than run it again.
+            await self._watch.call("marking done", self._dedup.succeeded, message_id)
         elif not ran:  # the other copy's effect committed first (e.g. after a lease ran out)
             emit(self._hooks, "on_duplicate", message_id=message_id, namespace=event.namespace)
 
     async def _call_inbox(self, event: PartitionEvent) -> bool:
         handler = cast(InboxHandler, self._handler)
         effect = functools.partial(handler, event)
-        return await anyio.to_thread.run_sync(
-            self._dedup.succeeded_with, event.message.message_id, effect)
+        # An outage is waited out here, the effect tried again on a new transaction:
+        # it is not one of the handler's attempts.
+        return await self._watch.call("the inbox", self._dedup.succeeded_with,
+                                      event.message.message_id, effect)
 
     async def _wait_turn(self, message_id: str) -> Verdict:
         pause = _FIRST_HOLD_PAUSE
         while True:
-            # The store is SQLite: keep its I/O off the event loop.
-            verdict = await anyio.to_thread.run_sync(self._dedup.check, message_id)
+            try:
+                verdict = await self._watch.call("checking ids", self._dedup.check,
+                                                 message_id)
+            except StoreUnavailable as exc:  # still away, and the receiver stops
+                raise _HoldAbandoned(f"stopped while the dedup store was away ({exc})"
+                                     ) from exc
             if verdict is not Verdict.HOLD:
                 return verdict
             with contextlib.suppress(asyncio.TimeoutError):

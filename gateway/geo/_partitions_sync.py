@@ -44,9 +44,10 @@ class GeoPartitionReceiver(PortalDriver):
         return self._core.dedup_stats
 
     def start(self, handler: Callable[[PartitionEvent], None] | InboxHandler, *,
-              transactional: bool = False) -> None:
+              transactional: bool = False, concurrency: int | None = None) -> None:
         """Handle events in the background; see :meth:`AsyncGeoPartitionReceiver.start`."""
-        self._call(functools.partial(self._core.start, handler, transactional=transactional))
+        self._call(functools.partial(self._core.start, handler, transactional=transactional,
+                                     concurrency=concurrency))
 
     def stop(self, *, handover_timeout: float | None = None) -> None:
         """Leave both groups gracefully (hand over: checkpoint, release); :meth:`start`
@@ -60,19 +61,20 @@ class GeoPartitionReceiver(PortalDriver):
         stop: threading.Event | None = None,
         idle_timeout: float | None = None,
         transactional: bool = False,
+        concurrency: int | None = None,
     ) -> None:
         """Handle events until ``stop`` is set or none came for ``idle_timeout`` seconds.
 
-        The handler runs in a worker thread, one event per partition at a time; see
-        :meth:`AsyncGeoPartitionReceiver.run`.
+        The handler runs in a worker thread, one event per partition at a time (at most
+        ``concurrency`` in all); see :meth:`AsyncGeoPartitionReceiver.run`.
         """
-        self._call(self._run, handler, stop, idle_timeout, transactional)
+        self._call(self._run, handler, stop, idle_timeout, transactional, concurrency)
 
     async def _run(self, handler: Callable[[PartitionEvent], None] | InboxHandler,
                    stop: threading.Event | None, idle_timeout: float | None,
-                   transactional: bool) -> None:
+                   transactional: bool, concurrency: int | None) -> None:
         await self._core.run(handler, stop=stop, idle_timeout=idle_timeout,
-                             transactional=transactional)
+                             transactional=transactional, concurrency=concurrency)
 
     async def _owned(self) -> dict[str, frozenset[str]]:
         return self._core.owned

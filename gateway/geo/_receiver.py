@@ -12,22 +12,27 @@ One pump task per namespace keeps up to ``prefetch`` messages received (peek-loc
 The de-duplicator's SQLite work runs in worker threads, never on the event loop:
 one check per received batch, and the done marks of the messages completed in a
 row in one transaction (``gateway.geo._receiver_marks``), each copy settled only after
-its mark committed. The pumps and the namespaces' health live in ``gateway.geo._receiver_pumps``.
+its mark committed. The pumps and the namespaces' health live in ``gateway.geo._receiver_pumps``,
+the ``run`` loop (one handler at a time or several, plain or inbox handlers) in
+``gateway.geo._receiver_run``.
+
+The store may be shared by a fleet (PostgreSQL). While it does not answer, nothing is
+delivered past it and nothing settled: ``receive()`` raises ``StoreUnavailable`` (and
+``run()`` waits), a done mark is tried again until it is written, and only then is its
+copy settled (``gateway.geo._store_watch``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -37,41 +42,40 @@ from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._receiver_marks import DoneMarks
 from gateway.geo._receiver_pumps import Pumps
+from gateway.geo._receiver_run import (
+    SETTLE_TIMEOUT,
+    Handler,
+    MessageInboxHandler,
+    Runner,
+    StopFlag,
+)
 from gateway.geo._receiver_settle import Settler
-from gateway.stores import SqliteDedupStore
+from gateway.geo._store_watch import StoreWatch
+from gateway.stores import DedupTarget, open_dedup_store
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
     RECEIVE_DEADLINES,
     DeadlineEstimator,
     DeadlinePolicy,
     Deduplicator,
-    DedupStore,
     DedupWindow,
     GatewayError,
     MessageRejected,
     NamespaceUnavailable,
     Operation,
+    StoreUnavailable,
     Verdict,
+    scoped,
 )
 
-__all__ = ["AsyncGeoReceiver", "Handler", "ReceiverStats"]
+__all__ = ["AsyncGeoReceiver", "Handler", "MessageInboxHandler", "ReceiverStats", "StopFlag"]
 
 logger = logging.getLogger("geogateway")
 
-Handler = Callable[[ReceivedMessage], Awaitable[None] | None]
-
 
 _RECHECK_SECONDS = 1.0
-# Completions run() lets wait for their marks at most, and how long run() and
-# aclose() wait for the marks and settlements still in flight.
-_MAX_SETTLING = 256
-_SETTLE_TIMEOUT = 10.0
-
-
-class StopFlag(Protocol):
-    """What ``run(stop=...)`` polls: ``asyncio.Event`` and ``threading.Event`` both fit."""
-
-    def is_set(self) -> bool: ...
+#: What a subscription's path holds (TOPIC/Subscriptions/SUB, any case).
+_SUBSCRIPTION = "/subscriptions/"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,17 +93,27 @@ class ReceiverStats:
     unsettled: int = 0
 
 
-class AsyncGeoReceiver(Settler, Pumps):
+class AsyncGeoReceiver(Runner, Settler, Pumps):
     """Receives from both namespaces and delivers each ``MessageId`` once.
 
     Args:
         primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
             ``Transport``.
         secondary: the same for the secondary namespace.
-        entity: the queue to receive from.
-        dedup_store: a path (a persistent SQLite window, shareable between processes)
-            or a ``DedupStore``.
+        entity: the queue to receive from, or a topic's subscription,
+            ``"TOPIC/Subscriptions/SUB"`` (its ids are de-duplicated within that
+            subscription: see ``replication.scoped``).
+        dedup_store: a path (a persistent SQLite window, shared by the processes of
+            one machine), a PostgreSQL DSN (``postgresql://...``) or a
+            ``psycopg_pool.ConnectionPool`` (one window for a fleet of machines, schema
+            ``geogateway``), or a ``DedupStore`` (e.g. a ``PostgresDedupStore`` with a
+            schema of its own). Closed by :meth:`aclose`.
+        dedup_fallback: a SQLite file this receiver de-duplicates against while a
+            shared store stays unreachable (``FallbackDedupStore``: at-least-once
+            across machines meanwhile); None (the default): wait for the store.
         dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        dedup_lease: seconds a delivered copy's claim holds the other copy back; a
+            receiver that crashed with the copy leaves it to the others after this.
         prefetch: messages each namespace's pump keeps received ahead of the caller.
         hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...).
         data_dir: the directory of local namespaces.
@@ -115,8 +129,10 @@ class AsyncGeoReceiver(Settler, Pumps):
         primary: NamespaceLike,
         secondary: NamespaceLike,
         entity: str,
-        dedup_store: str | os.PathLike[str] | DedupStore,
+        dedup_store: DedupTarget,
         dedup_window: DedupWindow | None = None,
+        dedup_fallback: str | os.PathLike[str] | None = None,
+        dedup_lease: float = 60.0,
         prefetch: int = 100,
         hooks: GatewayHooks | Iterable[GatewayHooks] = (),
         data_dir: str | os.PathLike[str] | None = None,
@@ -137,18 +153,20 @@ class AsyncGeoReceiver(Settler, Pumps):
             self._transports[transport.namespace] = transport
             if owned:
                 self._owned.append(transport)
-        store = (
-            dedup_store
-            if isinstance(dedup_store, DedupStore)
-            else SqliteDedupStore(dedup_store, window=dedup_window or DedupWindow())
-        )
-        self._dedup = Deduplicator(store, window=dedup_window, clock=clock)
+        store = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
+        if _SUBSCRIPTION in self.entity.lower():
+            # The topic's copies in every subscription share their MessageIds: a store
+            # shared by receivers of several subscriptions keeps one window for each.
+            store = scoped(store, self.entity.lower())
+        self._dedup = Deduplicator(store, window=dedup_window, clock=clock, lease=dedup_lease)
+        self._closing = False
+        self._watch = StoreWatch(store, hooks=self._hooks, stopping=lambda: self._closing)
         self._inbox: deque[ReceivedMessage] = deque()
         self._held: dict[str, list[ReceivedMessage]] = {}
         self._in_flight: set[str] = set()  # delivered by this receiver, not yet settled
         self._pending: set[str] = set()  # completed by the caller, mark not yet written
         self._marks: DoneMarks[tuple[ReceivedMessage, bool]] = DoneMarks(
-            self._dedup, self._on_marked)
+            self._dedup, self._on_marked, self._watch)
         self._last_recheck = 0.0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
@@ -158,7 +176,6 @@ class AsyncGeoReceiver(Settler, Pumps):
         self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
         self._fatal: GatewayError | None = None
         self._pumps: list[asyncio.Task[None]] = []
-        self._closing = False
         self._counts = dict.fromkeys(
             ("received", "delivered", "duplicates_suppressed", "completed", "abandoned",
              "unsettled"), 0
@@ -198,6 +215,8 @@ class AsyncGeoReceiver(Settler, Pumps):
             NamespaceUnavailable: both namespaces are down (an outage is never
                 reported as an empty queue).
             MessageRejected: both namespaces refused to be read.
+            StoreUnavailable: the dedup store does not answer (reported once to the
+                log and ``on_store_down``); the copies wait, nothing is delivered.
         """
         self._start_pumps()
         # Yield at least once per call: a caller that retries at once after
@@ -231,9 +250,23 @@ class AsyncGeoReceiver(Settler, Pumps):
             room = max_messages - len(out)
             take = [self._inbox.popleft() for _ in range(min(len(self._inbox), room))]
             self._room.set()
+            # A copy of an id in flight here (its handler runs, or its mark waits for
+            # the store) is held without asking the store: even once its lease ran out
+            # it must not be delivered twice by this receiver.
+            mine = [m for m in take if m.message_id in self._in_flight]
+            for received in mine:
+                self._held.setdefault(received.message_id, []).append(received)
+            take = [m for m in take if m.message_id not in self._in_flight]
+            if not take:
+                continue
             ids = [m.message_id for m in take]
             ours = self._in_flight.intersection(ids)
-            verdicts = await anyio.to_thread.run_sync(self._dedup.check_many, ids)
+            try:
+                verdicts = await self._watch.once("checking ids", self._dedup.check_many,
+                                                  ids)
+            except StoreUnavailable:
+                self._inbox.extendleft(reversed(take))  # kept, in order, for the next try
+                raise
             again: list[ReceivedMessage] = []
             duplicates: list[ReceivedMessage] = []
             for received, verdict in zip(take, verdicts, strict=True):
@@ -243,7 +276,9 @@ class AsyncGeoReceiver(Settler, Pumps):
                     self._counts["delivered"] += 1
                 elif verdict is Verdict.DELIVER:
                     # Claimed but no room: give the claim back and keep it for later.
-                    await anyio.to_thread.run_sync(self._dedup.failed, received.message_id)
+                    with contextlib.suppress(StoreUnavailable):  # the lease runs out
+                        await anyio.to_thread.run_sync(self._dedup.failed,
+                                                       received.message_id)
                     again.append(received)
                 elif verdict is Verdict.DUPLICATE:
                     duplicates.append(received)
@@ -287,8 +322,14 @@ class AsyncGeoReceiver(Settler, Pumps):
         self._raise_mark_error()
 
     async def abandon(self, message: ReceivedMessage) -> None:
-        """The handler failed: release the id so a copy may be delivered again."""
-        await anyio.to_thread.run_sync(self._dedup.failed, message.message_id)
+        """The handler failed: release the id so a copy may be delivered again.
+
+        With the dedup store unreachable the claim stays until its lease runs out (then
+        a copy may be delivered again); the message is abandoned all the same.
+        """
+        with contextlib.suppress(StoreUnavailable):
+            await self._watch.once("releasing a claim", self._dedup.failed,
+                                   message.message_id)
         self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
         await self._settle_all([(message, "abandon")])
@@ -319,70 +360,6 @@ class AsyncGeoReceiver(Settler, Pumps):
             what=f"dead-letter {message.message_id!r}")
         await self._settle_duplicates(self._held.pop(message.message_id, []))
 
-    async def run(
-        self,
-        handler: Handler,
-        *,
-        max_messages: int = 10,
-        stop: StopFlag | None = None,
-        idle_timeout: float | None = None,
-    ) -> None:
-        """Receive and handle messages until ``stop`` is set or nothing came for
-        ``idle_timeout`` seconds. A handler that raises abandons its message.
-
-        ``handler`` may be a coroutine function or a plain one (run in a worker
-        thread). ``stop`` is anything with ``is_set()``: an ``asyncio.Event`` or a
-        ``threading.Event``. Outages of both namespaces are waited out (logged).
-        """
-        try:
-            await self._run(handler, max_messages, stop, idle_timeout)
-        finally:
-            # Return with this run's marks and settlements done (or given up on).
-            with anyio.move_on_after(_SETTLE_TIMEOUT):
-                await self._marks.wait()
-        self._raise_mark_error()
-
-    async def _run(self, handler: Handler, max_messages: int, stop: StopFlag | None,
-                   idle_timeout: float | None) -> None:
-        idle_since = time.monotonic()
-        while not (stop is not None and stop.is_set()):
-            try:
-                batch = await self.receive(max_messages=max_messages, max_wait=self._poll_wait)
-            except NamespaceUnavailable as exc:
-                logger.warning("receive: %s; retrying", exc)
-                await anyio.sleep(self._poll_wait)
-                idle_since = time.monotonic()  # an outage is not an idle queue
-                continue
-            if not batch:
-                if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
-                    return
-                continue
-            idle_since = time.monotonic()
-            for message in batch:
-                await self._handle(handler, message)
-
-    async def _handle(self, handler: Handler, message: ReceivedMessage) -> None:
-        try:
-            if inspect.iscoroutinefunction(handler):
-                await handler(message)
-            else:
-                result = await anyio.to_thread.run_sync(handler, message)
-                if inspect.isawaitable(result):
-                    await result
-        except Exception:
-            logger.exception("handler failed for message %s", message.message_id)
-            await self.abandon(message)
-        else:
-            # The mark and the settlement run beside the next handler call, the marks
-            # of a batch in one transaction. An SDK connection writes a settlement only
-            # between two of its receiver's socket reads, so waiting for each one would
-            # cost a read timeout per message. Settling late loses nothing: a copy
-            # redelivered meanwhile is held, then settled as a duplicate.
-            self._counts["completed"] += 1
-            self._queue_done(message, settle=True)
-            if len(self._pending) >= _MAX_SETTLING:
-                await self._marks.wait()
-
     async def aclose(self) -> None:
         """Wait for the marks and settlements in flight, stop the pumps, give back every
         message not delivered, close what was opened.
@@ -394,7 +371,7 @@ class AsyncGeoReceiver(Settler, Pumps):
             return
         self._closing = True
         self._room.set()
-        with anyio.move_on_after(_SETTLE_TIMEOUT):
+        with anyio.move_on_after(SETTLE_TIMEOUT):
             await self._marks.wait()
         if self._pumps:
             _, pending = await asyncio.wait(self._pumps, timeout=self._poll_wait + 2.0)
@@ -407,5 +384,8 @@ class AsyncGeoReceiver(Settler, Pumps):
         await self._settle_all([(received, "abandon") for received in leftovers])
         for transport in self._owned:
             await transport.aclose()
-        await anyio.to_thread.run_sync(self._dedup.close)
+        try:
+            await anyio.to_thread.run_sync(self._dedup.close)
+        except GatewayError as exc:  # the claims could not be released: their leases run out
+            logger.warning("closing the %s: %s", self._watch.store, exc)
         self._raise_mark_error()  # a completion nobody waited for could not be marked

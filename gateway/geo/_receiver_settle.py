@@ -34,9 +34,10 @@ class Settler:
     _estimator: DeadlineEstimator
     _settle_hung: set[str]
 
-    def _queue_done(self, message: ReceivedMessage, *, settle: bool) -> asyncio.Future[None]:
+    def _queue_done(self, message: ReceivedMessage, *, settle: bool, marked: bool = False
+                    ) -> asyncio.Future[None]:
         self._pending.add(message.message_id)
-        return self._marks.add(message.message_id, (message, settle))
+        return self._marks.add(message.message_id, (message, settle), marked=marked)
 
     async def _on_marked(self, items: list[tuple[ReceivedMessage, bool]],
                          error: Exception | None) -> None:

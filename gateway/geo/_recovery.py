@@ -127,6 +127,7 @@ class Recovery:
                 self._refresh_failed(exc)
             else:
                 self._refresh_error = None
+            await pair.role_keeper.sync()  # what other senders changed, or a missed write
             await pair.probe_down()
             replayed = 0
             pending = sorted(buffer.pending)
@@ -149,7 +150,7 @@ class Recovery:
                     if why:
                         reasons[dest] = why
             if should_fail_back(failback=self._failback, roles=pair.roles, down=pair.down):
-                pair.fail_back()
+                await pair.fail_back()
             if not raise_errors:
                 return ReplayReport(replayed)  # nobody reads it: not worth the counts
             waiting = await buffer.waiting(sorted({*pending, *buffer.pending}))

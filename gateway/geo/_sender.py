@@ -29,6 +29,7 @@ from gateway.geo._factory import NamespaceLike, check_entity, default_state_dir
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._namespaces import NamespacePair
 from gateway.geo._recovery import Recovery, ReplayReport
+from gateway.geo._roles import RolesTarget
 from gateway.geo._session_stamp import SessionStamper, needs_stamp
 from replication import (
     ANY_NAMESPACE,
@@ -94,6 +95,12 @@ class AsyncGeoSender:
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
         state_dir: where role state and the sessions' next positions are persisted
             (default ``$GEOGATEWAY_STATE_DIR``).
+        roles_store: keep the roles on PostgreSQL instead, shared by every sender of a
+            fleet configured with the same pair: a DSN, a ``psycopg_pool.ConnectionPool``
+            or a ``PostgresRoleStore`` (the caller closes a store or pool it passed).
+            Role changes are compare-and-swaps, and the recovery task reads the roles
+            again every ``refresh_interval`` (1 s), so a failover made by one sender is
+            followed by all.
         recovery: run the background probe/replay/failback task.
     """
 
@@ -110,6 +117,7 @@ class AsyncGeoSender:
         hooks: GatewayHooks | Iterable[GatewayHooks] = (),
         data_dir: str | os.PathLike[str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        roles_store: RolesTarget | None = None,
         recovery: bool = True,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] | None = None,
@@ -126,10 +134,14 @@ class AsyncGeoSender:
         self._namespaces = NamespacePair(
             primary, secondary, entity=self.entity, retry=self.policy.retry,
             deadlines=self.policy.deadlines, hooks=self._hooks, data_dir=data_dir,
-            state_dir=state_dir, clock=clock, sleep=self._sleep,
+            state_dir=state_dir, clock=clock, sleep=self._sleep, roles_store=roles_store,
         )
-        self._buffer = Buffer(durable_queue, transports=self._namespaces.transports,
-                              entity=self.entity, hooks=self._hooks)
+        try:
+            self._buffer = Buffer(durable_queue, transports=self._namespaces.transports,
+                                  entity=self.entity, hooks=self._hooks)
+        except BaseException:
+            self._namespaces.role_keeper.close()  # a pool opened for the roles
+            raise
         self._recovery = Recovery(self._namespaces, self._buffer,
                                   failback=self.policy.failback, hooks=self._hooks)
         self._recover = recovery

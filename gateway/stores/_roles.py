@@ -6,10 +6,34 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 from replication import ConfigError, RoleState
 
-__all__ = ["RoleStore"]
+__all__ = ["RoleStore", "RoleStoreLike"]
+
+
+class RoleStoreLike(Protocol):
+    """What a sender needs of a role store (:class:`RoleStore`, a file on one
+    machine, or :class:`~gateway.stores.PostgresRoleStore`, shared by a fleet)."""
+
+    #: Whether other processes change the state too (the sender then re-reads it
+    #: every ``refresh_interval`` seconds).
+    shared: bool
+    refresh_interval: float
+
+    def load(self, primary: str, secondary: str) -> RoleState:
+        """The stored state for this pair, or the initial one (primary active)."""
+        ...  # pragma: no cover
+
+    def swap(self, expected: RoleState, new: RoleState) -> RoleState:
+        """Store ``new`` if the stored state is still ``expected``; return the state
+        in force afterwards (``new``, or the one stored meanwhile)."""
+        ...  # pragma: no cover
+
+    def close(self) -> None:
+        """Release what the store opened."""
+        ...  # pragma: no cover
 
 
 class RoleStore:
@@ -19,8 +43,33 @@ class RoleStore:
     leaves either the old state or the new one.
     """
 
+    #: One process's file: nobody else changes it behind the sender's back.
+    shared = False
+    refresh_interval = 0.0
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+
+    def swap(self, expected: RoleState, new: RoleState) -> RoleState:
+        """Write ``new`` unless the file no longer holds ``expected``'s generation
+        (another process sharing the file changed the roles since); return the
+        state in force afterwards. Not locked: processes sharing one file may still
+        both write in a narrow window (a fleet shares a ``PostgresRoleStore``)."""
+        current = self.load(new.preferred, new.standby_preferred)
+        if current.generation != expected.generation:
+            return current
+        self.save(new)
+        return new
+
+    def close(self) -> None:
+        """Nothing to release (each call opens and closes the file)."""
+
+    @classmethod
+    def of_pair(cls, state_dir: str | os.PathLike[str], primary: str,
+                secondary: str) -> RoleStore:
+        """The store a sender of the namespaces ``primary`` and ``secondary`` (their
+        names) keeps in ``state_dir``: ``roles-PRIMARY-SECONDARY.json``."""
+        return cls(Path(state_dir) / f"roles-{primary}-{secondary}.json")
 
     def load(self, primary: str, secondary: str) -> RoleState:
         """The saved state for this pair, or the initial one (primary active).

@@ -10,6 +10,11 @@ The local namespace's parts that other rooms use are here too: its control file
 CLI and the emulators read to take a namespace down, and its storage engine
 (:class:`Store`, :class:`Queued`, :data:`LEASE`, :data:`DEAD_LETTER_SUFFIX`), which the
 AMQP emulator serves to the Azure SDKs.
+
+Topics' subscriptions are named ``TOPIC/Subscriptions/SUB`` (:func:`subscription_path`,
+:func:`canonical_entity`) and select messages with :class:`Rule` s: a
+:class:`TrueFilter`, :class:`FalseFilter`, :class:`CorrelationFilter` or
+:class:`SqlFilter`, and an optional :class:`SqlRuleAction`.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -18,6 +23,14 @@ from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
+    from gateway.transports._filters import (
+        CorrelationFilter,
+        FalseFilter,
+        Rule,
+        SqlFilter,
+        SqlRuleAction,
+        TrueFilter,
+    )
     from gateway.transports._local_control import (
         ControlFile,
         ControlState,
@@ -28,6 +41,11 @@ if _TYPE_CHECKING:
     from gateway.transports._local_events import LEASE
     from gateway.transports._local_namespace import LocalNamespace, NamespaceStatus, PartitionInfo
     from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued, Store
+    from gateway.transports._topic_paths import (
+        canonical_entity,
+        split_subscription,
+        subscription_path,
+    )
     from gateway.transports.base import (
         EventPosition,
         PartitionEvent,
@@ -42,6 +60,15 @@ if _TYPE_CHECKING:
 # Imported on first use (PEP 562), so that a submodule (the control file of a local
 # namespace, say) can be imported without the SQLite store and anyio behind the rest.
 _LAZY = {
+    "CorrelationFilter": "gateway.transports._filters",
+    "FalseFilter": "gateway.transports._filters",
+    "Rule": "gateway.transports._filters",
+    "SqlFilter": "gateway.transports._filters",
+    "SqlRuleAction": "gateway.transports._filters",
+    "TrueFilter": "gateway.transports._filters",
+    "canonical_entity": "gateway.transports._topic_paths",
+    "split_subscription": "gateway.transports._topic_paths",
+    "subscription_path": "gateway.transports._topic_paths",
     "ControlFile": "gateway.transports._local_control",
     "ControlState": "gateway.transports._local_control",
     "DEAD_LETTER_SUFFIX": "gateway.transports._local_store",
@@ -76,9 +103,11 @@ __all__ = [
     "LEASE",
     "ControlFile",
     "ControlState",
+    "CorrelationFilter",
     "EntityInfo",
     "EntityKind",
     "EventPosition",
+    "FalseFilter",
     "FaultyTransport",
     "LocalNamespace",
     "LocalTransport",
@@ -88,10 +117,17 @@ __all__ = [
     "Queued",
     "ReceiveMode",
     "ReceivedMessage",
+    "Rule",
     "SessionReceiver",
+    "SqlFilter",
+    "SqlRuleAction",
     "Store",
     "Transport",
+    "TrueFilter",
+    "canonical_entity",
     "default_data_dir",
     "namespace_files",
     "prepare_data_dir",
+    "split_subscription",
+    "subscription_path",
 ]

@@ -30,7 +30,10 @@ __all__ = ["Database"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3  # 2: owner_leases; 3: sessions, deferral
+# 2: owner_leases; 3: entity_options, seen_ids (topics, subscriptions); 4: sessions,
+# deferral. Every statement below is idempotent, so a file of any older version is
+# brought up through all of them at once.
+SCHEMA_VERSION = 4
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
@@ -68,6 +71,16 @@ _SCHEMA = (
         owner_level INTEGER NOT NULL, reader TEXT NOT NULL, host TEXT NOT NULL,
         pid INTEGER NOT NULL, expires REAL NOT NULL,
         PRIMARY KEY (entity, consumer_group, partition))""",
+    # What a queue, topic or subscription has beyond its entities row (_local_topics).
+    """CREATE TABLE IF NOT EXISTS entity_options (
+        entity TEXT PRIMARY KEY, topic TEXT, rules TEXT, forward_to TEXT, default_ttl REAL,
+        duplicate_window REAL)""",
+    "CREATE INDEX IF NOT EXISTS entity_options_by_topic ON entity_options (topic)",
+    # The MessageIds taken by entities that detect duplicates (_local_duplicates).
+    """CREATE TABLE IF NOT EXISTS seen_ids (
+        entity TEXT NOT NULL, message_id TEXT NOT NULL, taken REAL NOT NULL,
+        PRIMARY KEY (entity, message_id))""",
+    "CREATE INDEX IF NOT EXISTS seen_ids_by_time ON seen_ids (entity, taken)",
     # The sessions of session-enabled queues: who holds each one's lock, its state.
     """CREATE TABLE IF NOT EXISTS sessions (
         entity TEXT NOT NULL, session_id TEXT NOT NULL, lock_token TEXT, locked_until REAL,

@@ -14,6 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from gateway.transports._local_queues import DEAD_LETTER_SUFFIX
+from gateway.transports._topic_paths import split_subscription
 from replication import ConfigError, MessageRejected
 
 __all__ = [
@@ -34,6 +35,8 @@ class EntityKind(str, enum.Enum):
 
     QUEUE = "queue"
     PARTITIONED = "partitioned"
+    TOPIC = "topic"  # keeps nothing: copies what it is sent to its subscriptions
+    SUBSCRIPTION = "subscription"  # TOPIC/Subscriptions/NAME, a queue in every other way
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,14 +168,15 @@ class Catalog:
         found = self.lookup(conn, name)
         if found is not None:
             return found
-        if create and self.auto_create:
+        if create and self.auto_create and split_subscription(name) is None:
             # Every caller of this runs in a write transaction.
             default = queue_entity(name, lock_duration=30.0, max_delivery_count=10,
                                    max_message_size=1 << 20)
             return self.insert(conn, default)
         raise MessageRejected(
             f"no such entity {name!r} in local://{self.namespace}: create it with "
-            f"LocalNamespace({self.namespace!r}).create_queue(...) or create_partitioned(...)"
+            f"LocalNamespace({self.namespace!r}).create_queue(...), create_partitioned(...) "
+            "or create_topic(...) and create_subscription(...)"
         )
 
     def queue_of(self, conn: sqlite3.Connection, entity: str) -> Entity:
@@ -183,7 +187,10 @@ class Catalog:
         """
         base = entity.removesuffix(DEAD_LETTER_SUFFIX)
         found = self.entity(conn, base, create=True)
-        if found.kind is not EntityKind.QUEUE:
+        if found.kind is EntityKind.TOPIC:
+            raise MessageRejected(f"{entity!r} is a topic: receive from one of its "
+                                  f"subscriptions, '{base}/Subscriptions/NAME'")
+        if found.kind not in (EntityKind.QUEUE, EntityKind.SUBSCRIPTION):
             raise MessageRejected(f"{entity!r} is a partitioned entity, not a queue: "
                                   "read it with read_partition")
         return found

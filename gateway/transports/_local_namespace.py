@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.transports._filters import Rule
 from gateway.transports._local_control import ControlFile, namespace_files, validate_faults
 from gateway.transports._local_entities import EntityInfo
 from gateway.transports._local_store import Store
@@ -85,13 +87,20 @@ class LocalNamespace:
     def create_queue(self, name: str, *, lock_duration: float = 30.0,
                      max_delivery_count: int = 10, max_message_size: int = 1 << 20,
                      dead_lettering_on_message_expiration: bool = False,
-                     requires_session: bool = False) -> None:
+                     requires_session: bool = False,
+                     forward_to: str | None = None,
+                     default_message_time_to_live: float | None = None,
+                     duplicate_detection_window: float | None = None) -> None:
         """Create a queue; do nothing when it exists with the same settings.
 
         A message whose time to live is over (one sent through the emulator with a
-        time to live) is never delivered: with ``dead_lettering_on_message_expiration``
-        it moves to the dead-letter sub-queue (reason ``TTLExpiredException``),
-        otherwise it is dropped, as on Service Bus.
+        time to live, or past ``default_message_time_to_live`` seconds) is never
+        delivered: with ``dead_lettering_on_message_expiration`` it moves to the
+        dead-letter sub-queue (reason ``TTLExpiredException``), otherwise it is
+        dropped, as on Service Bus. With ``forward_to`` (a queue or a topic) what is
+        sent to the queue goes there instead. With ``duplicate_detection_window``
+        (seconds), a message whose MessageId the queue took within it is accepted and
+        dropped (Service Bus's duplicate detection).
 
         ``requires_session``: a session-enabled queue. Every message sent to it needs a
         ``session_id``, and it is received a session at a time
@@ -107,6 +116,12 @@ class LocalNamespace:
             max_message_size=max_message_size,
             dead_lettering_on_message_expiration=dead_lettering_on_message_expiration,
             requires_session=requires_session))
+        if (forward_to, default_message_time_to_live, duplicate_detection_window) != (
+                None, None, None):
+            self._store.topics.set_queue_options(
+                name, forward_to=forward_to,
+                default_message_time_to_live=default_message_time_to_live,
+                duplicate_detection_window=duplicate_detection_window)
 
     def create_partitioned(self, name: str, *, partitions: int = 4,
                            max_message_size: int = 1 << 20) -> None:
@@ -118,6 +133,61 @@ class LocalNamespace:
         """
         self._store.create(Store.partitioned(name, partitions=partitions,
                                              max_message_size=max_message_size))
+
+    def create_topic(self, name: str, *, max_message_size: int = 1 << 20,
+                     default_message_time_to_live: float | None = None,
+                     duplicate_detection_window: float | None = None) -> None:
+        """Create a topic; do nothing when it exists with the same settings.
+
+        A message sent to the topic is copied to each of its subscriptions whose rules
+        select it; with no subscription it is dropped, as on Service Bus.
+        ``default_message_time_to_live`` (seconds) caps the time to live of its messages;
+        with ``duplicate_detection_window`` (seconds) a message whose MessageId the topic
+        took within it is accepted and dropped.
+
+        Raises:
+            ConfigError: bad settings, or the entity exists with other settings.
+            NamespaceUnavailable: the namespace file is corrupt or unreadable.
+        """
+        self._store.topics.create_topic(
+            name, max_message_size=max_message_size,
+            default_message_time_to_live=default_message_time_to_live,
+            duplicate_detection_window=duplicate_detection_window)
+
+    def create_subscription(self, topic: str, name: str, *, rules: Sequence[Rule] = (),
+                            lock_duration: float = 30.0, max_delivery_count: int = 10,
+                            dead_lettering_on_message_expiration: bool = False,
+                            default_message_time_to_live: float | None = None,
+                            forward_to: str | None = None,
+                            requires_session: bool = False) -> None:
+        """Create subscription ``name`` of ``topic``: the entity ``TOPIC/Subscriptions/NAME``.
+
+        Receive from it as from a queue (its dead letters from
+        ``TOPIC/Subscriptions/NAME/$DeadLetterQueue``). ``rules`` select and annotate
+        the topic's messages (default: one true filter, ``$Default``);
+        ``forward_to`` sends its copies on to a queue or topic instead.
+        ``requires_session``: a session-enabled subscription, received a session at a time
+        like such a queue; a message without a session id it would take is refused.
+
+        Raises:
+            ConfigError: no such topic; bad settings or rules (a SQL filter that does
+                not parse names the rule and the character); it exists with others.
+            NamespaceUnavailable: the namespace file is corrupt or unreadable.
+        """
+        self._store.topics.create_subscription(
+            topic, name, rules=rules, lock_duration=lock_duration,
+            max_delivery_count=max_delivery_count,
+            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration,
+            default_message_time_to_live=default_message_time_to_live, forward_to=forward_to,
+            requires_session=requires_session)
+
+    def rules(self, subscription: str) -> tuple[Rule, ...]:
+        """The rules of a subscription (``TOPIC/Subscriptions/NAME``).
+
+        Raises:
+            MessageRejected: no such subscription.
+        """
+        return self._store.db.read(lambda conn: self._store.topics.rules_of(conn, subscription))
 
     def entities(self) -> list[EntityInfo]:
         """Every entity with its counts, sorted by name.

@@ -7,8 +7,9 @@ never handed to two receivers at once, even across processes.
 
 :class:`Store` holds the transactions; what runs inside them is plain SQL in the
 modules beside it: the entities (``_local_entities``), the queues (``_local_queues``)
-and the partitioned entities (``_local_events``); sessions and deferred messages are
-:attr:`Store.sessions` (``_local_session_store``).
+and the partitioned entities (``_local_events``); topics, subscriptions and the
+options of queues are :attr:`Store.topics` (``_local_topics``), sessions and deferred
+messages :attr:`Store.sessions` (``_local_session_store``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gateway.transports._local_entities import (
 from gateway.transports._local_events import PartitionState
 from gateway.transports._local_queues import Queued
 from gateway.transports._local_session_store import SessionStore
+from gateway.transports._local_topics import SectionsCodec, Topics
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from replication import (
     ConfigError,
@@ -52,14 +54,6 @@ DEAD_LETTER_SUFFIX = queues.DEAD_LETTER_SUFFIX
 
 def _message(item: Message | Queued) -> Message:
     return item.message if isinstance(item, Queued) else item
-
-
-def _check_sessions(entity: str, messages: Sequence[Message]) -> None:
-    for m in messages:
-        if m.session_id is None:
-            raise MessageRejected(
-                f"message {m.message_id} has no session id and {entity!r} is session-enabled: "
-                "set Message(session_id=...)")
 
 
 def _check_sizes(e: Entity, entity: str, messages: Sequence[Message]) -> None:
@@ -85,12 +79,17 @@ class Store:
         path: the namespace file.
         namespace: the namespace's name, put on records and errors.
         auto_create: create a queue on first send or receive of an unknown name.
+        codec: reads and edits the AMQP sections of messages sent through the emulator,
+            for subscription rules (``_local_topics``).
     """
 
-    def __init__(self, path: str, *, namespace: str, auto_create: bool) -> None:
+    def __init__(self, path: str, *, namespace: str, auto_create: bool,
+                 codec: SectionsCodec | None = None) -> None:
         self.db = Database(path, namespace=namespace)
         self.namespace = namespace
         self._catalog = Catalog(namespace=namespace, auto_create=auto_create)
+        #: Topics and subscriptions, and the options of queues (forwarding, time to live).
+        self.topics = Topics(self.db, self._catalog, namespace=namespace, codec=codec)
         self._round_robin = itertools.count()
         self._leases = events.Leases()
         #: Sessions of session-enabled queues, and deferred messages.
@@ -149,10 +148,8 @@ class Store:
         e = self._catalog.entity(conn, entity, create=True)
         messages = [_message(item) for item in items]
         _check_sizes(e, entity, messages)
-        if e.requires_session:
-            _check_sessions(entity, messages)
-        if e.kind is EntityKind.QUEUE:
-            return queues.insert(conn, entity, items, now)
+        if e.kind is not EntityKind.PARTITIONED:
+            return self.topics.deliver(conn, e, entity, items, now)
         events.append(conn, entity, e.partitions, messages, now, self._round_robin.__next__)
         return []
 
@@ -201,7 +198,8 @@ class Store:
         cached = self._catalog.cached(entity.removesuffix(DEAD_LETTER_SUFFIX))
         if cached is not None:
             _no_sessions(cached, entity)
-        if cached is not None and not self.db.read(has_any):
+        known = cached is not None and cached.kind in (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
+        if known and not self.db.read(has_any):
             return []
         return self.db.write(lambda conn: self._claim(conn, entity, max_messages, mode, now))
 

@@ -55,6 +55,7 @@ from gateway.transports._local_entities import EntityInfo, EntityKind
 from gateway.transports._local_namespace import LocalNamespace, NamespaceStatus, PartitionInfo
 from gateway.transports._local_session_receiver import LocalSessionReceiver, accept_session
 from gateway.transports._local_store import Store
+from gateway.transports._topic_paths import canonical_entity
 from gateway.transports.base import (
     EventPosition,
     PartitionEvent,
@@ -213,6 +214,7 @@ class LocalTransport(Transport):
         state = await self._enter()
         if not messages:
             return
+        entity = canonical_entity(entity)
         await self._run(self._store.send, entity, list(messages), self._clock())
         if state.lost_replies and self._rng.random() < state.lost_replies:
             raise OperationTimeout(
@@ -225,7 +227,9 @@ class LocalTransport(Transport):
                       mode: ReceiveMode = ReceiveMode.PEEK_LOCK) -> list[ReceivedMessage]:
         """Receive up to ``max_messages``, polling for up to ``max_wait`` seconds.
 
-        Use ``"QUEUE/$DeadLetterQueue"`` as ``entity`` to receive dead letters.
+        ``entity`` is a queue or a topic's subscription, ``"TOPIC/Subscriptions/SUB"``
+        (the ``Subscriptions`` segment in any case); add ``"/$DeadLetterQueue"`` to
+        receive dead letters.
 
         Returns:
             The messages; an empty list only when none is available.
@@ -237,6 +241,7 @@ class LocalTransport(Transport):
         if max_messages < 1:
             raise ConfigError(f"max_messages must be at least 1, got {max_messages}")
         await self._enter()
+        entity = canonical_entity(entity)
         return await self._poll(max_wait, lambda: self._store.receive(
             entity, max_messages=max_messages, mode=mode, now=self._clock()))
 

@@ -16,6 +16,7 @@ from gateway.geo._hooks import GatewayHooks
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from replication import Message
 from tests.gateway.cli.cli_support import dirs, run  # noqa: F401  (the CLI tests' fixtures)
+from tests.gateway.stores.outbox_support import outbox_app  # noqa: F401  (the outbox tests')
 
 ENTITY = "orders"
 
@@ -46,6 +47,15 @@ class Recorder(GatewayHooks):
 
     def on_duplicate(self, **kw: Any) -> None:
         self.events.append(("on_duplicate", kw))
+
+    def on_store_down(self, **kw: Any) -> None:
+        self.events.append(("on_store_down", kw))
+
+    def on_store_up(self, **kw: Any) -> None:
+        self.events.append(("on_store_up", kw))
+
+    def on_dedup_fallback(self, **kw: Any) -> None:
+        self.events.append(("on_dedup_fallback", kw))
 
 
 class Exploding(GatewayHooks):

@@ -42,9 +42,19 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
+from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._connection import Connection
+from gateway.emulator.amqp._declare import declare
 from gateway.emulator.amqp._router import Router
-from gateway.transports import DEAD_LETTER_SUFFIX, ControlFile, ControlState, Queued, Store
+from gateway.emulator.amqp._topics import AmqpSections
+from gateway.transports import (
+    DEAD_LETTER_SUFFIX,
+    ControlFile,
+    ControlState,
+    Queued,
+    Store,
+    split_subscription,
+)
 from gateway.transports.local import namespace_files
 from replication import ConfigError, GatewayError, Message
 
@@ -59,8 +69,11 @@ _REFRESH = 0.001
 
 
 def _key(entity: str) -> str:
-    # Readers of a queue and of its dead-letter sub-queue wake on the same changes.
-    return entity.lower().removesuffix(DEAD_LETTER_SUFFIX.lower())
+    # Readers of a queue and of its dead-letter sub-queue wake on the same changes; those
+    # of a topic's subscriptions on the topic's (a send to the topic writes to them).
+    base = entity.lower().removesuffix(DEAD_LETTER_SUFFIX.lower())
+    subscription = split_subscription(base)
+    return base if subscription is None else subscription[0]
 
 
 class Namespace:
@@ -69,7 +82,8 @@ class Namespace:
     def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
                  key_name: str, key: str, queues: Sequence[QueueSpec],
                  event_hubs: Sequence[EventHubSpec],
-                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE) -> None:
+                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE,
+                 topics: Sequence[TopicSpec] = ()) -> None:
         self.name = name
         #: The largest Service Bus message accepted (a queue's own limit may be smaller).
         self.max_message_size = max_message_size
@@ -78,7 +92,8 @@ class Namespace:
         self.key_name = key_name
         self.key = key
         self.db_path, control = namespace_files(name, data_dir)
-        self.store = Store(self.db_path, namespace=name, auto_create=False)
+        self.store = Store(self.db_path, namespace=name, auto_create=False,
+                           codec=AmqpSections())
         self.control = ControlFile(control)
         self.state = ControlState()
         self.router = Router(self)
@@ -87,6 +102,7 @@ class Namespace:
         #: The readers of each event hub partition: (hub, consumer group, partition) -> readers.
         self.owners: dict[tuple[str, str, str], list[Any]] = {}
         self._queues, self._event_hubs = tuple(queues), tuple(event_hubs)
+        self._topics = tuple(topics)
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -115,15 +131,8 @@ class Namespace:
         self.spawn(self._watch_file())
 
     def _create_entities(self) -> None:
-        for q in self._queues:
-            self.store.create(Store.queue(
-                q.name, lock_duration=q.lock_duration, max_delivery_count=q.max_delivery_count,
-                max_message_size=q.max_message_size,
-                dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration,
-                requires_session=q.requires_session))
-        for h in self._event_hubs:
-            self.store.create(Store.partitioned(h.name, partitions=h.partitions,
-                                                max_message_size=h.max_message_size))
+        declare(self.store, queues=self._queues, event_hubs=self._event_hubs,
+                topics=self._topics)
 
     async def _listen(self) -> None:
         try:

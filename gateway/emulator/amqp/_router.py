@@ -1,4 +1,5 @@
-"""Which node a link attaches to: ``$cbs``, ``$management``, a queue, an event hub.
+"""Which node a link attaches to: ``$cbs``, ``$management``, a queue, a topic (to send)
+or one of its subscriptions (to receive: ``TOPIC/Subscriptions/SUB``), an event hub.
 
 Addresses may carry a scheme and host (``amqps://host:port/orders``); they are
 stripped, and entity names match case-insensitively, as on Service Bus. A link to
@@ -30,6 +31,7 @@ from gateway.emulator.amqp._message_sessions import (
     session_filter,
 )
 from gateway.emulator.amqp._servicebus import QueueReader, QueueWriter, manage_queue
+from gateway.emulator.amqp._topics import refuse_topic_operation
 from gateway.transports import DEAD_LETTER_SUFFIX, EntityKind
 from gateway.transports.base import EventPosition
 from replication import GatewayError
@@ -46,6 +48,8 @@ _CONSUMER = re.compile(r"(?P<hub>.+)/consumergroups/(?P<group>[^/]+)/partitions/
 _PARTITION = re.compile(r"(?P<hub>.+)/partitions/(?P<pid>[^/]+)", re.IGNORECASE)
 _MANAGEMENT = "$management"
 _EPOCH = "com.microsoft:epoch"
+#: The entities read as queues: queues and topics' subscriptions.
+_QUEUES = (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
 
 
 def _path(address: str) -> str:
@@ -98,18 +102,24 @@ class Router:
         dead = lower.endswith(DEAD_LETTER_SUFFIX.lower())
         name = path[: -len(DEAD_LETTER_SUFFIX)] if dead else path
         entity = await self.namespace.run(self.namespace.store.find, name)
-        if entity is None or (dead and entity.kind is not EntityKind.QUEUE):
+        if entity is None or (dead and entity.kind not in _QUEUES):
             self._not_found(link, path)
         elif isinstance(link, IncomingLink):
             if dead:
                 link.refuse("amqp:not-allowed", "send to the queue, not to its dead-letter queue")
-            elif entity.kind is EntityKind.QUEUE:
+            elif entity.kind in (EntityKind.QUEUE, EntityKind.TOPIC):
                 limit = self._queue_limit(entity.max_message_size)
                 link.accept(QueueWriter(self.namespace, entity.name, limit),
                             max_message_size=limit)
+            elif entity.kind is EntityKind.SUBSCRIPTION:
+                link.refuse("amqp:not-allowed", f"{entity.name!r} is a subscription: send to "
+                            f"its topic {entity.name.rsplit('/', 2)[0]!r}")
             else:
                 await self._hub_writer(link, entity.name, None)
-        elif isinstance(link, OutgoingLink) and entity.kind is EntityKind.QUEUE:
+        elif isinstance(link, OutgoingLink) and entity.kind is EntityKind.TOPIC:
+            link.refuse("amqp:not-allowed", f"{entity.name!r} is a topic: receive from one of "
+                        f"its subscriptions, '{entity.name}/Subscriptions/NAME'")
+        elif isinstance(link, OutgoingLink) and entity.kind in _QUEUES:
             wants_session, _ = session_filter(link)
             sessions = entity.requires_session and not dead
             if wants_session != sessions:
@@ -153,7 +163,10 @@ class Router:
             dead = entity_path.lower().endswith(DEAD_LETTER_SUFFIX.lower())
             base = entity_path[: -len(DEAD_LETTER_SUFFIX)] if dead else entity_path
             entity = await self.namespace.run(self.namespace.store.find, base)
-            if entity is None or entity.kind is not EntityKind.QUEUE:
+            if entity is not None and entity.kind is EntityKind.TOPIC and not dead:
+                self._node(link, refuse_topic_operation)
+                return
+            if entity is None or entity.kind not in _QUEUES:
                 self._not_found(link, entity_path)
                 return
             name = entity.name + (DEAD_LETTER_SUFFIX if dead else "")

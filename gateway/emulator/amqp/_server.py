@@ -14,6 +14,7 @@ from gateway.emulator._config import (
     QueueSpec,
     parse_size,
 )
+from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._namespace import Namespace
 from replication import ConfigError
 
@@ -50,6 +51,8 @@ class Emulator(AsyncService):
         max_message_size: the largest Service Bus message each namespace accepts, in
             bytes (256 KiB, the standard tier's, by default); a queue's own smaller
             limit applies too. Event hubs keep their own limit.
+        topics: topics to declare in every namespace, with their subscriptions and
+            rules (:class:`TopicSpec`).
 
     Raises:
         ConfigError: no namespace, a bad name or port, two namespaces on one port, or
@@ -62,7 +65,8 @@ class Emulator(AsyncService):
                  event_hubs: Mapping[str, int] | Iterable[EventHubSpec] = (),
                  key_name: str = DEFAULT_KEY_NAME, key: str = DEFAULT_KEY,
                  host: str = "127.0.0.1",
-                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE) -> None:
+                 max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE,
+                 topics: Iterable[TopicSpec] = ()) -> None:
         if not namespaces:
             raise ConfigError("an emulator serves at least one namespace")
         fixed = [p for p in namespaces.values() if p]
@@ -72,13 +76,14 @@ class Emulator(AsyncService):
             raise ConfigError("the key and the key name must not be empty")
         limit = parse_size(max_message_size)
         directory = None if data_dir is None else os.fspath(data_dir)
-        qs, hs = _queues(queues), _hubs(event_hubs)
+        qs, hs, ts = _queues(queues), _hubs(event_hubs), tuple(topics)
         self.host = host
         self.key_name = key_name
         self._key = key
         self._namespaces = {
             name: Namespace(name, port, host=host, data_dir=directory, key_name=key_name,
-                            key=key, queues=qs, event_hubs=hs, max_message_size=limit)
+                            key=key, queues=qs, event_hubs=hs, max_message_size=limit,
+                            topics=ts)
             for name, port in namespaces.items()
         }
         self._started = False

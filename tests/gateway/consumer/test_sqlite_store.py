@@ -1,6 +1,7 @@
 """SqliteCheckpointStore: the CheckpointStore contract (run against the in-memory
-twin too, so the two cannot drift), many processes on one file, the file itself,
-and the Azure SDK's dict interface as EventHubConsumerClient drives it."""
+twin and the PostgreSQL store too, so they cannot drift), many processes on one
+file, the file itself, and the Azure SDK's dict interface as EventHubConsumerClient
+drives it."""
 
 from __future__ import annotations
 
@@ -51,11 +52,16 @@ def checkpoint(partition: str, sequence: int, group: ConsumerGroupRef = GROUP) -
                       sequence_number=sequence)
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 async def store(request, tmp_path: Path, clock: FakeClock) -> AsyncIterator[CheckpointStore]:
     made: CheckpointStore
     if request.param == "sqlite":
         made = SqliteCheckpointStore(tmp_path / "checkpoints.db", clock=clock)
+    elif request.param == "postgres":
+        from gateway.consumer import PostgresCheckpointStore
+
+        pg = request.getfixturevalue("pg")
+        made = PostgresCheckpointStore(pg.dsn, schema=pg.schema, clock=clock)
     else:
         made = InMemoryCheckpointStore(clock=clock)
     async with made:

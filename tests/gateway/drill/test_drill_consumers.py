@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.drill import DrillReport, Scenario, run_drill
+from gateway.drill._timeline import REPLAYED
 from tests.gateway.cli.cli_support import ok_json, run_process
 from tests.gateway.drill.drill_support import kill_drill_midway
 
@@ -64,6 +65,16 @@ async def test_consumer_crash(tmp_path: Path) -> None:
     assert set(stats(root)) == {"w1", "w3"}
     # And the survivors suppressed copies (each id was sent to both namespaces)
     assert report.duplicates_suppressed > 0
+    # And its timeline (the picture's) has every delivery by its worker, both copies of
+    # every send, and the kill as a moment
+    timeline = report.timeline
+    assert timeline is not None and timeline.delivered_label == "delivered by"
+    assert sum(len(t) for t in timeline.delivered.values()) == MESSAGES
+    assert set(timeline.delivered) <= {"w1", "w2", "w3"}
+    # (a copy a busy namespace did not take within its deadline is buffered instead)
+    assert sum(len(t) for ns, t in timeline.sent.items() if ns != REPLAYED) == 2 * MESSAGES
+    assert [(a, w) for _, a, w in timeline.events()] == [("kill", "w2")]
+    assert len(timeline.duplicates) > 0
 
 
 async def test_consumer_scale(tmp_path: Path) -> None:

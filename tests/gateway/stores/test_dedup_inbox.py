@@ -10,26 +10,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio.to_thread
+import psycopg
 import pytest
 
 from gateway.aio import AsyncGeoPartitionReceiver
 from gateway.consumer import BalanceSettings, ProcessorSettings
-from gateway.stores._dedup import SqliteDedupStore
+from gateway.stores import EmbeddedPostgres, PostgresDedupStore, SqliteDedupStore
 from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import PartitionEvent
 from replication import ConfigError, GatewayError, Message
 from replication._dedup import Deduplicator, DedupWindow, InMemoryDedupStore, Verdict
 from tests.gateway.conftest import Recorder, wait_for
+from tests.postgres import Pg
 
 pytestmark = pytest.mark.anyio
 
@@ -319,3 +325,98 @@ async def test_a_process_killed_inside_its_inbox_handler_loses_the_effect_and_th
         assert check.peek("only", now=time.time()) is Verdict.DUPLICATE
     finally:
         check.close()
+
+
+async def test_transactional_partition_receiver_on_postgres_writes_each_effect_once(
+    tmp_path: Path, hubs: None, pg: Pg
+) -> None:
+    # Given 30 ids sent to both namespaces, and the application's table in PostgreSQL
+    ids = [f"m{i:03d}" for i in range(30)]
+    await send(tmp_path, ids)
+    store = PostgresDedupStore(pg.dsn, schema=pg.schema)
+    table = f"{pg.schema}.effects"
+    with psycopg.connect(pg.dsn) as conn:
+        conn.execute(f"CREATE TABLE {table} (message_id text NOT NULL)")
+
+    def counts() -> dict[str, int]:
+        with psycopg.connect(pg.dsn) as conn:
+            return dict(conn.execute(f"SELECT message_id, count(*) FROM {table}"
+                                     " GROUP BY message_id").fetchall())
+
+    inside: set[int] = set()
+    most = 0
+    lock = threading.Lock()
+
+    def pg_inbox(event: PartitionEvent, conn: psycopg.Connection[Any]) -> None:
+        nonlocal most
+        with lock:
+            inside.add(threading.get_ident())
+            most = max(most, len(inside))
+        conn.execute(f"INSERT INTO {table} VALUES (%s)", (event.message.message_id,))
+        time.sleep(0.02)  # long enough for the partitions' handlers to overlap
+        with lock:
+            inside.discard(threading.get_ident())
+
+    hooks = Recorder()
+    # When a receiver on PostgreSQL runs the inbox handler, two at a time at most
+    async with receiver(tmp_path, hooks=hooks, dedup_store=store) as geo:
+        stop = asyncio.Event()
+        task = asyncio.create_task(geo.run(pg_inbox, stop=stop, transactional=True,
+                                           concurrency=2))
+        await wait_for(lambda: len(counts()) == 30
+                       and len(hooks.named("on_duplicate")) == 30, within=20)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    # Then each effect committed once, and the handlers of different partitions overlapped
+    assert counts() == dict.fromkeys(ids, 1)
+    assert most == 2
+
+
+async def test_a_restarted_server_pauses_the_partition_inbox_without_loss_or_repeat(
+    tmp_path: Path, hubs: None, pg_server_factory: Callable[[], EmbeddedPostgres]
+) -> None:
+    # Given a partition receiver's inbox on a server of its own, 30 ids in both namespaces
+    server = pg_server_factory()
+    dsn = server.dsn
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TABLE public.effects (message_id text NOT NULL)")
+
+    def counts() -> dict[str, int]:
+        with psycopg.connect(dsn) as conn:
+            return dict(conn.execute("SELECT message_id, count(*) FROM public.effects"
+                                     " GROUP BY message_id").fetchall())
+
+    def pg_inbox(event: PartitionEvent, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("INSERT INTO public.effects VALUES (%s)", (event.message.message_id,))
+        time.sleep(0.05)
+
+    ids = [f"m{i:03d}" for i in range(30)]
+    await send(tmp_path, ids)
+    hooks = Recorder()
+    errors: list[BaseException] = []
+
+    async def on_error(ctx: object, exc: BaseException) -> None:
+        errors.append(exc)
+
+    store = PostgresDedupStore(dsn, connect_timeout=2)
+    async with receiver(tmp_path, hooks=hooks, dedup_store=store, on_error=on_error) as geo:
+        stop = asyncio.Event()
+        task = asyncio.create_task(geo.run(pg_inbox, stop=stop, transactional=True))
+        try:
+            await wait_for(lambda: len(counts()) >= 5, within=20)
+            before = len(counts())
+            # When the server restarts in the middle of the run
+            await anyio.to_thread.run_sync(functools.partial(server.stop, mode="fast"))
+            await wait_for(lambda: bool(hooks.named("on_store_down")), within=30)
+            await anyio.to_thread.run_sync(server.start)
+            # Then the receiver goes on by itself
+            await wait_for(lambda: len(counts()) == 30
+                           and len(hooks.named("on_duplicate")) >= 30, within=60)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+    # And every effect committed once; the outage went to on_error once, and its end
+    assert before < 30
+    assert counts() == dict.fromkeys(ids, 1)
+    assert [type(e).__name__ for e in errors] == ["StoreUnavailable"]
+    assert len(hooks.named("on_store_up")) == 1

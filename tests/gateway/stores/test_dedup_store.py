@@ -1,4 +1,6 @@
-"""The SQLite de-duplication store: persistence, sharing between processes, safety."""
+"""The de-duplication stores: the window's semantics on SQLite and on PostgreSQL (the
+``store`` and ``make`` fixtures run each contract test on both), and SQLite's own file
+safety."""
 
 from __future__ import annotations
 
@@ -11,16 +13,17 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from gateway.stores._dedup import SqliteDedupStore
+from gateway.stores import PostgresDedupStore, SqliteDedupStore
 from replication import ConfigError, GatewayError
 from replication._dedup import Deduplicator, DedupStore, DedupWindow, Verdict
 from tests.conftest import FakeClock
 from tests.gateway.consumer._damage import damage_table_root, sha256
+from tests.postgres import Pg
 
 DELIVER, DUPLICATE, HOLD = Verdict.DELIVER, Verdict.DUPLICATE, Verdict.HOLD
 WINDOW = DedupWindow(seconds=60, count=100)
@@ -31,18 +34,38 @@ def path(tmp_path: Path) -> Path:
     return tmp_path / "dedup.sqlite"
 
 
+Make = Callable[..., DedupStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make(request: pytest.FixtureRequest, path: Path) -> Iterator[Make]:
+    """Opens stores on one window: a SQLite file, or a schema of the test server."""
+    opened: list[DedupStore] = []
+
+    def open_store(window: DedupWindow = WINDOW) -> DedupStore:
+        if request.param == "sqlite":
+            store: DedupStore = SqliteDedupStore(path, window=window)
+        else:
+            pg: Pg = request.getfixturevalue("pg")
+            store = PostgresDedupStore(pg.dsn, schema=pg.schema, window=window)
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        store.close()
+
+
 @pytest.fixture
-def store(path: Path) -> Iterator[SqliteDedupStore]:
-    store = SqliteDedupStore(path, window=WINDOW)
-    yield store
-    store.close()
+def store(make: Make) -> DedupStore:
+    return make()
 
 
-def test_is_a_dedup_store(store: SqliteDedupStore) -> None:
+def test_is_a_dedup_store(store: DedupStore) -> None:
     assert isinstance(store, DedupStore)
 
 
-def test_claim_hold_done_release(store: SqliteDedupStore) -> None:
+def test_claim_hold_done_release(store: DedupStore) -> None:
     # Given a claim by "a"
     assert store.claim(["m1", "m2", "m1"], owner="a", now=0, lease=10) == [DELIVER, DELIVER, HOLD]
     # Then anyone (a included) is held while the lease runs
@@ -61,7 +84,7 @@ def test_claim_hold_done_release(store: SqliteDedupStore) -> None:
     assert store.claim(["m2"], owner="c", now=17.5, lease=10) == [DELIVER]
 
 
-def test_time_window_applies_before_pruning(store: SqliteDedupStore) -> None:
+def test_time_window_applies_before_pruning(store: DedupStore) -> None:
     store.claim(["m1"], owner="a", now=0, lease=10)
     store.finish("m1", owner="a", succeeded=True, now=1)
     assert store.peek("m1", now=60.9) is DUPLICATE
@@ -69,7 +92,7 @@ def test_time_window_applies_before_pruning(store: SqliteDedupStore) -> None:
     assert store.claim(["m1"], owner="a", now=61, lease=10) == [DELIVER]
 
 
-def test_prune_by_time_count_and_expired_claims(store: SqliteDedupStore) -> None:
+def test_prune_by_time_count_and_expired_claims(store: DedupStore) -> None:
     ids = [f"id{i:03}" for i in range(150)]
     store.claim(ids, owner="a", now=0, lease=10)
     store.finish_many(ids[:120], owner="a", succeeded=True, now=1)
@@ -84,15 +107,15 @@ def test_prune_by_time_count_and_expired_claims(store: SqliteDedupStore) -> None
     assert store.prune(now=62, window=WINDOW) == 10
 
 
-def test_window_persists_across_reopen(path: Path) -> None:
+def test_window_persists_across_reopen(make: Make) -> None:
     # Given a deduplicator that handled m1 and crashed while m2 was in flight
     clock = FakeClock(1_000.0)
-    first = Deduplicator(SqliteDedupStore(path, window=WINDOW), lease=10, clock=clock)
+    first = Deduplicator(make(), lease=10, clock=clock)
     assert first.check_many(["m1", "m2"]) == [DELIVER, DELIVER]
     first.succeeded("m1")
     first._store.close()  # no release: a crash
-    # When a new process opens the same file
-    second = Deduplicator(SqliteDedupStore(path, window=WINDOW), lease=10, clock=clock)
+    # When a new process opens the same store
+    second = Deduplicator(make(), lease=10, clock=clock)
     # Then m1 is a duplicate and m2 is held until the dead holder's lease runs out
     assert second.check_many(["m1", "m2", "m3"]) == [DUPLICATE, HOLD, DELIVER]
     clock.now += 10
@@ -100,20 +123,22 @@ def test_window_persists_across_reopen(path: Path) -> None:
     second.close()
 
 
-def test_close_releases_claims_for_the_next_process(path: Path) -> None:
-    first = Deduplicator(SqliteDedupStore(path, window=WINDOW))
+def test_close_releases_claims_for_the_next_process(make: Make) -> None:
+    first = Deduplicator(make())
     assert first.check("m1") is DELIVER
     first.close()
-    with Deduplicator(SqliteDedupStore(path, window=WINDOW)) as second:
+    with Deduplicator(make()) as second:
         assert second.check("m1") is DELIVER
 
 
-def test_file_mode_is_0600(path: Path, store: SqliteDedupStore) -> None:
+def test_file_mode_is_0600(path: Path) -> None:
+    store = SqliteDedupStore(path, window=WINDOW)
     store.claim(["m1"], owner="a", now=0, lease=10)
     for p in [path, Path(f"{path}-wal"), Path(f"{path}-shm")]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     assert store._conn is not None
     assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
 
 
 def test_an_existing_wider_mode_is_narrowed(path: Path) -> None:
@@ -166,14 +191,15 @@ def test_missing_directory_and_bad_options(tmp_path: Path) -> None:
         SqliteDedupStore(tmp_path / "d.sqlite", synchronous="SOMETIMES")
 
 
-def test_closed_store_refuses_work(store: SqliteDedupStore) -> None:
+def test_closed_store_refuses_work(store: DedupStore) -> None:
     store.close()
     store.close()
     with pytest.raises(RuntimeError, match="closed"):
         store.peek("m1", now=0)
 
 
-def test_a_locked_file_is_waited_for_not_raised(path: Path, store: SqliteDedupStore) -> None:
+def test_a_locked_file_is_waited_for_not_raised(path: Path) -> None:
+    SqliteDedupStore(path).close()
     # Given another connection holding the write lock longer than busy_timeout
     waiting = SqliteDedupStore(path, window=WINDOW, busy_timeout=0.05)
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -189,7 +215,8 @@ def test_a_locked_file_is_waited_for_not_raised(path: Path, store: SqliteDedupSt
         waiting.close()
 
 
-def test_a_file_locked_for_too_long_is_a_gateway_error(path: Path, store: SqliteDedupStore) -> None:
+def test_a_file_locked_for_too_long_is_a_gateway_error(path: Path) -> None:
+    SqliteDedupStore(path).close()
     waiting = SqliteDedupStore(path, window=WINDOW, busy_timeout=0.02, lock_timeout=0.2)
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -206,14 +233,17 @@ _CHILD = textwrap.dedent(
     """
     import json, os, random, sys, time
     from collections import deque
-    from gateway.stores._dedup import SqliteDedupStore
+    from gateway.stores import PostgresDedupStore, SqliteDedupStore
     from replication._dedup import Deduplicator, Verdict
 
-    path, go, seed, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    go, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(seed)
     ids = [f"id{i}" for i in range(n)]
     rng.shuffle(ids)
-    dedup = Deduplicator(SqliteDedupStore(path), lease=30)
+    target, schema = os.environ["DEDUP_TARGET"], os.environ.get("DEDUP_SCHEMA")
+    store = (PostgresDedupStore(target, schema=schema) if schema
+             else SqliteDedupStore(target))
+    dedup = Deduplicator(store, lease=30)
     open(f"{go}-ready-{seed}", "w").close()
     while not os.path.exists(go):
         time.sleep(0.005)
@@ -239,17 +269,24 @@ _CHILD = textwrap.dedent(
 )
 
 
-def test_two_processes_deliver_each_id_once_in_total(path: Path, tmp_path: Path) -> None:
+def test_two_processes_deliver_each_id_once_in_total(
+    make: Make, request: pytest.FixtureRequest, path: Path, tmp_path: Path
+) -> None:
     # Given two receiver processes that each get a copy of every id, in their own order
     n = 300
     go = tmp_path / "go"
-    SqliteDedupStore(path).close()
+    make(DedupWindow()).close()  # the tables exist before the two race
+    env = {**os.environ, "DEDUP_TARGET": str(path)}
+    if "pg" in request.fixturenames:
+        pg: Pg = request.getfixturevalue("pg")
+        env.update(DEDUP_TARGET=pg.dsn, DEDUP_SCHEMA=pg.schema)
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(path), str(go), str(seed), str(n)],
+            [sys.executable, "-c", _CHILD, str(go), str(seed), str(n)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         for seed in (1, 2)
     ]
@@ -267,14 +304,14 @@ def test_two_processes_deliver_each_id_once_in_total(path: Path, tmp_path: Path)
     delivered = outputs[0] + outputs[1]
     assert sorted(delivered) == sorted(f"id{i}" for i in range(n))
     assert outputs[0] and outputs[1], "the processes did not overlap"
-    # And the file agrees
-    with Deduplicator(SqliteDedupStore(path)) as dedup:
+    # And the store agrees
+    with Deduplicator(make(DedupWindow())) as dedup:
         assert all(dedup.is_done(f"id{i}") for i in range(n))
 
 
-def test_threads_sharing_one_deduplicator_deliver_each_id_once(path: Path) -> None:
+def test_threads_sharing_one_deduplicator_deliver_each_id_once(make: Make) -> None:
     # Given four threads that each receive every id, in batches
-    dedup = Deduplicator(SqliteDedupStore(path))
+    dedup = Deduplicator(make(DedupWindow()))
     ids = [f"id{i}" for i in range(200)]
     delivered: list[str] = []
     lock = threading.Lock()

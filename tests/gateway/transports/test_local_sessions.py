@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,36 @@ async def test_deferral_in_a_session(sessions: LocalNamespace,
     [dead] = await transport.receive(Q + "/$DeadLetterQueue")
     assert (dead.message_id, dead.message.properties["DeadLetterReason"]) == ("a-0",
                                                                               "done with it")
+
+
+async def test_a_schema_3_file_with_topics_is_upgraded_for_sessions(tmp_path: Path) -> None:
+    # Given a namespace file of schema 3 (topics, no sessions): a topic, a subscription,
+    # and a message waiting in it
+    ns = LocalNamespace("old", data_dir=tmp_path)
+    ns.create_topic("t")
+    ns.create_subscription("t", "s")
+    ns.close()
+    async with LocalTransport("old", data_dir=tmp_path) as transport:
+        await transport.send("t", [Message(b"kept", message_id="kept")])
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        conn.execute("DROP TABLE sessions")
+        conn.execute("DROP INDEX messages_by_session")
+        conn.execute("ALTER TABLE messages DROP COLUMN session_id")
+        conn.execute("ALTER TABLE messages DROP COLUMN deferred")
+        conn.execute("ALTER TABLE entities DROP COLUMN requires_session")
+        conn.execute("PRAGMA user_version=3")
+    # When it is opened again
+    ns = LocalNamespace("old", data_dir=tmp_path)
+    ns.create_queue(Q, requires_session=True)
+    async with LocalTransport("old", data_dir=tmp_path) as transport:
+        # Then the subscription's message is still there, and a session-enabled queue works
+        [kept] = await transport.receive("t/Subscriptions/s")
+        assert kept.message_id == "kept"
+        await transport.send(Q, [m("a", 0)])
+        session = await transport.accept_session(Q)
+        assert session is not None and session.session_id == "a"
+        assert [r.message_id for r in await session.receive(max_messages=5)] == ["a-0"]
+        await session.aclose()
+    ns.close()
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)

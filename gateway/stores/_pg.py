@@ -1,0 +1,246 @@
+"""Connecting the PostgreSQL stores: pools, errors without secrets, versioned schemas.
+
+Every PostgreSQL store (de-duplication and inbox, outbox, roles, the consumer's
+checkpoints and ownership) takes either a DSN (``postgresql://user:pw@host/db``, or
+``host=... dbname=...``; several hosts and ``target_session_attrs=read-write`` reach
+whichever server of a geo-replicated pair is the primary) or a
+``psycopg_pool.ConnectionPool`` the application already has. What is opened here is
+closed by the store; a pool passed in is the application's.
+
+Errors name the server (``host:port/database as user``), never the password:
+
+- unreachable at start, a wrong password, a missing database, a schema newer than
+  this code: :class:`~replication.ConfigError`, one line each, raised by the store's
+  constructor;
+- lost later (a restart, a failover of the server): :class:`~replication.StoreUnavailable`
+  from the call that met it; the pool replaces the broken connections, so the next
+  call after the server is back succeeds.
+
+Schemas are versioned per component in ``<schema>.geogateway_schema``; each
+component's migrations run once, in one transaction, under an advisory lock, so any
+number of instances may start together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gateway._support.secrets import redact
+from replication import ConfigError, GatewayError, StoreUnavailable
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["PgTarget", "describe_dsn", "is_dsn", "migrate", "open_pool", "pg_errors"]
+
+T = TypeVar("T")
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_DSN_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_dsn(value: object) -> bool:
+    """Whether ``value`` is a PostgreSQL DSN (a URL, or ``key=value`` words with a
+    ``host``/``dbname``) rather than a file path."""
+    if not isinstance(value, str):
+        return False
+    if value.startswith(_DSN_PREFIXES):
+        return True
+    return bool(re.match(r"^\s*(host|hostaddr|dbname|service)\s*=", value))
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/database as user``: what errors and reports name, no password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "PostgreSQL (an unparsable DSN)"
+    hosts = str(parts.get("host") or parts.get("hostaddr") or "localhost")
+    port = str(parts.get("port") or "5432")
+    if "," in hosts:
+        ports = port.split(",")
+        where = ",".join(f"{h}:{ports[min(i, len(ports) - 1)]}"
+                         for i, h in enumerate(hosts.split(",")))
+    else:
+        where = f"{hosts}:{port}"
+    database = parts.get("dbname") or parts.get("user") or "postgres"
+    user = parts.get("user")
+    return f"{where}/{database}" + (f" as {user}" if user else "")
+
+
+def _reason(exc: BaseException) -> str:
+    """The server's or libpq's message, one line, secrets removed."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^connection failed: ", "", text)
+    return redact(text)[:300]
+
+
+def _config_error(exc: BaseException, where: str) -> ConfigError:
+    text = str(exc)
+    if "password authentication failed" in text or "no password supplied" in text:
+        return ConfigError(f"PostgreSQL at {where} refused the credentials: check the DSN's "
+                           "user and password")
+    match = re.search(r'database "([^"]+)" does not exist', text)
+    if match:
+        return ConfigError(f"PostgreSQL at {where}: database {match.group(1)!r} does not "
+                           f"exist: create it (CREATE DATABASE {match.group(1)}) or fix the DSN")
+    if "permission denied" in text:
+        return ConfigError(f"PostgreSQL at {where}: {_reason(exc)}: grant the rights listed "
+                           "in the README (PostgreSQL stores) or use another user")
+    return ConfigError(f"PostgreSQL at {where} is unreachable ({_reason(exc)}): start it, or "
+                       "fix the DSN's host and port")
+
+
+@contextmanager
+def pg_errors(where: str, what: str) -> Iterator[None]:
+    """Map psycopg's and the pool's errors raised inside onto the error tree."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise StoreUnavailable(f"{what}: PostgreSQL at {where} is unavailable "
+                               f"({_reason(exc)})") from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise ConfigError(f"{what}: PostgreSQL at {where}: {_reason(exc)}") from exc
+    except psycopg.Error as exc:
+        raise GatewayError(f"{what}: PostgreSQL at {where} failed ({_reason(exc)})") from exc
+
+
+@dataclass
+class PgTarget:
+    """An open pool and what errors call it; ``owned`` when the store must close it."""
+
+    pool: ConnectionPool[Any]
+    where: str
+    schema: str
+    owned: bool
+
+    def run(self, what: str, body: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``body(conn)`` in one transaction on a pooled connection, errors mapped.
+
+        A connection found broken (the server restarted since it was last used) is
+        replaced and ``body`` tried once more on a new one: nothing of the failed
+        attempt was committed.
+        """
+        import psycopg
+
+        with pg_errors(self.where, what):
+            for attempt in (1, 2):
+                try:
+                    with self.pool.connection() as conn, conn.transaction():
+                        return body(conn)
+                except psycopg.OperationalError:
+                    if attempt == 2:
+                        raise
+                    self.pool.check()  # drop the broken connections before the retry
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        if self.owned:
+            self.pool.close()
+
+
+def open_pool(
+    target: str | ConnectionPool[Any], *, what: str, schema: str = "geogateway",
+    max_size: int = 8, connect_timeout: float = 10.0,
+) -> PgTarget:
+    """A pool on ``target`` (a DSN or a ``ConnectionPool``), checked by one connection.
+
+    Raises:
+        ConfigError: the psycopg extra is missing; a bad schema name; the server is
+            unreachable, refuses the credentials, or has no such database.
+    """
+    try:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+    except ImportError as exc:
+        raise ConfigError(f"{what} on PostgreSQL needs the postgres extra: "
+                          "pip install 'geogateway[postgres]'") from exc
+    if not _SCHEMA_NAME.match(schema):
+        raise ConfigError(f"schema must be a lower-case SQL name, not {schema!r}")
+    if isinstance(target, ConnectionPool):
+        where = describe_dsn(str(target.conninfo))
+        try:
+            with target.connection(timeout=connect_timeout) as conn:
+                conn.execute("SELECT 1")
+        except Exception as exc:
+            raise _config_error(exc, where) from None
+        return PgTarget(target, where, schema, owned=False)
+    if not isinstance(target, str) or not is_dsn(target):
+        raise ConfigError(f"{what}: not a PostgreSQL DSN: give postgresql://user:password@"
+                          "host:port/database")
+    where = describe_dsn(target)
+    try:
+        # One direct connection first, so a bad DSN fails here with its reason
+        # instead of a pool timing out in the background.
+        psycopg.connect(target, connect_timeout=max(1, int(connect_timeout))).close()
+    except psycopg.Error as exc:
+        raise _config_error(exc, where) from None
+    pool: ConnectionPool[Any] = ConnectionPool(
+        target, min_size=1, max_size=max_size, open=False, name=f"geogateway-{what}",
+        kwargs={"connect_timeout": max(1, int(connect_timeout))}, timeout=connect_timeout,
+        reconnect_timeout=0,  # keep trying in the background: the store is only paused
+    )
+    pool.open(wait=True, timeout=connect_timeout)
+    return PgTarget(pool, where, schema, owned=True)
+
+
+def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
+    """Bring ``component``'s tables to ``len(steps)`` (each step one SQL script, run
+    once, in order, in one transaction, under an advisory lock).
+
+    ``{schema}`` in a step is the store's schema name.
+
+    Raises:
+        ConfigError: the database holds a newer version than this code knows (a newer
+            geogateway migrated it: upgrade this one), or the user may not create the
+            schema or tables (the README lists the rights).
+    """
+    schema = target.schema
+
+    def body(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"geogateway:{schema}",))
+        # Created only when missing: CREATE ... IF NOT EXISTS checks the right to
+        # create first, and a user with rights on the tables only (an administrator
+        # migrated them) must be able to start.
+        found = conn.execute("SELECT to_regnamespace(%s), to_regclass(%s)",
+                             (schema, f"{schema}.geogateway_schema")).fetchone()
+        if found is None or found[0] is None:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        if found is None or found[1] is None:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {schema}.geogateway_schema ("
+                " component text PRIMARY KEY, version integer NOT NULL,"
+                " migrated_at timestamptz NOT NULL DEFAULT now())"
+            )
+        row = conn.execute(
+            f"SELECT version FROM {schema}.geogateway_schema WHERE component = %s",
+            (component,),
+        ).fetchone()
+        version = 0 if row is None else int(row[0])
+        if version > len(steps):
+            raise ConfigError(
+                f"the {component} tables in schema {schema!r} at {target.where} are at "
+                f"version {version}, newer than this geogateway knows ({len(steps)}): "
+                "upgrade geogateway")
+        for step in steps[version:]:
+            conn.execute(step.format(schema=schema))
+        if version < len(steps):
+            conn.execute(
+                f"INSERT INTO {schema}.geogateway_schema (component, version) VALUES (%s, %s)"
+                " ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version,"
+                " migrated_at = now()", (component, len(steps)))
+
+    try:
+        target.run(f"the {component} schema", body)
+    except StoreUnavailable as exc:
+        raise ConfigError(str(exc)) from exc
