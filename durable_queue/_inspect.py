@@ -16,6 +16,7 @@ import sqlite_utils
 
 from durable_queue._bindings import binding
 from durable_queue._records import DestinationStats, QueueStats
+from durable_queue._rows import split_properties
 from durable_queue._sqlite import file_bytes
 
 __all__ = ["Inspected", "empty_stats", "export", "stats"]
@@ -111,12 +112,14 @@ def _body_fields(body: bytes) -> dict[str, str]:
 
 
 def _line(row: dict[str, Any], *, dead: bool) -> str:
+    props, session = split_properties(row["properties"])
     record = {
         "id": row["id"],
         "destination": row["destination"],
         "message_id": row["message_id"],
         "partition_key": row["partition_key"],
-        "properties": json.loads(row["properties"]) if row["properties"] else {},
+        "properties": props,
+        **({"session_id": session} if session is not None else {}),
         "enqueued_at": row["enqueued_at"],
         "attempts": row["attempts"],
         **_body_fields(row["body"]),

@@ -369,8 +369,8 @@ class DurableQueue:
 
         Each line holds ``id, destination, message_id, partition_key, properties,
         enqueued_at, attempts, body, body_encoding`` (``"utf-8"`` when the body is
-        valid UTF-8 text, else ``"base64"``) and ``dead_letter``; dead letters add
-        ``reason`` and ``dead_lettered_at``.
+        valid UTF-8 text, else ``"base64"``) and ``dead_letter``; a message of a session
+        adds ``session_id``, dead letters ``reason`` and ``dead_lettered_at``.
 
         Args:
             fp: a text file open for writing.

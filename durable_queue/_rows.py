@@ -20,31 +20,55 @@ from typing import Any
 from durable_queue._records import DeadLetteredMessage, StoredMessage
 from replication import Message
 
-__all__ = ["COLUMNS", "FAST", "dead_from_row", "message_from_row", "stored_from_rows"]
+__all__ = ["COLUMNS", "FAST", "SESSION_KEY", "dead_from_row", "encode_properties",
+           "message_from_row", "split_properties", "stored_from_rows"]
 
 #: The stored columns of a message, in the order the functions below read them
 #: (after them: ``attempts, size``, and for dead letters ``reason, dead_lettered_at``).
 COLUMNS = "id, destination, message_id, partition_key, properties, body, enqueued_at"
 
+#: Where a message's session id is kept: in the JSON of its properties, under a name no
+#: application property can have (a lone surrogate is refused by ``Message``, and JSON
+#: escapes it as ``\udc00``), so files written before sessions existed read unchanged
+#: and salvage copies it with the properties.
+SESSION_KEY = "\udc00session_id"
+
 _FIELDS = [f.name for f in fields(Message)]
 _NO_PROPERTIES = Message(body=b"").properties  # the shared empty default
 FAST = (
-    _FIELDS == ["body", "message_id", "partition_key", "properties"]
+    _FIELDS == ["body", "message_id", "partition_key", "properties", "session_id"]
     and "__slots__" not in vars(Message)
     and [f.name for f in fields(StoredMessage)]
     == ["id", "destination", "message", "enqueued_at", "attempts", "size"]
 )
 
 
+def encode_properties(message: Message) -> str | None:
+    """The ``properties`` column of ``message``: its properties and session id as JSON."""
+    props = message.properties
+    if message.session_id is not None:
+        props = {**props, SESSION_KEY: message.session_id}
+    return json.dumps(dict(props), separators=(",", ":")) if props else None
+
+
+def split_properties(text: str | None) -> tuple[dict[str, Any], str | None]:
+    """The properties and the session id held in a ``properties`` column."""
+    props = json.loads(text) if text else {}
+    session = props.pop(SESSION_KEY, None) if SESSION_KEY in props else None
+    return props, session
+
+
 def message_from_row(row: Sequence[Any]) -> Message:
     """A ``Message`` from ``message_id, partition_key, properties, body`` (not hot:
     dead letters and requeues go through the validating constructor)."""
     message_id, partition_key, properties, body = row
+    props, session = split_properties(properties)
     return Message(
         body=body,
         message_id=message_id,
         partition_key=partition_key,
-        properties=json.loads(properties) if properties else {},
+        properties=props,
+        session_id=session,
     )
 
 
@@ -64,6 +88,7 @@ def stored_from_rows(rows: Iterable[Sequence[Any]]) -> list[StoredMessage]:
             for r in rows
         ]
     new, loads, proxy, empty = object.__new__, json.loads, MappingProxyType, _NO_PROPERTIES
+    session_key = SESSION_KEY
     out = []
     # One flat loop with local names: this is the per-message cost of get_batch.
     # Item assignment into the fresh instance __dict__ is the cheapest way in.
@@ -73,7 +98,13 @@ def stored_from_rows(rows: Iterable[Sequence[Any]]) -> list[StoredMessage]:
         fields_["body"] = body
         fields_["message_id"] = message_id
         fields_["partition_key"] = key
-        fields_["properties"] = proxy(loads(properties)) if properties else empty
+        if not properties:
+            fields_["properties"] = empty
+            fields_["session_id"] = None
+        else:
+            props = loads(properties)
+            fields_["session_id"] = props.pop(session_key, None) if session_key in props else None
+            fields_["properties"] = proxy(props) if props else empty
         stored = new(StoredMessage)
         fields_ = stored.__dict__
         fields_["id"] = row_id

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_queue import _shrink
+from durable_queue._rows import encode_properties
 from durable_queue._space import DiskRoom
 from durable_queue._sqlite import open_connection, quick_check, tune_wal, wal_pages
 from durable_queue._sqlite_tx import (
@@ -291,13 +291,12 @@ class Store:
             self.max_bytes is not None and total - removed_bytes + size > self.max_bytes
         ):
             return None
-        props = message.properties
         row_id = top + 1
         try:
             cursor = conn.execute(
                 _INSERT_IF_FRESH,
                 (row_id, destination, message.message_id, message.partition_key,
-                 json.dumps(dict(props), separators=(",", ":")) if props else None,
+                 encode_properties(message),
                  message.body, time.time(), size, total + size, row_id),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -340,10 +339,9 @@ class Store:
             total += size
             count += 1
             used += size
-            props = message.properties
             params.append(
                 (top, destination, message.message_id, message.partition_key,
-                 json.dumps(dict(props), separators=(",", ":")) if props else None,
+                 encode_properties(message),
                  message.body, now, size, total)
             )  # fmt: skip
             results.append(top)

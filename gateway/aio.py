@@ -1,5 +1,6 @@
 """The async API: ``AsyncGeoSender``, ``AsyncGeoReceiver``,
-``AsyncGeoPartitionReceiver`` and ``AsyncOutboxDispatcher`` (close with ``aclose()``)."""
+``AsyncGeoPartitionReceiver``, ``AsyncGeoSessionReceiver`` and ``AsyncOutboxDispatcher``
+(close with ``aclose()``)."""
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
@@ -11,6 +12,7 @@ if _TYPE_CHECKING:
         AsyncGeoPartitionReceiver,
         AsyncGeoReceiver,
         AsyncGeoSender,
+        AsyncGeoSessionReceiver,
         AsyncOutboxDispatcher,
     )
 
@@ -20,6 +22,7 @@ _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo",
     "AsyncGeoReceiver": "gateway.geo",
     "AsyncGeoSender": "gateway.geo",
+    "AsyncGeoSessionReceiver": "gateway.geo",
     "AsyncOutboxDispatcher": "gateway.geo",
 }
 
@@ -29,4 +32,4 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 
 
 __all__ = ["AsyncGeoPartitionReceiver", "AsyncGeoReceiver", "AsyncGeoSender",
-           "AsyncOutboxDispatcher"]
+           "AsyncGeoSessionReceiver", "AsyncOutboxDispatcher"]

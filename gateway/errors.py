@@ -13,6 +13,7 @@ from replication import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    SessionLockLost,
     StoreUnavailable,
     TransportError,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "OwnershipLost",
     "QueueCorrupt",
     "QueueFull",
+    "SessionLockLost",
     "StoreUnavailable",
     "TransportError",
 ]

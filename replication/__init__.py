@@ -34,6 +34,7 @@ from replication._errors import (
     OwnershipLost,
     QueueCorrupt,
     QueueFull,
+    SessionLockLost,
     StoreUnavailable,
     TransportError,
 )
@@ -52,11 +53,19 @@ from replication._routing import (
     replayable,
     should_fail_back,
 )
+from replication._sessions import (
+    SESSION_POSITION,
+    ReorderBuffer,
+    SessionGap,
+    SessionOffer,
+    session_position,
+)
 
 __all__ = [
     "ANY_NAMESPACE",
     "DEFAULT_DEDUP_WINDOW",
     "RECEIVE_DEADLINES",
+    "SESSION_POSITION",
     "Attempt",
     "AttemptState",
     "ConfigError",
@@ -83,11 +92,15 @@ __all__ = [
     "PropertyValue",
     "QueueCorrupt",
     "QueueFull",
+    "ReorderBuffer",
     "ReplicationPolicy",
     "RetryPolicy",
     "RoleState",
     "ScopedDedupStore",
     "SendPlan",
+    "SessionGap",
+    "SessionLockLost",
+    "SessionOffer",
     "StoreUnavailable",
     "TransactionalDedupStore",
     "TransportError",
@@ -99,6 +112,7 @@ __all__ = [
     "plan_send",
     "replayable",
     "scoped",
+    "session_position",
     "should_fail_back",
     "with_properties",
 ]

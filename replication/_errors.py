@@ -8,7 +8,8 @@ the boundary where they occur (``raise Mapped(...) from exc``)::
     │   ├── NamespaceUnavailable       the namespace cannot be reached or is down
     │   └── OperationTimeout           the outcome is unknown: the message may have arrived
     ├── MessageRejected                permanent: too large, unauthorized, no such entity
-    │   └── MessageTooLarge            a message (or a batch) over the namespace's size limit
+    │   ├── MessageTooLarge            a message (or a batch) over the namespace's size limit
+    │   └── SessionLockLost            the session's lock expired or another receiver took it
     ├── DurableQueueError
     │   ├── QueueFull                  the size cap (messages or bytes) is reached
     │   └── QueueCorrupt               the queue file is torn or not a queue
@@ -33,6 +34,7 @@ __all__ = [
     "OwnershipLost",
     "QueueCorrupt",
     "QueueFull",
+    "SessionLockLost",
     "StoreUnavailable",
     "TransportError",
 ]
@@ -111,6 +113,14 @@ class MessageTooLarge(MessageRejected):
 
 def _rebuild_too_large(message: str, sent: int, message_id: str | None) -> MessageTooLarge:
     return MessageTooLarge(message, sent=sent, message_id=message_id)
+
+
+class SessionLockLost(MessageRejected):
+    """The lock on a session is gone: it expired, or another receiver took the session.
+
+    Permanent for that lock (renewing or settling through it cannot succeed); the
+    session's unsettled messages are delivered again to whoever locks it next.
+    """
 
 
 class DurableQueueError(GatewayError):

@@ -26,6 +26,9 @@ class Message:
             not given. Both copies of a replicated message carry the same id.
         partition_key: routes the message to a partition of a partitioned entity.
         properties: application properties (string keys, scalar values).
+        session_id: the session the message belongs to (Service Bus ``SessionId``): a
+            session-enabled queue hands a session's messages to one receiver at a time,
+            in order. ``GeoSender`` stamps each with its position in the session.
 
     Raises:
         TypeError: a body, id, key or property name of the wrong type.
@@ -39,6 +42,7 @@ class Message:
     message_id: str
     partition_key: str | None
     properties: Mapping[str, PropertyValue]
+    session_id: str | None
 
     def __init__(
         self,
@@ -46,6 +50,7 @@ class Message:
         message_id: str | None = None,
         partition_key: str | None = None,
         properties: Mapping[str, PropertyValue] | None = None,
+        session_id: str | None = None,
     ) -> None:
         if isinstance(body, str):
             body = _utf8(body, "the body")
@@ -65,10 +70,16 @@ class Message:
                     f"partition_key must be a str, not {type(partition_key).__name__}")
             if not partition_key.isascii():
                 _utf8(partition_key, "partition_key")
+        if session_id is not None:
+            if not isinstance(session_id, str):
+                raise TypeError(f"session_id must be a str, not {type(session_id).__name__}")
+            if not session_id.isascii():
+                _utf8(session_id, "session_id")
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "message_id", message_id)
         object.__setattr__(self, "partition_key", partition_key)
         object.__setattr__(self, "properties", _checked(properties) if properties else _EMPTY)
+        object.__setattr__(self, "session_id", session_id)
 
     def __hash__(self) -> int:
         return hash(self.message_id)
@@ -78,13 +89,15 @@ class Message:
         # deep-copied; rebuild from a plain dict, which __post_init__ wraps again.
         return (
             type(self),
-            (self.body, self.message_id, self.partition_key, dict(self.properties)),
+            (self.body, self.message_id, self.partition_key, dict(self.properties),
+             self.session_id),
         )
 
     @property
     def size(self) -> int:
-        """Approximate size on the wire in bytes (body, id, key and properties)."""
+        """Approximate size on the wire in bytes (body, id, key, session and properties)."""
         n = len(self.body) + len(self.message_id) + len(self.partition_key or "")
+        n += len(self.session_id or "")
         for key, value in self.properties.items():
             n += len(key) + len(str(value))
         return n
@@ -92,7 +105,8 @@ class Message:
     def __repr__(self) -> str:
         return (
             f"Message(message_id={self.message_id!r}, body=<{len(self.body)} bytes>, "
-            f"partition_key={self.partition_key!r})"
+            f"partition_key={self.partition_key!r}"
+            + (f", session_id={self.session_id!r})" if self.session_id is not None else ")")
         )
 
 

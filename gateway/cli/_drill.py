@@ -54,8 +54,14 @@ def show_report(report: DrillReport) -> None:
         ("elapsed", _seconds(report.elapsed_seconds)),
         ("result", "PASS" if report.passed else "FAIL (lost or duplicates delivered)"
          if report.lost or report.duplicates_delivered else
+         "FAIL (delivered out of order)" if report.out_of_order else
          f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
     ]
+    if report.per_session:
+        at = [label for label, _ in rows].index("duplicates suppressed")
+        rows[at:at] = [("out of order", report.out_of_order),
+                       ("sessions", len(report.per_session)),
+                       ("session gaps", report.session_gaps)]
     if report.subscriptions:
         rows[2:3] = [rows[2], ("entity", f"topic, {len(report.subscriptions)} subscriptions")]
         rows[-1:-1] = [
@@ -70,6 +76,11 @@ def show_report(report: DrillReport) -> None:
             ("sends while hung p99", _seconds(report.hung_send_p99)),
         ]
     print_table("geogateway failover drill", ("", "value"), rows)
+    if report.per_session:
+        columns = ("sent", "delivered", "lost", "duplicates_delivered", "out_of_order")
+        print_table("per session", ("session", *(c.replace("_", " ") for c in columns)),
+                    [(name, *(row[c] for c in columns))
+                     for name, row in sorted(report.per_session.items())])
 
 
 def show_relay_report(report: RelayDrillReport) -> None:

@@ -76,6 +76,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
                    "[default: primary=5672 and secondary=5673].")
 @click.option("--queue", "-q", "queues", multiple=True, metavar="NAME",
               help="A queue to declare in every namespace (repeatable).")
+@click.option("--session-queue", "session_queues", multiple=True, metavar="NAME",
+              help="A session-enabled queue to declare in every namespace (repeatable).")
 @click.option("--topic", "-t", "topics", multiple=True, callback=_topics,
               metavar="NAME[:SUB,...]",
               help="A topic to declare in every namespace, with subscriptions that take "
@@ -102,7 +104,8 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
 @click.option("--relay-port", "relay_ports", multiple=True, callback=_namespace,
               metavar="NAME=PORT", help="The relay port of a namespace [default: a free one].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line when ready.")
-def emulator(namespaces: dict[str, int], queues: tuple[str, ...], topics: list[TopicSpec],
+def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
+             session_queues: tuple[str, ...], topics: list[TopicSpec],
              event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
              host: str | None, key_name: str | None, key: str | None,
              max_message_size: int | None, hybrid_connections: tuple[str, ...],
@@ -121,7 +124,8 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...], topics: list[T
         emu = Emulator(
             served or _DEFAULT_NAMESPACES,
             data_dir=data_dir,
-            queues=[*config.queues, *(QueueSpec(name=q) for q in queues)],
+            queues=[*config.queues, *(QueueSpec(name=q) for q in queues),
+                    *(QueueSpec(name=q, requires_session=True) for q in session_queues)],
             event_hubs=[*config.event_hubs, *event_hubs],
             topics=[*config.topics, *topics],
             key_name=key_name or config.key_name or DEFAULT_KEY_NAME,

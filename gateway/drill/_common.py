@@ -31,6 +31,8 @@ class Scenario(enum.Enum):
     FLAPPING = "flapping"  # primary down and up every 10% from 20% to 80%
     LOST_REPLIES = "lost-replies"  # 30% of primary's sends land but time out, 30% to 60%
     HANG = "hang"  # primary accepts and never answers from 30% to 60% (a frozen front end)
+    # Many sessions interleaved on a session-enabled queue (gateway.drill._sessions):
+    SESSIONS = "sessions"  # primary down at 30%, up at 60%; each session in order
     # Receiver processes on a partitioned entity (gateway.drill._consumers):
     CONSUMER_CRASH = "consumer-crash"  # 3 workers; one SIGKILLed at 40% delivered
     CONSUMER_SCALE = "consumer-scale"  # 2 workers; a 3rd joins at 30%, one leaves at 60%

@@ -59,6 +59,7 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
     ],
     Scenario.LOST_REPLIES: [(0.3, "lose", PRIMARY), (0.6, "heal", PRIMARY)],
     Scenario.HANG: [(0.3, "hang", PRIMARY), (0.6, "unhang", PRIMARY)],
+    Scenario.SESSIONS: [(0.3, "down", PRIMARY), (0.6, "up", PRIMARY)],
 }
 
 
@@ -116,7 +117,17 @@ class QueueDrill:
         if self.transport == "eventhubs":
             namespace.create_partitioned(HUB, partitions=HUB_PARTITIONS)
         else:
-            namespace.create_queue(ENTITY, lock_duration=_LOCK, max_delivery_count=_MAX_DELIVERIES)
+            namespace.create_queue(ENTITY, lock_duration=_LOCK,
+                                   max_delivery_count=_MAX_DELIVERIES)
+
+    def _emulated(self) -> dict[str, Any]:
+        """The entities the emulator declares (its ``queues`` and ``event_hubs``)."""
+        if self.transport == "eventhubs":
+            return {"queues": {}, "event_hubs": {HUB: HUB_PARTITIONS}}
+        return {"queues": {ENTITY: _QUEUE}, "event_hubs": None}
+
+    def _message(self, i: int) -> Message:
+        return Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
 
     async def run(self, settle_timeout: float) -> DrillReport:
         started = self.timeline.started = time.monotonic()
@@ -127,9 +138,7 @@ class QueueDrill:
             else:
                 emulator = await stack.enter_async_context(EmulatorProcess(
                     (PRIMARY, SECONDARY), data_dir=self.root / "namespaces",
-                    queues={} if self.transport == "eventhubs" else {ENTITY: _QUEUE},
-                    event_hubs={HUB: HUB_PARTITIONS} if self.transport == "eventhubs" else None,
-                    log=self.root / "emulator.log"))
+                    log=self.root / "emulator.log", **self._emulated()))
                 primary, secondary = (
                     NamespaceConfig(connection_string=emulator.connection_string(ns), name=ns,
                                     kind=self.transport)
@@ -226,10 +235,8 @@ class QueueDrill:
                 injected = True
             if injected and self.transport != "local":
                 await self._until_applied()
-            batch = [
-                Message(f"drill message {i}".encode(), message_id=f"drill-{i:08d}")
-                for i in range(sent, min(sent + self.batch_size, self.total))
-            ]
+            batch = [self._message(i)
+                     for i in range(sent, min(sent + self.batch_size, self.total))]
             started, hung = time.monotonic(), bool(self._hung)
             result = await sender.send_batch(batch)
             if hung:

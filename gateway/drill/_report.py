@@ -34,9 +34,9 @@ HUNG_SEND_LIMIT = 1.0
 
 @dataclass(frozen=True, kw_only=True)
 class DrillReport:
-    """The outcome of one drill. ``passed`` is lost == 0 and duplicates_delivered == 0,
-    and, when sends were made while a namespace hung, their p99 within
-    :data:`HUNG_SEND_LIMIT` seconds.
+    """The outcome of one drill. ``passed`` is lost == 0, duplicates_delivered == 0 and
+    out_of_order == 0, and, when sends were made while a namespace hung, their p99
+    within :data:`HUNG_SEND_LIMIT` seconds.
 
     ``failovers`` is ``len(failover_seconds)`` (see the module docstring for what
     counts as one); ``role_swaps`` counts the sender's ``on_failover`` hook calls.
@@ -62,6 +62,13 @@ class DrillReport:
     transport: str = "local"
     state_dir: str | None = None
     hung_send_seconds: list[float] = field(default_factory=list)
+    #: The sessions scenario: deliveries of a session that came after a later message
+    #: of the same session had been delivered; and, per session, ``sent``,
+    #: ``delivered``, ``lost``, ``duplicates_delivered`` and ``out_of_order``.
+    out_of_order: int = 0
+    per_session: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Gaps the session receivers gave up waiting for (``on_session_gap``).
+    session_gaps: int = 0
     timeline: DrillTimeline | None = field(default=None, repr=False, compare=False)
     #: The receivers' shared store (the fleet and outbox drills): postgres or sqlite.
     store: str | None = None
@@ -74,7 +81,7 @@ class DrillReport:
     @property
     def passed(self) -> bool:
         hung = self.hung_send_p99
-        return (self.lost == 0 and self.duplicates_delivered == 0
+        return (self.lost == 0 and self.duplicates_delivered == 0 and self.out_of_order == 0
                 and (hung is None or hung <= HUNG_SEND_LIMIT))
 
     @property

@@ -11,6 +11,7 @@ from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
 from gateway.drill._fleet import STORES, run_fleet_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
+from gateway.drill._sessions import run_sessions_drill
 from gateway.drill._topics import run_topic_drill
 from gateway.geo import GatewayHooks
 from replication import ConfigError, Mode
@@ -71,8 +72,8 @@ async def run_drill(
 
     Raises:
         ConfigError: an unknown transport or entity, a consumer scenario on Service Bus
-            (it has no partitioned entities), or a topic on Event Hubs or in a consumer
-            scenario.
+            (it has no partitioned entities), the sessions scenario on Event Hubs, or a
+            topic on Event Hubs or in a consumer, fleet or sessions scenario.
     """
     scenario = Scenario.parse(scenario)
     consumers = scenario in CONSUMER_SCENARIOS
@@ -88,11 +89,15 @@ async def run_drill(
     if consumers and transport == "servicebus":
         raise ConfigError(f"the {scenario.value} scenario reads a partitioned entity: use "
                           "--transport local or eventhubs")
+    if scenario is Scenario.SESSIONS and transport == "eventhubs":
+        raise ConfigError("the sessions scenario needs Service Bus sessions: use --transport "
+                          "local or servicebus")
     if entity not in ENTITIES:
         raise ConfigError(f"unknown entity {entity!r}: use one of {', '.join(ENTITIES)}")
-    if entity == "topic" and (consumers or fleet or transport == "eventhubs"):
-        raise ConfigError("a topic drill runs the queue scenarios over the local or servicebus "
-                          "transport")
+    if entity == "topic" and (consumers or fleet or scenario is Scenario.SESSIONS
+                              or transport == "eventhubs"):
+        raise ConfigError("a topic drill runs the queue scenarios (not consumer-*, fleet or "
+                          "sessions) over the local or servicebus transport")
     if mode is None:
         mode = Mode.ACTIVE if consumers or fleet else Mode.PASSIVE
     mode = Mode.parse(mode)
@@ -101,7 +106,12 @@ async def run_drill(
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)
-    if fleet:
+    if scenario is Scenario.SESSIONS:
+        report = await run_sessions_drill(
+            mode=mode, messages=messages, batch_size=batch_size, root=root,
+            settle_timeout=settle_timeout, progress=progress, transport=transport,
+        )
+    elif fleet:
         report = await run_fleet_drill(
             mode=mode, messages=messages, batch_size=batch_size, root=root,
             settle_timeout=settle_timeout, store=store or "postgres", dsn=dsn,

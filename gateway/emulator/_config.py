@@ -17,6 +17,7 @@ A config file looks like::
     max_delivery_count = 10       # optional
     max_message_size = 1048576    # bytes; optional (the namespace's limit caps it)
     dead_lettering_on_message_expiration = false   # optional
+    requires_session = false      # a session-enabled queue; optional
 
     [[event_hub]]
     name = "telemetry"
@@ -54,7 +55,9 @@ class QueueSpec:
     The emulator accepts messages up to the smaller of ``max_message_size`` and its
     namespace's limit (:data:`SERVICE_BUS_MAX_MESSAGE_SIZE` unless configured).
     ``dead_lettering_on_message_expiration``: a message whose time to live is over
-    moves to the dead-letter sub-queue instead of being dropped.
+    moves to the dead-letter sub-queue instead of being dropped. ``requires_session``:
+    a session-enabled queue (Service Bus ``RequiresSession``): every message needs a
+    session id, and receivers lock a session at a time.
     """
 
     name: str
@@ -65,7 +68,7 @@ class QueueSpec:
     default_message_time_to_live: float | None = None  # seconds
     forward_to: str | None = None  # a queue or topic that takes what is sent here
     duplicate_detection_window: float | None = None  # seconds; None: no detection
-    requires_session: bool = False  # refused by check_emulated until sessions are emulated
+    requires_session: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

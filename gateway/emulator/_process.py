@@ -37,18 +37,19 @@ class EmulatorProcess:
         namespaces: the names to serve.
         data_dir: the local namespaces' data directory.
         queues: queues to declare in each namespace: names, or name → settings
-            (``lock_duration``, ``max_delivery_count``, ``max_message_size``).
+            (``lock_duration``, ``max_delivery_count``, ``max_message_size``,
+            ``requires_session``).
         event_hubs: event hubs to declare (name → partitions).
         log: where the child's stderr goes (default: discarded).
     """
 
     def __init__(self, namespaces: Iterable[str], *, data_dir: str | os.PathLike[str],
-                 queues: Iterable[str] | Mapping[str, Mapping[str, float]] = (),
+                 queues: Iterable[str] | Mapping[str, Mapping[str, float | bool]] = (),
                  event_hubs: Mapping[str, int] | None = None,
                  log: str | os.PathLike[str] | None = None) -> None:
         self.namespaces = tuple(namespaces)
         self.data_dir = Path(data_dir)
-        self.queues: dict[str, Mapping[str, float]] = (
+        self.queues: dict[str, Mapping[str, float | bool]] = (
             dict(queues) if isinstance(queues, Mapping) else {q: {} for q in queues})
         self.event_hubs = dict(event_hubs or {})
         self.log = Path(log) if log is not None else None
@@ -90,7 +91,7 @@ class EmulatorProcess:
         lines = []
         for queue, settings in self.queues.items():
             lines += ["[[queue]]", f"name = {json.dumps(queue)}",
-                      *(f"{k} = {v!r}" for k, v in settings.items()), ""]
+                      *(f"{k} = {json.dumps(v)}" for k, v in settings.items()), ""]
         if lines:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             config = self.data_dir / "emulator.toml"

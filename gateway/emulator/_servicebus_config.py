@@ -28,8 +28,8 @@ within ``DuplicateDetectionHistoryTimeWindow`` (default 20 seconds, the official
 emulator's). What the file asks for that is not emulated is refused when it is read,
 naming it, in one line (a :class:`~replication.ConfigError`): a non-empty
 ``ForwardDeadLetteredMessagesTo``, a property or key the schema does not have.
-``RequiresSession: true`` is read into the entity's ``requires_session`` and refused by
-:func:`check_emulated` until session-enabled entities are emulated.
+``RequiresSession: true`` makes the queue or subscription session-enabled
+(``requires_session``): received a session at a time, as on Service Bus.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any
 from gateway.transports import CorrelationFilter, Rule, SqlFilter, SqlRuleAction
 from replication import ConfigError
 
-__all__ = ["OFFICIAL_PORT", "OfficialConfig", "SubscriptionSpec", "TopicSpec", "check_emulated",
-           "duration", "is_official", "load_official", "parse_official", "parse_topic"]
+__all__ = ["OFFICIAL_PORT", "OfficialConfig", "SubscriptionSpec", "TopicSpec", "duration",
+           "is_official", "load_official", "parse_official", "parse_topic"]
 
 #: The port the official emulator listens on; a file's first namespace is served there.
 OFFICIAL_PORT = 5672
@@ -57,8 +57,7 @@ _DURATION = re.compile(r"P(?!$)(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)D)?"
 class SubscriptionSpec:
     """A subscription to declare: its rules and its queue settings.
 
-    ``requires_session``: the subscription is session-enabled (refused by
-    :func:`check_emulated` while sessions are not emulated).
+    ``requires_session``: the subscription is session-enabled.
     """
 
     name: str
@@ -94,26 +93,6 @@ def duration(text: object, where: str) -> float:
                           "PT30S or P1DT2H")
     years, months, days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
     return (((years * 365 + months * 30 + days) * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
-def check_emulated(queues: Iterable[Any], topics: Iterable[TopicSpec]) -> None:
-    """Refuse what declared entities ask for that the emulator does not do.
-
-    The place where session-enabled entities are let through once they are emulated.
-
-    Raises:
-        ConfigError: naming the entity and the setting.
-    """
-    for q in queues:
-        if getattr(q, "requires_session", False):
-            raise ConfigError(f"queue {q.name!r}: RequiresSession (session-enabled entities) "
-                              "is not emulated by the geogateway emulator yet")
-    for t in topics:
-        for s in t.subscriptions:
-            if s.requires_session:
-                raise ConfigError(f"subscription {t.name}/Subscriptions/{s.name}: "
-                                  "RequiresSession (session-enabled entities) is not "
-                                  "emulated by the geogateway emulator yet")
 
 
 # -- the official file -------------------------------------------------------------------

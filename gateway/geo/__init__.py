@@ -1,6 +1,6 @@
 """The geo core: the sender and the receiver over two namespaces, their sync drivers,
-the geo partition receiver, the outbox dispatcher, configuration, the transport
-factory and the hooks.
+the geo partition receiver, the geo session receiver, the outbox dispatcher,
+configuration, the transport factory and the hooks.
 
 Everything here is imported on first use (PEP 562), so that a module that only needs
 the hooks or the configuration records does not load the transports and the stores.
@@ -25,6 +25,8 @@ if _TYPE_CHECKING:
     from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
     from gateway.geo._recovery import ReplayReport
     from gateway.geo._sender import AsyncGeoSender, SendResult
+    from gateway.geo._session_receiver import AsyncGeoSessionReceiver, SessionReceiverStats
+    from gateway.geo._session_sync import GeoSessionReceiver
     from gateway.geo._tracing import LOCAL_SYSTEM, MessageTracer, SendTrace, messaging_system
 
 _LAZY = {
@@ -32,6 +34,7 @@ _LAZY = {
     "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
     "AsyncGeoReceiver": "gateway.geo._receiver",
     "AsyncGeoSender": "gateway.geo._sender",
+    "AsyncGeoSessionReceiver": "gateway.geo._session_receiver",
     "AsyncOutboxDispatcher": "gateway.geo._dispatcher",
     "DedupConfig": "gateway.geo._dedup_config",
     "DispatcherStats": "gateway.geo._dispatcher",
@@ -42,6 +45,7 @@ _LAZY = {
     "GeoPartitionReceiver": "gateway.geo._partitions_sync",
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
+    "GeoSessionReceiver": "gateway.geo._session_sync",
     "InboxHandler": "gateway.geo._partitions",
     "MessageTracer": "gateway.geo._tracing",
     "NamespaceConfig": "gateway.geo._namespace_config",
@@ -52,6 +56,7 @@ _LAZY = {
     "ReplayReport": "gateway.geo._recovery",
     "SendResult": "gateway.geo._sender",
     "SendTrace": "gateway.geo._tracing",
+    "SessionReceiverStats": "gateway.geo._session_receiver",
     "default_state_dir": "gateway.geo._factory",
     "dedup_layer": "gateway.geo._dedup_config",
     "emit": "gateway.geo._hooks",
@@ -67,6 +72,7 @@ __all__ = [
     "AsyncGeoPartitionReceiver",
     "AsyncGeoReceiver",
     "AsyncGeoSender",
+    "AsyncGeoSessionReceiver",
     "AsyncOutboxDispatcher",
     "DedupConfig",
     "DispatcherStats",
@@ -76,6 +82,7 @@ __all__ = [
     "GeoPartitionReceiver",
     "GeoReceiver",
     "GeoSender",
+    "GeoSessionReceiver",
     "InboxHandler",
     "MessageInboxHandler",
     "MessageTracer",
@@ -87,6 +94,7 @@ __all__ = [
     "ReplayReport",
     "SendResult",
     "SendTrace",
+    "SessionReceiverStats",
     "dedup_layer",
     "default_state_dir",
     "emit",

@@ -51,6 +51,17 @@ class GatewayHooks:
     def on_duplicate(self, *, message_id: str, namespace: str) -> None:
         """A second copy of ``message_id`` was received and settled, not delivered."""
 
+    def on_session_gap(self, *, entity: str, session_id: str, first: int, last: int,
+                       waited: float) -> None:
+        """A geo session receiver gave up waiting for positions ``first`` to ``last`` of
+        a session after ``waited`` seconds, and went on with the next one it had: those
+        messages are still in a namespace that is down or in a sender's durable queue,
+        or were lost. One that arrives later is handed over late (``on_session_late``)."""
+
+    def on_session_late(self, *, entity: str, session_id: str, position: int,
+                        message_id: str) -> None:
+        """A message of a gap reported before arrived and was handed over out of order."""
+
     def on_store_down(self, *, store: str, error: BaseException) -> None:
         """A receiver's de-duplication store (e.g. PostgreSQL) did not answer: nothing
         is settled or delivered past it until :meth:`on_store_up` (``store`` names the

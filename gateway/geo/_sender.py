@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import TracebackType
 
 import anyio
 
 from durable_queue import DurableQueue
+from gateway._support.blocking import run_blocking
 from gateway.geo._buffering import BacklogCleared, Buffer
-from gateway.geo._factory import NamespaceLike, check_entity
+from gateway.geo._factory import NamespaceLike, check_entity, default_state_dir
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._namespaces import NamespacePair
 from gateway.geo._recovery import Recovery, ReplayReport
 from gateway.geo._roles import RolesTarget
+from gateway.geo._session_stamp import SessionStamper, needs_stamp
 from gateway.geo._tracing import find_tracer, messaging_system
 from replication import (
     ANY_NAMESPACE,
@@ -92,7 +96,8 @@ class AsyncGeoSender:
             ...); a hook that traces (``gateway.observability.Tracing``) traces each
             send and replay.
         data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
-        state_dir: where role state is persisted (default ``$GEOGATEWAY_STATE_DIR``).
+        state_dir: where role state and the sessions' next positions are persisted
+            (default ``$GEOGATEWAY_STATE_DIR``).
         roles_store: keep the roles on PostgreSQL instead, shared by every sender of a
             fleet configured with the same pair: a DSN, a ``psycopg_pool.ConnectionPool``
             or a ``PostgresRoleStore`` (the caller closes a store or pool it passed).
@@ -146,6 +151,12 @@ class AsyncGeoSender:
                                   failback=self.policy.failback, hooks=self._hooks,
                                   tracer=self._tracer, system=self._system)
         self._recover = recovery
+        names = list(self._namespaces.transports)
+        # Each message of a session is stamped with its position (gateway.geo._session_stamp).
+        self._stamper = SessionStamper(
+            Path(state_dir or default_state_dir()) / f"session-positions-{names[0]}-{names[1]}.db",
+            entity=self.entity)
+        self._stamp_limiter = anyio.CapacityLimiter(1)
         # A plain asyncio task, not a task group: start() and aclose() may run in
         # different tasks (the sync driver calls each through its portal).
         self._task: asyncio.Task[None] | None = None
@@ -219,6 +230,9 @@ class AsyncGeoSender:
             MessageRejected: a namespace refused them for good.
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
+            GatewayError: messages of a session could not be stamped with their
+                positions (the positions file under ``state_dir`` could not be
+                written); nothing was sent.
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
@@ -256,6 +270,9 @@ class AsyncGeoSender:
                      seconds=time.perf_counter() - started, error=error)
 
     async def _route(self, batch: list[Message]) -> SendResult:
+        if any(needs_stamp(m) for m in batch):
+            batch = await run_blocking(functools.partial(self._stamper.stamp, batch),
+                                       self._stamp_limiter)
         while True:
             plan = plan_send(
                 mode=self.policy.mode,
@@ -311,6 +328,7 @@ class AsyncGeoSender:
             self._task = None
         await self._namespaces.aclose()
         self._buffer.close()
+        self._stamper.close()
 
     # -- sending --------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """What is kept between runs and shared between processes and machines: the
-de-duplication store (with its transactional inbox), the outbox and the roles store,
-on SQLite files (one machine) and on PostgreSQL (a fleet), and the embedded PostgreSQL
-server that tests, drills and ``geogateway postgres start`` run.
+de-duplication store (with its transactional inbox), the outbox, the roles store and
+the sessions' positions, on SQLite files (one machine) and on PostgreSQL (a fleet),
+and the embedded PostgreSQL server that tests, drills and ``geogateway postgres start``
+run.
 
 Imported on first use (PEP 562): the stores bring in SQLite helpers that a sender
 without de-duplication never needs.
@@ -31,6 +32,7 @@ if _TYPE_CHECKING:
     from gateway.stores._pg_roles import PostgresRoleStore
     from gateway.stores._pg_server import EmbeddedPostgres
     from gateway.stores._roles import RoleStore, RoleStoreLike
+    from gateway.stores._sessions import SqliteSessionStore
 
 _LAZY = {
     "DedupTarget": "gateway.stores._dedup_open",
@@ -56,6 +58,7 @@ _LAZY = {
     "RoleStore": "gateway.stores._roles",
     "RoleStoreLike": "gateway.stores._roles",
     "SqliteDedupStore": "gateway.stores._dedup",
+    "SqliteSessionStore": "gateway.stores._sessions",
 }
 
 __getattr__ = _lazy_exports(__name__, _LAZY)
@@ -79,6 +82,7 @@ __all__ = [
     "RoleStoreLike",
     "SqliteDedupStore",
     "SqliteOutbox",
+    "SqliteSessionStore",
     "describe_dsn",
     "is_dsn",
     "migrate",

@@ -51,6 +51,7 @@ if _TYPE_CHECKING:
         PartitionEvent,
         ReceivedMessage,
         ReceiveMode,
+        SessionReceiver,
         Transport,
     )
     from gateway.transports.faults import FaultyTransport
@@ -87,6 +88,7 @@ _LAZY = {
     "PartitionInfo": "gateway.transports._local_namespace",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
+    "SessionReceiver": "gateway.transports.base",
     "Transport": "gateway.transports.base",
     "default_data_dir": "gateway.transports.local",
 }
@@ -116,6 +118,7 @@ __all__ = [
     "ReceiveMode",
     "ReceivedMessage",
     "Rule",
+    "SessionReceiver",
     "SqlFilter",
     "SqlRuleAction",
     "Store",

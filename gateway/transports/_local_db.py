@@ -30,14 +30,18 @@ __all__ = ["Database"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3  # 2: owner_leases; 3: entity_options (topics, subscriptions)
+# 2: owner_leases; 3: entity_options, seen_ids (topics, subscriptions); 4: sessions,
+# deferral. Every statement below is idempotent, so a file of any older version is
+# brought up through all of them at once.
+SCHEMA_VERSION = 4
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
         name TEXT PRIMARY KEY, kind TEXT NOT NULL, partitions INTEGER NOT NULL,
         lock_duration REAL NOT NULL, max_delivery_count INTEGER NOT NULL,
         max_message_size INTEGER NOT NULL,
-        dead_lettering_on_message_expiration INTEGER NOT NULL DEFAULT 0)""",
+        dead_lettering_on_message_expiration INTEGER NOT NULL DEFAULT 0,
+        requires_session INTEGER NOT NULL DEFAULT 0)""",
     # One table for every queue and dead-letter sub-queue: dead-lettering is an
     # UPDATE of ``entity``, and ``seq`` (never reused) is the sequence number.
     """CREATE TABLE IF NOT EXISTS messages (
@@ -45,7 +49,8 @@ _SCHEMA = (
         message_id TEXT NOT NULL, body BLOB NOT NULL, partition_key TEXT,
         properties TEXT, enqueued_time REAL NOT NULL,
         delivery_count INTEGER NOT NULL DEFAULT 0, lock_token TEXT, locked_until REAL,
-        sections BLOB, visible_at REAL, expires_at REAL)""",
+        sections BLOB, visible_at REAL, expires_at REAL, session_id TEXT,
+        deferred INTEGER NOT NULL DEFAULT 0)""",
     "CREATE INDEX IF NOT EXISTS messages_by_entity ON messages (entity, seq)",
     "CREATE UNIQUE INDEX IF NOT EXISTS messages_by_lock ON messages (lock_token)",
     """CREATE TABLE IF NOT EXISTS partitions (
@@ -76,18 +81,30 @@ _SCHEMA = (
         entity TEXT NOT NULL, message_id TEXT NOT NULL, taken REAL NOT NULL,
         PRIMARY KEY (entity, message_id))""",
     "CREATE INDEX IF NOT EXISTS seen_ids_by_time ON seen_ids (entity, taken)",
+    # The sessions of session-enabled queues: who holds each one's lock, its state.
+    """CREATE TABLE IF NOT EXISTS sessions (
+        entity TEXT NOT NULL, session_id TEXT NOT NULL, lock_token TEXT, locked_until REAL,
+        state BLOB, PRIMARY KEY (entity, session_id))""",
+)
+# Created once the columns they index exist (an older file gets them added first).
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS messages_by_session ON messages (entity, session_id, seq)",
 )
 
 # Columns added after schema 1 shipped: a file without them gets them when it is
 # opened (ALTER TABLE ... ADD COLUMN keeps every row; the defaults mean "as before").
 # ``sections`` holds the AMQP sections of a message sent through the emulator (all but
 # the body), ``visible_at`` a scheduled enqueue time, ``expires_at`` the end of its
-# time to live.
+# time to live; ``session_id`` the message's session, ``deferred`` whether it waits to
+# be received by its sequence number; ``requires_session`` a session-enabled queue.
 _ADDED_COLUMNS = (
     ("entities", "dead_lettering_on_message_expiration", "INTEGER NOT NULL DEFAULT 0"),
     ("messages", "sections", "BLOB"),
     ("messages", "visible_at", "REAL"),
     ("messages", "expires_at", "REAL"),
+    ("entities", "requires_session", "INTEGER NOT NULL DEFAULT 0"),
+    ("messages", "session_id", "TEXT"),
+    ("messages", "deferred", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 # sqlite3 exposes the primary result code only from Python 3.11 on; the messages
@@ -202,6 +219,9 @@ class Database:
                 namespace=self.namespace,
             )
         for statement in _SCHEMA:
+            conn.execute(statement)
+        _add_columns(conn)
+        for statement in _INDEXES:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 _ENTITY_COLUMNS = ("name, kind, partitions, lock_duration, max_delivery_count, "
-                   "max_message_size, dead_lettering_on_message_expiration")
+                   "max_message_size, dead_lettering_on_message_expiration, requires_session")
 
 
 class EntityKind(str, enum.Enum):
@@ -49,6 +49,8 @@ class EntityInfo:
     ``max_delivery_count`` are 0 for a partitioned entity.
     ``dead_lettering_on_message_expiration``: a queue moves messages whose time to
     live is over to its dead-letter sub-queue (otherwise they are dropped).
+    ``requires_session``: a session-enabled queue (every message has a session id, and
+    it is received a session at a time).
     """
 
     name: str
@@ -60,6 +62,7 @@ class EntityInfo:
     max_delivery_count: int
     max_message_size: int
     dead_lettering_on_message_expiration: bool = False
+    requires_session: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +76,12 @@ class Entity:
     max_delivery_count: int
     max_message_size: int
     dead_lettering_on_message_expiration: bool = False
+    requires_session: bool = False
 
 
 def queue_entity(name: str, *, lock_duration: float, max_delivery_count: int,
-                 max_message_size: int, dead_lettering_on_message_expiration: bool = False
-                 ) -> Entity:
+                 max_message_size: int, dead_lettering_on_message_expiration: bool = False,
+                 requires_session: bool = False) -> Entity:
     """A queue's settings, checked (``ConfigError``)."""
     if not lock_duration > 0 or max_delivery_count < 1 or max_message_size < 1:
         raise ConfigError("queue settings: lock_duration > 0, max_delivery_count >= 1 "
@@ -86,7 +90,8 @@ def queue_entity(name: str, *, lock_duration: float, max_delivery_count: int,
                   lock_duration=float(lock_duration),
                   max_delivery_count=max_delivery_count, max_message_size=max_message_size,
                   dead_lettering_on_message_expiration=bool(
-                      dead_lettering_on_message_expiration))
+                      dead_lettering_on_message_expiration),
+                  requires_session=bool(requires_session))
 
 
 def partitioned_entity(name: str, *, partitions: int, max_message_size: int) -> Entity:
@@ -122,10 +127,11 @@ class Catalog:
         """Create ``e`` unless an entity of that name exists; return the one that does."""
         cur = conn.execute(
             "INSERT OR IGNORE INTO entities (name, kind, partitions, lock_duration, "
-            "max_delivery_count, max_message_size, dead_lettering_on_message_expiration) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "max_delivery_count, max_message_size, dead_lettering_on_message_expiration, "
+            "requires_session) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (e.name, e.kind.value, e.partitions, e.lock_duration, e.max_delivery_count,
-             e.max_message_size, int(e.dead_lettering_on_message_expiration)),
+             e.max_message_size, int(e.dead_lettering_on_message_expiration),
+             int(e.requires_session)),
         )
         if cur.rowcount and e.kind is EntityKind.PARTITIONED:
             conn.executemany(
@@ -148,7 +154,8 @@ class Catalog:
         entity = Entity(name=row[0], kind=EntityKind(row[1]), partitions=row[2],
                         lock_duration=row[3], max_delivery_count=row[4],
                         max_message_size=row[5],
-                        dead_lettering_on_message_expiration=bool(row[6]))
+                        dead_lettering_on_message_expiration=bool(row[6]),
+                        requires_session=bool(row[7]))
         self._entities[name] = entity
         return entity
 
@@ -226,6 +233,7 @@ class Catalog:
                        active_count=counts.get(name, 0),
                        dead_letter_count=counts.get(name + DEAD_LETTER_SUFFIX, 0),
                        lock_duration=lock, max_delivery_count=mdc, max_message_size=size,
-                       dead_lettering_on_message_expiration=bool(dle))
-            for name, kind, partitions, lock, mdc, size, dle in rows
+                       dead_lettering_on_message_expiration=bool(dle),
+                       requires_session=bool(sessions))
+            for name, kind, partitions, lock, mdc, size, dle, sessions in rows
         ]

@@ -87,6 +87,7 @@ class LocalNamespace:
     def create_queue(self, name: str, *, lock_duration: float = 30.0,
                      max_delivery_count: int = 10, max_message_size: int = 1 << 20,
                      dead_lettering_on_message_expiration: bool = False,
+                     requires_session: bool = False,
                      forward_to: str | None = None,
                      default_message_time_to_live: float | None = None,
                      duplicate_detection_window: float | None = None) -> None:
@@ -101,6 +102,11 @@ class LocalNamespace:
         (seconds), a message whose MessageId the queue took within it is accepted and
         dropped (Service Bus's duplicate detection).
 
+        ``requires_session``: a session-enabled queue. Every message sent to it needs a
+        ``session_id``, and it is received a session at a time
+        (``LocalTransport.accept_session``), each session's messages in order by one
+        receiver holding the session's lock (``lock_duration``, renewed explicitly).
+
         Raises:
             ConfigError: bad settings, or the entity exists with other settings.
             NamespaceUnavailable: the namespace file is corrupt or unreadable.
@@ -108,7 +114,8 @@ class LocalNamespace:
         self._store.create(Store.queue(
             name, lock_duration=lock_duration, max_delivery_count=max_delivery_count,
             max_message_size=max_message_size,
-            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration))
+            dead_lettering_on_message_expiration=dead_lettering_on_message_expiration,
+            requires_session=requires_session))
         if (forward_to, default_message_time_to_live, duplicate_detection_window) != (
                 None, None, None):
             self._store.topics.set_queue_options(
@@ -151,13 +158,16 @@ class LocalNamespace:
                             lock_duration: float = 30.0, max_delivery_count: int = 10,
                             dead_lettering_on_message_expiration: bool = False,
                             default_message_time_to_live: float | None = None,
-                            forward_to: str | None = None) -> None:
+                            forward_to: str | None = None,
+                            requires_session: bool = False) -> None:
         """Create subscription ``name`` of ``topic``: the entity ``TOPIC/Subscriptions/NAME``.
 
         Receive from it as from a queue (its dead letters from
         ``TOPIC/Subscriptions/NAME/$DeadLetterQueue``). ``rules`` select and annotate
         the topic's messages (default: one true filter, ``$Default``);
         ``forward_to`` sends its copies on to a queue or topic instead.
+        ``requires_session``: a session-enabled subscription, received a session at a time
+        like such a queue; a message without a session id it would take is refused.
 
         Raises:
             ConfigError: no such topic; bad settings or rules (a SQL filter that does
@@ -168,7 +178,8 @@ class LocalNamespace:
             topic, name, rules=rules, lock_duration=lock_duration,
             max_delivery_count=max_delivery_count,
             dead_lettering_on_message_expiration=dead_lettering_on_message_expiration,
-            default_message_time_to_live=default_message_time_to_live, forward_to=forward_to)
+            default_message_time_to_live=default_message_time_to_live, forward_to=forward_to,
+            requires_session=requires_session)
 
     def rules(self, subscription: str) -> tuple[Rule, ...]:
         """The rules of a subscription (``TOPIC/Subscriptions/NAME``).

@@ -11,6 +11,11 @@ to live is over is never delivered: a receive that meets it moves it to the
 dead-letter sub-queue (reason ``TTLExpiredException``) when the queue dead-letters
 on expiration, and deletes it otherwise, as Service Bus does. Messages in a
 dead-letter sub-queue do not expire.
+
+A message may belong to a session (``session_id``); a session-enabled queue hands
+its messages out a session at a time (``_local_sessions``). A deferred message
+(``deferred``) is set aside by its receiver: only a receive by its sequence number
+gets it again, until it is completed or dead-lettered.
 """
 
 from __future__ import annotations
@@ -49,16 +54,16 @@ EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
 
 _INSERT = (
     "INSERT INTO messages (entity, message_id, body, partition_key, properties, "
-    "enqueued_time, sections, visible_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "enqueued_time, sections, visible_at, expires_at, session_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The columns :func:`received` reads, in its order.
 COLUMNS = ("seq, message_id, body, partition_key, properties, enqueued_time, delivery_count, "
-           "sections, expires_at")
-_AVAILABLE = (
-    f"SELECT {COLUMNS} FROM messages WHERE entity = ? "
-    "AND (locked_until IS NULL OR locked_until <= ?) AND (visible_at IS NULL OR visible_at <= ?) "
-    "ORDER BY seq LIMIT ?"
-)
+           "sections, expires_at, session_id")
+_DUE = ("AND (locked_until IS NULL OR locked_until <= ?) "
+        "AND (visible_at IS NULL OR visible_at <= ?) AND deferred = 0 ORDER BY seq LIMIT ?")
+_AVAILABLE = f"SELECT {COLUMNS} FROM messages WHERE entity = ? {_DUE}"
+_AVAILABLE_IN_SESSION = f"SELECT {COLUMNS} FROM messages WHERE entity = ? AND session_id = ? {_DUE}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,14 +98,19 @@ def insert(conn: sqlite3.Connection, entity: str, items: Sequence[Message | Queu
         enqueued = now if scheduled is None else scheduled
         expires = None if q.time_to_live is None else enqueued + q.time_to_live
         cur = conn.execute(_INSERT, (entity, m.message_id, m.body, m.partition_key, _props(m),
-                                     enqueued, q.sections, scheduled, expires))
+                                     enqueued, q.sections, scheduled, expires, m.session_id))
         assert cur.lastrowid is not None
         seqs.append(cur.lastrowid)
     return seqs
 
 
-def available(conn: sqlite3.Connection, entity: str, now: float, limit: int) -> list[Any]:
-    """Up to ``limit`` rows of ``entity`` that are neither locked nor scheduled for later."""
+def available(conn: sqlite3.Connection, entity: str, now: float, limit: int,
+              session_id: str | None = None) -> list[Any]:
+    """Up to ``limit`` rows of ``entity`` (of one session, when given) that are neither
+    locked, deferred nor scheduled for later."""
+    if session_id is not None:
+        return conn.execute(_AVAILABLE_IN_SESSION,
+                            (entity, session_id, now, now, limit)).fetchall()
     return conn.execute(_AVAILABLE, (entity, now, now, limit)).fetchall()
 
 
@@ -113,9 +123,9 @@ def received(row: Sequence[Any], *, namespace: str, entity: str, lock_token: str
              delivery_count: int, locked_until: float | None) -> tuple[ReceivedMessage,
                                                                       bytes | None]:
     """A row (of :data:`COLUMNS`) as a received message, and its AMQP sections."""
-    seq, mid, body, key, props, enqueued, _, sections, _ = row
+    seq, mid, body, key, props, enqueued, _, sections, _, session = row
     message = Message(body=body, message_id=mid, partition_key=key,
-                      properties=json.loads(props) if props else {})
+                      properties=json.loads(props) if props else {}, session_id=session)
     return ReceivedMessage(
         message=message, namespace=namespace, entity=entity, lock_token=lock_token,
         sequence_number=seq, delivery_count=delivery_count, enqueued_time=enqueued,
@@ -155,7 +165,7 @@ def dead_letter(conn: sqlite3.Connection, entity: str, rows: Sequence[tuple[int,
         updates.append((entity + DEAD_LETTER_SUFFIX, json.dumps(merged), seq))
     conn.executemany(
         "UPDATE messages SET entity = ?, properties = ?, lock_token = NULL, "
-        "locked_until = NULL, expires_at = NULL WHERE seq = ?",
+        "locked_until = NULL, expires_at = NULL, deferred = 0 WHERE seq = ?",
         updates,
     )
 
@@ -165,9 +175,10 @@ def settle(conn: sqlite3.Connection, entity: str, lock_token: str, action: str, 
     """Settle the delivery holding ``lock_token``; False when that lock is lost.
 
     ``action`` is ``complete``, ``abandon``, ``dead_letter`` (in a dead-letter
-    sub-queue: an abandon) or ``release`` (an abandon that does not count as a
-    delivery: the message never reached an application). The abandon that uses up
-    the last delivery dead-letters the message, as Service Bus does.
+    sub-queue: an abandon), ``defer`` (set aside until received by its sequence
+    number) or ``release`` (an abandon that does not count as a delivery: the message
+    never reached an application). The abandon that uses up the last delivery
+    dead-letters the message, as Service Bus does.
     """
     row = conn.execute(
         "SELECT seq, properties, delivery_count FROM messages "
@@ -180,6 +191,9 @@ def settle(conn: sqlite3.Connection, entity: str, lock_token: str, action: str, 
     in_dlq = entity.endswith(DEAD_LETTER_SUFFIX)
     if action == "complete":
         conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
+    elif action == "defer":
+        conn.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, deferred = 1 "
+                     "WHERE seq = ?", (seq,))
     elif action == "dead_letter" and not in_dlq:
         dead_letter(conn, entity, [(seq, props)], reason, description)
     elif action == "abandon" and not in_dlq and count >= max_delivery_count:
@@ -194,9 +208,10 @@ def settle(conn: sqlite3.Connection, entity: str, lock_token: str, action: str, 
 
 def claim(conn: sqlite3.Connection, entity: str, *, namespace: str, max_messages: int,
           mode: ReceiveMode, now: float, lock_duration: float, max_delivery_count: int,
-          dead_letter_expired: bool) -> list[tuple[ReceivedMessage, bytes | None]]:
+          dead_letter_expired: bool, session_id: str | None = None
+          ) -> list[tuple[ReceivedMessage, bytes | None]]:
     """Claim up to ``max_messages`` available messages of a queue (or its dead-letter
-    sub-queue), with their AMQP sections.
+    sub-queue; of one session when ``session_id`` is given), with their AMQP sections.
 
     On the way, a message whose time to live is over is expired, and one delivered
     ``max_delivery_count`` times already is dead-lettered (not in a sub-queue).
@@ -207,7 +222,7 @@ def claim(conn: sqlite3.Connection, entity: str, *, namespace: str, max_messages
     peek = mode is ReceiveMode.PEEK_LOCK
     out: list[tuple[ReceivedMessage, bytes | None]] = []
     while len(out) < max_messages:
-        rows = available(conn, entity, now, max_messages - len(out))
+        rows = available(conn, entity, now, max_messages - len(out), session_id)
         if not rows:
             break
         exhausted: list[tuple[int, str | None]] = []
@@ -266,12 +281,15 @@ def renew_locks(conn: sqlite3.Connection, entity: str, lock_tokens: Sequence[str
 
 
 def peek(conn: sqlite3.Connection, entity: str, *, namespace: str, from_sequence: int,
-         max_messages: int) -> list[tuple[ReceivedMessage, bytes | None]]:
-    """Up to ``max_messages`` messages from ``from_sequence`` on (locked, scheduled or
-    not), unchanged, with their AMQP sections."""
+         max_messages: int, session_id: str | None = None
+         ) -> list[tuple[ReceivedMessage, bytes | None]]:
+    """Up to ``max_messages`` messages (of one session, when given) from
+    ``from_sequence`` on (locked, scheduled, deferred or not), unchanged, with their AMQP
+    sections."""
+    where, args = ("AND session_id = ? ", (session_id,)) if session_id is not None else ("", ())
     rows = conn.execute(
-        f"SELECT {COLUMNS} FROM messages WHERE entity = ? AND seq >= ? "
-        "ORDER BY seq LIMIT ?", (entity, from_sequence, max_messages)).fetchall()
+        f"SELECT {COLUMNS} FROM messages WHERE entity = ? {where}AND seq >= ? "
+        "ORDER BY seq LIMIT ?", (entity, *args, from_sequence, max_messages)).fetchall()
     return [received(row, namespace=namespace, entity=entity,
                      lock_token=None, delivery_count=row[6], locked_until=None)
             for row in rows]

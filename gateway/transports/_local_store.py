@@ -7,7 +7,9 @@ never handed to two receivers at once, even across processes.
 
 :class:`Store` holds the transactions; what runs inside them is plain SQL in the
 modules beside it: the entities (``_local_entities``), the queues (``_local_queues``)
-and the partitioned entities (``_local_events``).
+and the partitioned entities (``_local_events``); topics, subscriptions and the
+options of queues are :attr:`Store.topics` (``_local_topics``), sessions and deferred
+messages :attr:`Store.sessions` (``_local_session_store``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gateway.transports._local_entities import (
 )
 from gateway.transports._local_events import PartitionState
 from gateway.transports._local_queues import Queued
+from gateway.transports._local_session_store import SessionStore
 from gateway.transports._local_topics import SectionsCodec, Topics
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from replication import (
@@ -63,6 +66,12 @@ def _check_sizes(e: Entity, entity: str, messages: Sequence[Message]) -> None:
             )
 
 
+def _no_sessions(e: Entity, entity: str) -> None:
+    if e.requires_session and not entity.endswith(DEAD_LETTER_SUFFIX):
+        raise MessageRejected(f"{entity!r} is session-enabled: receive it a session at a time "
+                              "(accept_session), not with a plain receiver")
+
+
 class Store:
     """Entities, queues and partitioned entities in one namespace file.
 
@@ -83,6 +92,8 @@ class Store:
         self.topics = Topics(self.db, self._catalog, namespace=namespace, codec=codec)
         self._round_robin = itertools.count()
         self._leases = events.Leases()
+        #: Sessions of session-enabled queues, and deferred messages.
+        self.sessions = SessionStore(self.db, self._catalog, namespace=namespace)
 
     def close(self) -> None:
         # Readers of this store are closed with it: their owner levels stop fencing.
@@ -185,6 +196,8 @@ class Store:
         # Look before taking the write lock: an idle receiver polling an empty
         # queue then never competes with senders for it.
         cached = self._catalog.cached(entity.removesuffix(DEAD_LETTER_SUFFIX))
+        if cached is not None:
+            _no_sessions(cached, entity)
         known = cached is not None and cached.kind in (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
         if known and not self.db.read(has_any):
             return []
@@ -193,6 +206,7 @@ class Store:
     def _claim(self, conn: sqlite3.Connection, entity: str, max_messages: int,
                mode: ReceiveMode, now: float) -> list[tuple[ReceivedMessage, bytes | None]]:
         q = self._catalog.queue_of(conn, entity)
+        _no_sessions(q, entity)
         return queues.claim(conn, entity, namespace=self.namespace, max_messages=max_messages,
                             mode=mode, now=now, lock_duration=q.lock_duration,
                             max_delivery_count=q.max_delivery_count,

@@ -158,10 +158,13 @@ class Topics:
                             lock_duration: float = 30.0, max_delivery_count: int = 10,
                             dead_lettering_on_message_expiration: bool = False,
                             default_message_time_to_live: float | None = None,
-                            forward_to: str | None = None) -> None:
+                            forward_to: str | None = None,
+                            requires_session: bool = False) -> None:
         """Create a subscription of an existing topic; nothing when it exists alike.
 
         ``rules`` default to Service Bus's ``$Default`` rule (a true filter).
+        ``requires_session``: a session-enabled subscription, received a session at a
+        time; a message without a session id that it would take is refused at the send.
 
         Raises:
             ConfigError: no such topic, a bad name, rule or setting, or the subscription
@@ -181,7 +184,8 @@ class Topics:
             queue_entity(path, lock_duration=lock_duration,
                          max_delivery_count=max_delivery_count, max_message_size=1 << 20,
                          dead_lettering_on_message_expiration=(
-                             dead_lettering_on_message_expiration)),
+                             dead_lettering_on_message_expiration),
+                         requires_session=requires_session),
             kind=EntityKind.SUBSCRIPTION)
         options = EntityOptions(topic=topic, rules=rules, forward_to=forward_to,
                                 default_ttl=_ttl(default_message_time_to_live, path))
@@ -293,6 +297,7 @@ class Topics:
             return self._publish(conn, e, items, now, hops)
         if options.forward_to is not None:
             return self._forward(conn, e.name, options, items, now, hops)
+        _check_sessions(e, entity, items)
         if options.default_ttl is not None:
             items = _with_ttl(items, options.default_ttl)
         return queues.insert(conn, entity, items, now)
@@ -329,6 +334,9 @@ class Topics:
                        for c in copies(options.rules, view)]
             if not out:
                 continue
+            subscription = self.catalog.lookup(conn, path)
+            if subscription is not None:
+                _check_sessions(subscription, path, out)
             if options.forward_to is not None:
                 seqs += self._forward(conn, path, options, out, now, hops)
             else:
@@ -372,6 +380,17 @@ class Topics:
             logger.warning("rule %r of %s sets sys.%s on a message sent through local://, "
                            "which has no such property: the copy is delivered without it",
                            rule, path, ", sys.".join(names))
+
+
+def _check_sessions(e: Entity, entity: str, items: Sequence[Message | Queued]) -> None:
+    if not e.requires_session:
+        return
+    for item in items:
+        m = _queued(item).message
+        if m.session_id is None:
+            raise MessageRejected(
+                f"message {m.message_id} has no session id and {entity!r} is session-enabled: "
+                "set Message(session_id=...)")
 
 
 def _identical(a: Any, b: Any) -> bool:

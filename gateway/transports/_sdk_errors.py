@@ -19,6 +19,7 @@ from replication import (
     NamespaceUnavailable,
     OperationTimeout,
     OwnershipLost,
+    SessionLockLost,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ class Outcome(enum.Enum):
     REJECTED = "rejected"  # permanent for this message or entity
     TOO_LARGE = "too_large"  # permanent for this message; a batch may go in parts
     LOCK_LOST = "lock_lost"  # permanent for this delivery; the message comes back
+    SESSION_LOCK_LOST = "session_lock_lost"  # permanent for this session lock
     OWNERSHIP_LOST = "ownership_lost"  # a higher owner level took the partition
 
 
@@ -64,7 +66,7 @@ _CONDITIONS: dict[str, Outcome] = {
     "entity-already-exists": Outcome.REJECTED,
     "timeout": Outcome.TIMEOUT,
     "message-lock-lost": Outcome.LOCK_LOST,
-    "session-lock-lost": Outcome.LOCK_LOST,
+    "session-lock-lost": Outcome.SESSION_LOCK_LOST,
     "message-not-found": Outcome.LOCK_LOST,
     "link:stolen": Outcome.OWNERSHIP_LOST,
     "server-busy": Outcome.UNAVAILABLE,
@@ -193,6 +195,10 @@ def build_error(outcome: Outcome, exc: BaseException, *, namespace: str, action:
         return MessageRejected(
             f"{where} failed: lock lost (expired, or settled already); do not retry, the "
             f"message is delivered again ({detail})")
+    if outcome is Outcome.SESSION_LOCK_LOST:
+        return SessionLockLost(
+            f"{where} failed: the session's lock is lost (it expired, or another receiver "
+            f"took the session); accept the session again ({detail})")
     if outcome is Outcome.OWNERSHIP_LOST:
         return OwnershipLost(
             f"{where} failed: a reader with a higher owner level took the partition; stop "

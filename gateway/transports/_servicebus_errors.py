@@ -55,7 +55,7 @@ _CONDITION_TEXT = re.compile(r"(?i)error condition:\s*([\w.:-]+)")
 _CLASSES: tuple[tuple[type[BaseException], Outcome], ...] = (
     (MessageSizeExceededError, Outcome.TOO_LARGE),
     (MessageLockLostError, Outcome.LOCK_LOST),
-    (SessionLockLostError, Outcome.LOCK_LOST),
+    (SessionLockLostError, Outcome.SESSION_LOCK_LOST),
     (MessageNotFoundError, Outcome.LOCK_LOST),
     (MessageAlreadySettled, Outcome.LOCK_LOST),
     (AutoLockRenewFailed, Outcome.LOCK_LOST),

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusReceiver
+from azure.servicebus.exceptions import OperationTimeoutError, SessionCannotBeLockedError
 
 from gateway.transports._sdk_convert import (
     body_bytes,
@@ -24,6 +26,7 @@ from gateway.transports._sdk_convert import (
 )
 from gateway.transports._sdk_transport import GRACE, check_entity
 from gateway.transports._servicebus_client import ServiceBusBase
+from gateway.transports._servicebus_sessions import ServiceBusSessionReceiver
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import ConfigError, GatewayError, Message, MessageRejected, TransportError
 
@@ -70,7 +73,8 @@ def _incoming(msg: ServiceBusReceivedMessage) -> Message:
     message_id = text_or_none(msg.message_id) or f"sb-seq-{msg.sequence_number}"
     return Message(body_bytes(msg.body), message_id=message_id,
                    partition_key=text_or_none(msg.partition_key),
-                   properties=properties_from(msg.application_properties))
+                   properties=properties_from(msg.application_properties),
+                   session_id=text_or_none(msg.session_id))
 
 
 @dataclass
@@ -142,6 +146,11 @@ class ServiceBusReceiving(ServiceBusBase):
         now = time.time()
         for token, held in list(self._held.items()):
             until = epoch_seconds(held.message.locked_until_utc)
+            session = held.receiver.session
+            if until is None and session is not None:
+                # A session's messages are locked as long as the session (the SDK says
+                # None for theirs).
+                until = epoch_seconds(session.locked_until_utc)
             if until is None or until < now - 1.0:
                 del self._held[token]
 
@@ -178,6 +187,12 @@ class ServiceBusReceiving(ServiceBusBase):
                 action, lambda: receiver.receive_messages(max_message_count=max_messages,
                                                           max_wait_time=wait),
                 seconds=wait + bound)
+        return self._delivered(got, receiver, entity, mode)
+
+    def _delivered(self, got: list[ServiceBusReceivedMessage], receiver: ServiceBusReceiver,
+                   entity: str, mode: ReceiveMode) -> list[ReceivedMessage]:
+        """The records of SDK messages ``receiver`` received; peek-locked ones are held
+        for settling."""
         self._prune()
         result = []
         for msg in got:
@@ -251,4 +266,84 @@ class ServiceBusReceiving(ServiceBusBase):
                                   "letter already")
         await self._settle(received, "dead-letter", lambda h: h.receiver.dead_letter_message(
             h.message, reason=reason, error_description=description))
+
+    async def defer(self, received: ReceivedMessage) -> None:
+        """Set a peek-locked message aside until :meth:`receive_deferred` asks for it.
+
+        Raises:
+            MessageRejected: the lock is lost (expired or settled); do not retry.
+            NamespaceUnavailable: the namespace is down.
+            OperationTimeout: no answer in time.
+        """
+        await self._settle(received, "defer", lambda h: h.receiver.defer_message(h.message))
+
+    async def receive_deferred(self, entity: str,
+                               sequence_numbers: Sequence[int]) -> list[ReceivedMessage]:
+        """Deferred messages by sequence number, peek-locked (see ``Transport``).
+
+        Raises:
+            MessageRejected: a number names no deferred message, or the entity requires
+                sessions (use the session's receiver).
+            NamespaceUnavailable: the namespace is down.
+        """
+        check_entity(entity)
+        receiver = self._receiver(entity, ReceiveMode.PEEK_LOCK)
+        lock = self._receive_locks.setdefault((entity, ReceiveMode.PEEK_LOCK), anyio.Lock())
+        action = f"receive deferred messages of {entity!r}"
+        bound = self.options.operation_timeout + GRACE
+        async with lock:
+            await self._call(action, receiver.__aenter__, seconds=bound)
+            got = await self._call(
+                action, lambda: receiver.receive_deferred_messages(list(sequence_numbers)),
+                seconds=bound)
+        return self._delivered(got, receiver, entity, ReceiveMode.PEEK_LOCK)
+
+    async def accept_session(self, entity: str, session_id: str | None = None, *,
+                             max_wait: float = 0.0) -> ServiceBusSessionReceiver | None:
+        """Lock a session of a queue or subscription (see ``Transport.accept_session``).
+
+        Service Bus answers "no session free" with a timeout: for the next available
+        session, an ``OperationTimeoutError`` of the SDK within ``max_wait`` returns
+        ``None`` (no answer at all within ``max_wait`` and ``operation_timeout`` is an
+        ``OperationTimeout``); a named session another receiver holds returns ``None``.
+
+        Raises:
+            MessageRejected: no such entity, or it does not require sessions.
+            NamespaceUnavailable, OperationTimeout: the namespace failed or hangs.
+        """
+        check_entity(entity)
+        source = _source(entity)
+        if source.sub_queue is not None:
+            raise MessageRejected(f"{entity!r} is a sub-queue: it has no sessions")
+        self._last_entity = source.name
+        wait = max(float(max_wait), _MIN_WAIT)
+        kwargs: dict[str, Any] = {
+            "session_id": NEXT_AVAILABLE_SESSION if session_id is None else session_id,
+            "receive_mode": ServiceBusReceiveMode.PEEK_LOCK, "max_wait_time": wait,
+            "prefetch_count": self.options.prefetch_count, **self.options.handler_kwargs()}
+        try:
+            receiver = (self._sdk().get_queue_receiver(source.name, **kwargs)
+                        if source.subscription is None else self._sdk().get_subscription_receiver(
+                            source.name, source.subscription, **kwargs))
+        except (ValueError, TypeError) as exc:
+            raise self._map(exc, f"open a session receiver on {entity!r}") from exc
+        bound = self.options.operation_timeout + GRACE
+        try:
+            await self._call(f"accept a session of {entity!r}", receiver.__aenter__,
+                             seconds=wait + bound)
+        except GatewayError as exc:
+            await self._close("session receiver", receiver)
+            cause = exc.__cause__
+            if isinstance(cause, SessionCannotBeLockedError) or (
+                    session_id is None and isinstance(cause, OperationTimeoutError)):
+                return None
+            raise
+        except BaseException:
+            # Cancelled: the link may hold a session's lock already; give it back.
+            with anyio.CancelScope(shield=True):
+                await self._close("session receiver", receiver)
+            raise
+        return ServiceBusSessionReceiver(receiver, namespace=self.namespace, entity=entity,
+                                         call=self._call, deliver=self._delivered,
+                                         close=self._close, bound=bound)
 

@@ -24,6 +24,7 @@ def _outgoing(message: Message) -> ServiceBusMessage:
         message.body,
         message_id=message.message_id,
         partition_key=message.partition_key,
+        session_id=message.session_id,
         application_properties=amqp_properties(message.properties),  # type: ignore[arg-type]
     )
 

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from replication import Message
+from replication import Message, MessageRejected
 
 __all__ = [
     "EventPosition",
     "PartitionEvent",
     "ReceiveMode",
     "ReceivedMessage",
+    "SessionReceiver",
     "Transport",
 ]
 
@@ -98,6 +99,64 @@ class PartitionEvent:
     enqueued_time: float
 
 
+class SessionReceiver:
+    """The lock on one session of a session-enabled queue, in one namespace.
+
+    :meth:`Transport.accept_session` makes one. While it holds the lock, only it
+    receives the session's messages, oldest first; settle them through the transport
+    (``complete``, ``abandon``, ``dead_letter``, ``defer``). The lock lasts the queue's
+    lock duration from :attr:`locked_until`'s last value: :meth:`renew_lock` before
+    then, or another receiver may take the session. Use as ``async with`` or call
+    :meth:`aclose`, which gives the session up (what it did not settle comes back).
+
+    Every method raises ``SessionLockLost`` once the lock is gone (it expired, or
+    another receiver took the session), and the transport's errors otherwise.
+    """
+
+    namespace: str = ""
+    entity: str = ""
+    session_id: str = ""
+    #: When the lock expires unless renewed, in seconds since the epoch.
+    locked_until: float = 0.0
+
+    async def __aenter__(self) -> SessionReceiver:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None,
+                        exc_value: BaseException | None = None,
+                        traceback: TracebackType | None = None) -> None:
+        await self.aclose()
+
+    async def receive(self, *, max_messages: int = 1,
+                      max_wait: float = 0.0) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` of the session's messages (peek-locked), oldest first,
+        waiting up to ``max_wait`` seconds; an empty list only when none is available."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def renew_lock(self) -> float:
+        """Extend the lock by the queue's lock duration; the new :attr:`locked_until`."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def get_state(self) -> bytes | None:
+        """The session's state; ``None`` when it was never set or was cleared."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def set_state(self, state: bytes | None) -> None:
+        """Replace the session's state; ``None`` clears it."""
+        raise NotImplementedError()  # pragma: no cover
+
+    async def receive_deferred(self, sequence_numbers: Sequence[int]) -> list[ReceivedMessage]:
+        """This session's deferred messages by sequence number (peek-locked), in that order.
+
+        Raises:
+            MessageRejected: a number names no deferred message of the session.
+        """
+        raise NotImplementedError()  # pragma: no cover
+
+    async def aclose(self) -> None:
+        """Give the session up. Safe to call twice."""
+
+
 class Transport:
     """A namespace: queues with peek-lock and partitioned entities.
 
@@ -169,6 +228,45 @@ class Transport:
     ) -> None:
         """Move the message to the queue's dead-letter sub-queue with a reason."""
         raise NotImplementedError()  # pragma: no cover
+
+    async def defer(self, received: ReceivedMessage) -> None:
+        """Set a peek-locked message aside: it is delivered again only to
+        :meth:`receive_deferred` (by its sequence number), until it is settled.
+
+        Raises:
+            MessageRejected: the lock is lost, or the transport does not defer.
+        """
+        raise MessageRejected(f"{type(self).__name__} cannot defer messages")
+
+    async def receive_deferred(self, entity: str,
+                               sequence_numbers: Sequence[int]) -> list[ReceivedMessage]:
+        """Deferred messages of a queue by sequence number (peek-locked), in that order.
+
+        Settle them like any delivery (``abandon`` leaves a message deferred).
+
+        Raises:
+            MessageRejected: a number names no deferred message (nothing is received),
+                or the transport does not defer.
+        """
+        raise MessageRejected(f"{type(self).__name__} cannot receive deferred messages")
+
+    async def accept_session(self, entity: str, session_id: str | None = None, *,
+                             max_wait: float = 0.0) -> SessionReceiver | None:
+        """Lock a session of a session-enabled queue: ``session_id``, or (``None``) the
+        session of the oldest available message that no receiver holds.
+
+        Waits up to ``max_wait`` seconds for the session (or any session) to be free.
+
+        Returns:
+            The receiver holding the lock; ``None`` when the session stayed locked by
+            another receiver, or no session had a message available.
+
+        Raises:
+            MessageRejected: the queue is not session-enabled, or the transport has no
+                sessions.
+            NamespaceUnavailable: the namespace is down.
+        """
+        raise MessageRejected(f"{type(self).__name__} has no sessions")
 
     async def get_partition_ids(self, entity: str) -> list[str]:
         """The partition ids of a partitioned entity, in order."""

@@ -26,6 +26,7 @@ from gateway.transports.base import (
     PartitionEvent,
     ReceivedMessage,
     ReceiveMode,
+    SessionReceiver,
     Transport,
 )
 from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
@@ -232,6 +233,25 @@ class FaultyTransport(Transport):
         """Dead-letter through ``inner``, with injected faults."""
         await self._before("dead_letter")
         await self.inner.dead_letter(received, reason=reason, description=description)
+
+    async def defer(self, received: ReceivedMessage) -> None:
+        """Defer through ``inner``, with injected faults."""
+        await self._before("defer")
+        await self.inner.defer(received)
+
+    async def receive_deferred(self, entity: str,
+                               sequence_numbers: Sequence[int]) -> list[ReceivedMessage]:
+        """Deferred messages from ``inner``, with injected faults."""
+        await self._before("receive_deferred")
+        return await self.inner.receive_deferred(entity, sequence_numbers)
+
+    async def accept_session(self, entity: str, session_id: str | None = None, *,
+                             max_wait: float = 0.0) -> SessionReceiver | None:
+        """A session of ``inner``, with injected faults before it is locked (the session
+        receiver's own operations go to ``inner`` unchanged)."""
+        await self._before("accept_session")
+        return await self._until_down(lambda: self.inner.accept_session(
+            entity, session_id, max_wait=max_wait))
 
     async def get_partition_ids(self, entity: str) -> list[str]:
         """Partition ids from ``inner``, with injected faults."""

@@ -53,6 +53,7 @@ from gateway.transports._local_control import (
 )
 from gateway.transports._local_entities import EntityInfo, EntityKind
 from gateway.transports._local_namespace import LocalNamespace, NamespaceStatus, PartitionInfo
+from gateway.transports._local_session_receiver import LocalSessionReceiver, accept_session
 from gateway.transports._local_store import Store
 from gateway.transports._topic_paths import canonical_entity
 from gateway.transports.base import (
@@ -281,6 +282,44 @@ class LocalTransport(Transport):
         await self._enter()
         settle = functools.partial(self._store.settle, reason=reason, description=description)
         await self._run(settle, received, "dead_letter", self._clock())
+
+    async def defer(self, received: ReceivedMessage) -> None:
+        """Set a peek-locked message aside until :meth:`receive_deferred` asks for it.
+
+        Raises:
+            MessageRejected: the lock is lost (expired or settled); do not retry.
+            NamespaceUnavailable: the namespace is down.
+        """
+        await self._enter()
+        await self._run(self._store.settle, received, "defer", self._clock())
+
+    async def receive_deferred(self, entity: str,
+                               sequence_numbers: Sequence[int]) -> list[ReceivedMessage]:
+        """Deferred messages of a queue by sequence number, peek-locked, in that order.
+
+        Raises:
+            MessageRejected: a number names no deferred message free to receive (nothing
+                is received), or the queue is session-enabled (use the session's
+                receiver).
+            NamespaceUnavailable: the namespace is down.
+        """
+        await self._enter()
+        got = await self._run(lambda: self._store.sessions.receive_deferred(
+            entity, sequence_numbers, mode=ReceiveMode.PEEK_LOCK, now=self._clock()))
+        return [r for r, _ in got]
+
+    async def accept_session(self, entity: str, session_id: str | None = None, *,
+                             max_wait: float = 0.0) -> LocalSessionReceiver | None:
+        """Lock a session of a session-enabled queue (see ``Transport.accept_session``),
+        polling up to ``max_wait`` seconds for it (or any session) to be free.
+
+        Raises:
+            MessageRejected: no such queue, or it is not session-enabled.
+            NamespaceUnavailable: the namespace is down (also while waiting).
+        """
+        return await accept_session(self._store.sessions, entity, session_id,
+                                    max_wait=max_wait, enter=self._enter, run=self._run,
+                                    poll=self._poll, clock=self._clock)
 
     async def get_partition_ids(self, entity: str) -> list[str]:
         """The partition ids ("0", "1", ...) of a partitioned entity.

@@ -26,6 +26,10 @@ number>"``, stable across redeliveries.
 
 Receiving: a receiver link is opened (within ``operation_timeout``) before
 ``receive`` waits, so that a short ``max_wait`` does not cut the opening short.
+Sessions: ``accept_session`` opens an SDK session receiver (a named session or the
+next available one) whose lock is renewed only when asked; ``defer`` and
+``receive_deferred`` map to the SDK's deferral. A message's ``session_id`` is the
+SDK's ``session_id`` both ways.
 
 Peek-lock: the SDK message of each delivery is kept by its lock token until it is
 settled or its lock is lost; :meth:`~ServiceBusTransport.complete` and friends settle
@@ -60,7 +64,8 @@ first::
     MessagingEntityNotFoundError                       MessageRejected
     MessagingEntityAlreadyExistsError                  MessageRejected
     SessionCannotBeLockedError                         MessageRejected       (3)
-    MessageLockLostError, SessionLockLostError,        MessageRejected ("lock lost")  (4)
+    SessionLockLostError                               SessionLockLost (a MessageRejected)
+    MessageLockLostError,                              MessageRejected ("lock lost")  (4)
       MessageNotFoundError, MessageAlreadySettled,
       AutoLockRenewFailed, AutoLockRenewTimeout
     ServiceBusError (other)                            by what it wraps, then by its AMQP
@@ -83,7 +88,7 @@ take the message, so it fails over rather than being refused for good.
 (2) a token the service refused is permanent; a token that could not be obtained
 or put in time (the SDK's "Authorization timeout", a dropped connection) means
 the namespace is not answering.
-(3) geogateway does not use sessions; an entity that requires them cannot be used.
+(3) ``accept_session`` returns ``None`` for it (another receiver holds the session).
 (4) as on the local transport: permanent for that delivery (retrying cannot
 succeed) and the message itself is delivered again; ``GeoReceiver`` logs it.
 

@@ -73,6 +73,29 @@ def test_message_fields_round_trip(queue: DurableQueue) -> None:
     assert stored.size == original.size
 
 
+def test_a_session_id_round_trips_through_put_dead_letters_and_export(
+        queue: DurableQueue) -> None:
+    # Given messages of a session, with and without properties, and one of no session
+    with_props = Message(b"a", message_id="s1", properties={"n": 1}, session_id="order-7")
+    bare = Message(b"b", message_id="s2", session_id="order-7")
+    queue.put_many("a", [with_props, bare, msg("plain")])
+    # Then a batch gives them back as they were, the session id apart from the properties
+    got = [s.message for s in queue.get_batch("a")]
+    assert got == [with_props, bare, msg("plain")]
+    assert [(m.session_id, dict(m.properties)) for m in got] == [
+        ("order-7", {"n": 1}), ("order-7", {}), (None, {})]
+    # And a dead letter requeued keeps its session, as does the export
+    queue.dead_letter(queue.get_batch("a")[1], "no")
+    assert [d.message.session_id for d in queue.dead_letters()] == ["order-7"]
+    assert queue.requeue_dead_letters() == 1
+    assert [s.message for s in queue.get_batch("a")][-1] == bare
+    out = io.StringIO()
+    queue.export(out)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["message_id"], r.get("session_id"), r["properties"]) for r in lines] == [
+        ("s1", "order-7", {"n": 1}), ("plain", None, {}), ("s2", "order-7", {})]
+
+
 def test_get_batch_ack_and_nack(queue: DurableQueue) -> None:
     queue.put_many("a", [msg(f"m{i}") for i in range(5)])
     batch = queue.get_batch("a", 2)

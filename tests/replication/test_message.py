@@ -166,3 +166,22 @@ def test_non_ascii_ids_and_keys_that_are_valid_unicode_are_kept():
     message = Message("x", message_id="r\u00e9gion-\U0001f600", partition_key="\u00fc",
                       properties={"cl\u00e9": "v\u00e4lue"})
     assert message.message_id == "r\u00e9gion-\U0001f600" and message.partition_key == "\u00fc"
+
+
+def test_a_session_id_is_kept_counted_compared_and_pickled():
+    # Given a message of a session
+    message = Message(b"x", message_id="m", session_id="order-7")
+    # Then it is kept, counted in the size, shown in the repr and compared
+    assert message.session_id == "order-7"
+    assert message.size == Message(b"x", message_id="m").size + len("order-7")
+    assert "session_id='order-7'" in repr(message)
+    assert message != Message(b"x", message_id="m")
+    # and it survives pickling
+    assert pickle.loads(pickle.dumps(message)).session_id == "order-7"
+
+
+def test_a_session_id_that_is_not_text_is_refused():
+    with pytest.raises(TypeError, match="session_id must be a str"):
+        Message(b"x", session_id=7)  # type: ignore[arg-type]
+    with pytest.raises(MessageRejected, match="session_id"):
+        Message(b"x", session_id="bad \udc80")

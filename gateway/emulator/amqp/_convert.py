@@ -1,9 +1,10 @@
 """Between AMQP messages on the wire and the local namespace's messages and events.
 
 What ``local://`` readers see of a message (:func:`to_local`): the MessageId
-(properties.message-id, as a string), the body (the data sections joined, or an
-amqp-value of binary or string), the partition key (message annotation
-``x-opt-partition-key``) and the application properties whose values it can hold:
+(properties.message-id, as a string), the SessionId (properties.group-id), the body
+(the data sections joined, or an amqp-value of binary or string), the partition key
+(message annotation ``x-opt-partition-key``) and the application properties whose
+values it can hold:
 strings, integers, floats, booleans and null. Other values are converted where that
 loses nothing a reader could rely on (a symbol or char to a string, a UUID to its
 string, a timestamp to its milliseconds) and left out otherwise (binary, lists,
@@ -84,6 +85,7 @@ def to_local(msg: AmqpMessage, *, key: str | None = None) -> Message:
     """
     props = msg.properties
     mid = props.message_id if props is not None else None
+    group = props.group_id if props is not None else None
     annotations = msg.message_annotations or {}
     found = annotations.get(_PARTITION_KEY, key)
     if isinstance(found, bytes):
@@ -98,6 +100,7 @@ def to_local(msg: AmqpMessage, *, key: str | None = None) -> Message:
         message_id=None if mid is None else _text(mid),
         partition_key=found if isinstance(found, str) else None,
         properties=properties,
+        session_id=str.__str__(group) if isinstance(group, str) else None,
     )
 
 
@@ -177,7 +180,7 @@ def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
         return AmqpMessage(
             header=Header(delivery_count=failed),
             message_annotations=annotations,
-            properties=Properties(message_id=r.message_id),
+            properties=Properties(message_id=r.message_id, group_id=r.message.session_id),
             application_properties=dict(r.message.properties) or None,
             data=[r.message.body],
         )
@@ -237,7 +240,7 @@ def event_message(e: PartitionEvent) -> AmqpMessage:
         annotations[_PARTITION_KEY] = e.message.partition_key
     return AmqpMessage(
         message_annotations=annotations,
-        properties=Properties(message_id=e.message.message_id),
+        properties=Properties(message_id=e.message.message_id, group_id=e.message.session_id),
         application_properties=dict(e.message.properties) or None,
         data=[e.message.body],
     )

@@ -1,5 +1,6 @@
 """Declaring what an emulator serves in a namespace's file: queues (with their
-forwarding and default time to live), event hubs, topics and their subscriptions."""
+forwarding and default time to live, session-enabled or not), event hubs, topics and
+their subscriptions."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def declare(store: Store, *, queues: Sequence[QueueSpec], event_hubs: Sequence[E
         store.create(Store.queue(
             q.name, lock_duration=q.lock_duration, max_delivery_count=q.max_delivery_count,
             max_message_size=q.max_message_size,
-            dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration))
+            dead_lettering_on_message_expiration=q.dead_lettering_on_message_expiration,
+            requires_session=q.requires_session))
         if (q.forward_to, q.default_message_time_to_live, q.duplicate_detection_window) != (
                 None, None, None):
             store.topics.set_queue_options(
@@ -43,4 +45,4 @@ def declare(store: Store, *, queues: Sequence[QueueSpec], event_hubs: Sequence[E
                 max_delivery_count=s.max_delivery_count,
                 dead_lettering_on_message_expiration=s.dead_lettering_on_message_expiration,
                 default_message_time_to_live=s.default_message_time_to_live,
-                forward_to=s.forward_to)
+                forward_to=s.forward_to, requires_session=s.requires_session)

@@ -9,6 +9,7 @@ entity is refused with ``amqp:not-found``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from typing import TYPE_CHECKING
@@ -24,6 +25,11 @@ from gateway.emulator.amqp._eventhubs import (
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
 from gateway.emulator.amqp._management import Handler, Replies, Requests, put_token
+from gateway.emulator.amqp._message_sessions import (
+    SessionLocks,
+    attach_session_reader,
+    session_filter,
+)
 from gateway.emulator.amqp._servicebus import QueueReader, QueueWriter, manage_queue
 from gateway.emulator.amqp._topics import refuse_topic_operation
 from gateway.transports import DEAD_LETTER_SUFFIX, EntityKind
@@ -42,7 +48,6 @@ _CONSUMER = re.compile(r"(?P<hub>.+)/consumergroups/(?P<group>[^/]+)/partitions/
 _PARTITION = re.compile(r"(?P<hub>.+)/partitions/(?P<pid>[^/]+)", re.IGNORECASE)
 _MANAGEMENT = "$management"
 _EPOCH = "com.microsoft:epoch"
-_SESSION_FILTER = "com.microsoft:session-filter"
 #: The entities read as queues: queues and topics' subscriptions.
 _QUEUES = (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
 
@@ -58,6 +63,7 @@ class Router:
 
     def __init__(self, namespace: NodeNamespace) -> None:
         self.namespace = namespace
+        self.sessions = SessionLocks()
 
     def attach(self, link: Link) -> None:
         """Route ``link`` (asynchronously: entity lookups read the namespace file)."""
@@ -114,11 +120,17 @@ class Router:
             link.refuse("amqp:not-allowed", f"{entity.name!r} is a topic: receive from one of "
                         f"its subscriptions, '{entity.name}/Subscriptions/NAME'")
         elif isinstance(link, OutgoingLink) and entity.kind in _QUEUES:
-            filters = link.source.filter if link.source is not None else None
-            if _SESSION_FILTER in {str(k) for k in filters or {}}:
-                link.refuse("amqp:not-implemented", "session receivers are not emulated by the "
-                            "geogateway emulator: use a plain receiver (a message's session "
-                            "id is kept as its property)")
+            wants_session, _ = session_filter(link)
+            sessions = entity.requires_session and not dead
+            if wants_session != sessions:
+                link.refuse("amqp:not-allowed", (
+                    f"{entity.name!r} requires sessions: receive it with a session receiver"
+                    if sessions else f"{entity.name!r} is not session-enabled: receive it "
+                    "without a session id"))
+                return
+            if sessions:
+                await attach_session_reader(self.namespace, link, entity.name,
+                                            entity.max_message_size, self.sessions)
                 return
             full = entity.name + (DEAD_LETTER_SUFFIX if dead else "")
             link.accept(QueueReader(self.namespace, full, link),
@@ -161,8 +173,12 @@ class Router:
             ns = self.namespace
             limit = self._queue_limit(entity.max_message_size)
 
-            async def queue_op(_: IncomingLink, request: AmqpMessage) -> Reply:
-                return await manage_queue(ns, name, request, max_message_size=limit)
+            sessions = self.sessions
+
+            async def queue_op(requests: IncomingLink, request: AmqpMessage) -> Reply:
+                lookup = functools.partial(sessions.token, requests.session.connection, name)
+                return await manage_queue(ns, name, request, max_message_size=limit,
+                                          sessions=lookup)
 
             self._node(link, queue_op)
             return

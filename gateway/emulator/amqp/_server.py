@@ -14,7 +14,7 @@ from gateway.emulator._config import (
     QueueSpec,
     parse_size,
 )
-from gateway.emulator._servicebus_config import TopicSpec, check_emulated
+from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._namespace import Namespace
 from replication import ConfigError
 
@@ -55,9 +55,8 @@ class Emulator(AsyncService):
             rules (:class:`TopicSpec`).
 
     Raises:
-        ConfigError: no namespace, a bad name or port, two namespaces on one port,
-            a max_message_size outside 1 KiB to 100 MiB, or an entity that asks for
-            what is not emulated (a session-enabled queue or subscription).
+        ConfigError: no namespace, a bad name or port, two namespaces on one port, or
+            a max_message_size outside 1 KiB to 100 MiB.
     """
 
     def __init__(self, namespaces: Mapping[str, int], *,
@@ -78,7 +77,6 @@ class Emulator(AsyncService):
         limit = parse_size(max_message_size)
         directory = None if data_dir is None else os.fspath(data_dir)
         qs, hs, ts = _queues(queues), _hubs(event_hubs), tuple(topics)
-        check_emulated(qs, ts)
         self.host = host
         self.key_name = key_name
         self._key = key

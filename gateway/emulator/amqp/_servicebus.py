@@ -9,7 +9,8 @@ Receiving in peek-lock mode, the delivery tag is the lock token (as the SDKs rea
 it: a little-endian UUID), and the message carries ``x-opt-locked-until``. A
 settlement the client waits for (it sends it unsettled) is answered with the
 outcome it asked for, or ``rejected`` with ``com.microsoft:message-lock-lost`` when
-the lock expired or the message was settled already.
+the lock expired or the message was settled already. The ``modified`` outcome with
+``undeliverable-here`` defers the message (azure-servicebus's ``defer_message``).
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
-from gateway.emulator.amqp._servicebus_management import LOCK_LOST, NOT_DEFERRED, manage_queue
+from gateway.emulator.amqp._servicebus_management import LOCK_LOST, manage_queue
 from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
-from replication import GatewayError, Message
+from replication import GatewayError, Message, SessionLockLost
 
 __all__ = ["ENVELOPE_ALLOWANCE", "LOCK_LOST", "QueueReader", "QueueWriter", "batch_size",
            "decode_delivery", "manage_queue", "rejected"]
 
 _LOG = logging.getLogger("gateway.emulator")
+SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
 #: How long a receiver with credit and no messages waits before looking again.
 _IDLE_POLL = 0.25
 _MAX_CLAIM = 64
@@ -167,6 +169,12 @@ class QueueReader(Terminus):
     def on_detach(self, link: Link) -> None:
         self._wake.set()
 
+    async def claim(self, count: int) -> list[tuple[ReceivedMessage, bytes | None]]:
+        """Take up to ``count`` messages to deliver (locked, or deleted in receive-and-delete)."""
+        ns = self.namespace
+        return await ns.run(ns.store.receive_sections, self.entity, max_messages=count,
+                            mode=self.mode, now=time.time())
+
     async def _pump(self, link: OutgoingLink) -> None:
         try:
             await self._deliver(link)
@@ -190,9 +198,10 @@ class QueueReader(Terminus):
                 continue
             changed = ns.changed(self.entity)
             try:
-                received = await ns.run(ns.store.receive_sections, self.entity,
-                                        max_messages=min(link.credit, _MAX_CLAIM),
-                                        mode=self.mode, now=time.time())
+                received = await self.claim(min(link.credit, _MAX_CLAIM))
+            except SessionLockLost as exc:
+                link.detach(SESSION_LOCK_LOST, str(exc))
+                return
             except GatewayError as exc:
                 link.detach("amqp:internal-error", str(exc))
                 return
@@ -242,9 +251,9 @@ class QueueReader(Terminus):
         action = _ACTIONS.get(type(state))
         reason = description = ""
         if isinstance(state, Modified) and state.undeliverable_here:
-            action = None  # defer: messages deferred by sequence number are not emulated
+            action = "defer"  # received again only by its sequence number
         if action is None:
-            refusal = rejected("amqp:not-implemented", NOT_DEFERRED)
+            refusal = rejected("amqp:not-implemented", f"the outcome {state!r} is not emulated")
             return [(delivery_id, refusal) for delivery_id, _ in deliveries]
         if isinstance(state, Rejected) and isinstance(state.error, Error):
             info = {str(k): v for k, v in (state.error.info or {}).items()}

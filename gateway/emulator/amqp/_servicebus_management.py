@@ -1,13 +1,13 @@
 """The ``$management`` node of a Service Bus queue: locks, peek, settle, schedule.
 
-Emulated: ``renew-lock``, ``peek-message`` (scheduled messages too, as on Azure),
-``update-disposition`` (complete, abandon, dead-letter by lock token),
-``schedule-message`` (the messages wait in the queue until their time; the reply
-holds their sequence numbers) and ``cancel-scheduled-message`` (all or none; a
-sequence number that names no waiting message is ``message-not-found``). Deferral
-(``update-disposition`` to ``defered``, ``receive-by-sequence-number``) and every
-other operation are refused with ``amqp:not-implemented`` and a description the
-SDKs show.
+Emulated: ``renew-lock``, ``peek-message`` (scheduled and deferred messages too, as
+on Azure; one session's with a ``session-id``), ``update-disposition`` (complete,
+abandon, dead-letter, defer by lock token), ``schedule-message`` (the messages wait
+in the queue until their time; the reply holds their sequence numbers) and
+``cancel-scheduled-message`` (all or none; a sequence number that names no waiting
+message is ``message-not-found``); the sessions' operations and
+``receive-by-sequence-number`` are in ``_session_management``. Every other operation
+is refused with ``amqp:not-implemented`` and a description the SDKs show.
 """
 
 from __future__ import annotations
@@ -20,28 +20,32 @@ from gateway.emulator.amqp._convert import queue_payload, tag_token, to_queued
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._message import AmqpMessage
+from gateway.emulator.amqp._session_management import (
+    SESSION_OPERATIONS,
+    SessionLookup,
+    manage_session,
+)
 
 if TYPE_CHECKING:
     from gateway.transports import Queued
 
-__all__ = ["LOCK_LOST", "NOT_DEFERRED", "manage_queue"]
+__all__ = ["LOCK_LOST", "manage_queue"]
 
 LOCK_LOST = "com.microsoft:message-lock-lost"
 NOT_FOUND = "com.microsoft:message-not-found"
 NOT_IMPLEMENTED = "amqp:not-implemented"
-#: The refusal of every deferral: on a link, over $management, and receiving deferred messages.
-NOT_DEFERRED = ("deferring messages is not emulated by the geogateway emulator: complete, "
-                "abandon or dead-letter the message instead")
 
-_DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "suspended": "dead_letter"}
-_DEFERRAL = {"com.microsoft:receive-by-sequence-number"}
+_DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "suspended": "dead_letter",
+                 "defered": "defer"}
 
 
 async def manage_queue(namespace: NodeNamespace, entity: str, request: AmqpMessage, *,
-                       max_message_size: int | None = None) -> Reply:
+                       max_message_size: int | None = None,
+                       sessions: SessionLookup | None = None) -> Reply:
     """One Service Bus management operation on ``entity`` (a queue or its DLQ).
 
-    ``max_message_size`` bounds each message of a ``schedule-message`` request.
+    ``max_message_size`` bounds each message of a ``schedule-message`` request;
+    ``sessions`` finds the requesting connection's lock on a session.
     """
     operation = str(app_property(request, "operation"))
     body = request.value if isinstance(request.value, dict) else {}
@@ -56,8 +60,8 @@ async def manage_queue(namespace: NodeNamespace, entity: str, request: AmqpMessa
         return await _schedule(namespace, entity, args, max_message_size)
     if operation == "com.microsoft:cancel-scheduled-message":
         return await _cancel(namespace, entity, args)
-    if operation in _DEFERRAL:
-        return Reply(properties=status(501, NOT_DEFERRED, NOT_IMPLEMENTED))
+    if operation in SESSION_OPERATIONS:
+        return await manage_session(namespace, entity, operation, args, sessions)
     return Reply(properties=status(501, f"operation {operation!r} is not emulated by the "
                                    "geogateway emulator", NOT_IMPLEMENTED))
 
@@ -74,8 +78,13 @@ async def _renew(namespace: NodeNamespace, entity: str, args: dict[str, Any]) ->
 async def _peek(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
     start = int(args.get("from-sequence-number") or 0)
     count = max(1, int(args.get("message-count") or 1))
-    peeked = await namespace.run(namespace.store.peek_sections, entity, from_sequence=start,
-                                 max_messages=count)
+    session = args.get("session-id")
+    if session is not None:
+        peeked = await namespace.run(namespace.store.sessions.peek, entity, str(session),
+                                     from_sequence=start, max_messages=count)
+    else:
+        peeked = await namespace.run(namespace.store.peek_sections, entity,
+                                     from_sequence=start, max_messages=count)
     if not peeked:
         return Reply(properties=status(204, "No messages"))
     now = time.time()
@@ -86,9 +95,11 @@ async def _peek(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> 
 
 
 async def _dispose(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
-    action = _DISPOSITIONS.get(str(args.get("disposition-status")))
+    disposition = str(args.get("disposition-status"))
+    action = _DISPOSITIONS.get(disposition)
     if action is None:
-        return Reply(properties=status(501, NOT_DEFERRED, NOT_IMPLEMENTED))
+        return Reply(properties=status(501, f"the disposition {disposition!r} is not "
+                                       "emulated by the geogateway emulator", NOT_IMPLEMENTED))
     items = [(tag_token(t), action, str(args.get("deadletter-reason") or ""),
               str(args.get("deadletter-description") or ""))
              for t in _items(args.get("lock-tokens"))]

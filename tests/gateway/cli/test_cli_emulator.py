@@ -44,9 +44,10 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 def test_json_ready_line_then_a_clean_stop(dirs: dict[str, Path]) -> None:
     config = dirs["tmp"] / "emulator.toml"
     config.write_text('[[queue]]\nname = "orders"\nlock_duration = 5.0\n\n'
+                      '[[queue]]\nname = "flows"\nrequires_session = true\n\n'
                       '[[event_hub]]\nname = "hub"\npartitions = 2\n')
     proc = start("--json", "-n", "primary=0", "-n", "secondary=0", "--config", str(config),
-                 "-e", "more:3", cwd=dirs["tmp"])
+                 "-e", "more:3", "--session-queue", "steps", cwd=dirs["tmp"])
     assert proc.stdout is not None
     ready = json.loads(proc.stdout.readline())["namespaces"]
     assert set(ready) == {"primary", "secondary"}
@@ -60,8 +61,11 @@ def test_json_ready_line_then_a_clean_stop(dirs: dict[str, Path]) -> None:
     code, _, err = stop(proc)
     assert code == 0, err
     with LocalNamespace("secondary", data_dir=dirs["data"]) as ns:
-        entities = {e.name: (e.partitions, e.lock_duration) for e in ns.entities()}
-    assert entities == {"orders": (0, 5.0), "hub": (2, 0.0), "more": (3, 0.0)}
+        entities = {e.name: (e.partitions, e.lock_duration, e.requires_session)
+                    for e in ns.entities()}
+    assert entities == {"orders": (0, 5.0, False), "flows": (0, 30.0, True),
+                        "steps": (0, 30.0, True), "hub": (2, 0.0, False),
+                        "more": (3, 0.0, False)}
 
 
 def test_a_given_key_is_never_printed(dirs: dict[str, Path]) -> None:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 
 from gateway.emulator import Emulator, load_config
 from gateway.transports import CorrelationFilter, LocalNamespace, LocalTransport, Rule, SqlFilter
-from replication import ConfigError, Message
+from replication import ConfigError, Message, MessageRejected
 from tests.gateway.cli.cli_support import Run, expect_one_line_error
 
 SAMPLE = Path(__file__).parent / "official" / "Config.json"
@@ -179,10 +180,6 @@ def _sub(data: dict[str, Any], i: int = 0) -> dict[str, Any]:
 
 
 REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = [
-    ("session queue", lambda d: _queue(d).update(RequiresSession=True),
-     ["queue 'queue.1'", "RequiresSession"]),
-    ("session subscription", lambda d: _sub(d)["Properties"].update(RequiresSession=True),
-     ["topic.1/Subscriptions/subscription.1", "RequiresSession"]),
     ("bad duplicate window", lambda d: _queue(d).update(
         DuplicateDetectionHistoryTimeWindow="20s"), ["DuplicateDetectionHistoryTimeWindow"]),
     ("dead-letter forwarding", lambda d: _sub(d, 2)["Properties"].update(
@@ -214,7 +211,7 @@ def test_what_is_not_emulated_is_refused_by_name(
     path = tmp_path / "Config.json"
     path.write_text(json.dumps(_edit(change)))
     with pytest.raises(ConfigError) as caught:
-        # Read, then declared (sessions are refused there: the hook for them)
+        # Read, then declared
         config = load_config(path)
         Emulator({"sbemulatorns": 0}, data_dir=tmp_path, queues=config.queues,
                  topics=config.topics)
@@ -225,8 +222,8 @@ def test_what_is_not_emulated_is_refused_by_name(
 
 def test_the_command_refuses_it_in_one_line(dirs: dict[str, Path], run: Run) -> None:
     path = dirs["tmp"] / "Config.json"
-    path.write_text(json.dumps(_edit(lambda d: _queue(d).update(RequiresSession=True))))
-    expect_one_line_error(run("emulator", "--config", str(path)), 2, "RequiresSession")
+    path.write_text(json.dumps(_edit(lambda d: _queue(d).update(MaxSizeInMegabytes=1024))))
+    expect_one_line_error(run("emulator", "--config", str(path)), 2, "MaxSizeInMegabytes")
     path.write_text("{not json")
     expect_one_line_error(run("emulator", "--config", str(path)), 2, "not valid JSON")
     expect_one_line_error(run("emulator", "--topic", "t:a,,b"), 2, "NAME:SUB,SUB")
@@ -256,3 +253,54 @@ async def test_forwarding_and_duplicate_detection_from_the_file(tmp_path: Path) 
         assert r.message_id == "m"
     assert config.topics[0].duplicate_detection_window == 20.0
     assert config.queues[0].duplicate_detection_window is None
+
+
+@pytest.mark.anyio
+async def test_requires_session_makes_the_queue_and_the_subscription_session_enabled(
+        tmp_path: Path) -> None:
+    # Given the sample with RequiresSession on its queue and on subscription.3 (no rules)
+    def change(d: dict[str, Any]) -> None:
+        _queue(d).update(RequiresSession=True)
+        _sub(d, 2)["Properties"].update(RequiresSession=True)
+
+    path = tmp_path / "Config.json"
+    path.write_text(json.dumps(_edit(change)))
+    config = load_config(path)
+    assert [q.requires_session for q in config.queues] == [True]
+    assert [s.requires_session for s in config.topics[0].subscriptions] == [
+        False, False, True, False]
+    # When the emulator declares them
+    async with Emulator({"sbemulatorns": 0}, data_dir=tmp_path / "data",
+                        queues=config.queues, topics=config.topics) as emu, LocalTransport(
+            "sbemulatorns", data_dir=tmp_path / "data") as local:
+        with LocalNamespace("sbemulatorns", data_dir=tmp_path / "data") as ns:
+            flags = {e.name: e.requires_session for e in ns.entities()}
+        # Then they are session-enabled in the namespace, and only they
+        assert flags["queue.1"] and flags["topic.1/Subscriptions/subscription.3"]
+        assert not flags["topic.1/Subscriptions/subscription.1"]
+        # and a message without a session id is refused by the queue and by a topic
+        # whose session-enabled subscription would take it
+        for entity in ("queue.1", "topic.1"):
+            with pytest.raises(MessageRejected, match="session"):
+                await local.send(entity, [Message(b"x", message_id="no-session")])
+        # And the unmodified SDK receives them a session at a time
+        conn = emu.connection_string("sbemulatorns")
+        async with AsyncServiceBusClient.from_connection_string(conn, retry_total=0) as c:
+            async with c.get_queue_sender("queue.1") as qs, \
+                    c.get_topic_sender("topic.1") as ts:
+                for sender in (qs, ts):
+                    await sender.send_messages([
+                        ServiceBusMessage(f"{s}{n}", message_id=f"{s}{n}", session_id=s)
+                        for n in range(2) for s in ("a", "b")])
+            receivers = (
+                c.get_queue_receiver("queue.1", session_id=NEXT_AVAILABLE_SESSION,
+                                     max_wait_time=3),
+                c.get_subscription_receiver("topic.1", "subscription.3", session_id="b",
+                                            max_wait_time=3))
+            for receiver, session in zip(receivers, ("a", "b"), strict=True):
+                async with receiver as r:
+                    assert r.session.session_id == session
+                    got = await r.receive_messages(max_message_count=2, max_wait_time=3)
+                    assert [m.message_id for m in got] == [f"{session}0", f"{session}1"]
+                    for m in got:
+                        await r.complete_message(m)

@@ -327,7 +327,8 @@ def test_a_file_from_before_the_new_columns_is_upgraded_in_place(tmp_path: Path)
     # Then its messages and settings are intact
     assert (old.message_id, old.body, dict(old.message.properties), sections) == (
         "old", b"old", {"n": 1}, None)
-    assert not info.dead_lettering_on_message_expiration
+    assert not info.dead_lettering_on_message_expiration and not info.requires_session
+    assert old.message.session_id is None
     store.close()
     namespace.close()
 

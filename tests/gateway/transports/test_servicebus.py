@@ -67,6 +67,7 @@ from replication import (
     MessageTooLarge,
     NamespaceUnavailable,
     OperationTimeout,
+    SessionLockLost,
     TransportError,
 )
 
@@ -137,7 +138,8 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("session cannot be locked", lambda: SessionCannotBeLockedError(), MessageRejected,
      REFUSED),
     ("message lock lost", lambda: MessageLockLostError(), MessageRejected, LOCK_LOST),
-    ("session lock lost", lambda: SessionLockLostError(), MessageRejected, LOCK_LOST),
+    ("session lock lost", lambda: SessionLockLostError(), SessionLockLost,
+     "session's lock is lost"),
     ("message not found", lambda: MessageNotFoundError(), MessageRejected, LOCK_LOST),
     ("already settled", lambda: MessageAlreadySettled(action="complete"), MessageRejected,
      LOCK_LOST),

@@ -2,8 +2,7 @@
 
 Every AMQP property, the message annotations and application properties of every
 type come back as sent; scheduled messages wait for their time; expired ones are
-never delivered; deferral and session receivers are refused with a clear error;
-messages over 256 KiB are refused as on a standard tier namespace.
+never delivered; messages over 256 KiB are refused as on a standard tier namespace.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from azure.servicebus.amqp import AmqpAnnotatedMessage
 from azure.servicebus.exceptions import (
     MessageNotFoundError,
     MessageSizeExceededError,
-    ServiceBusError,
 )
 
 from gateway.emulator import Emulator, QueueSpec
@@ -229,25 +227,6 @@ async def test_an_expired_message_is_dropped_or_dead_lettered(conn_str: str, que
             ("brief", "TTLExpiredException")]
     else:
         assert dead == []
-
-
-async def test_deferral_is_refused_with_a_clear_error(conn_str: str) -> None:
-    async with client(conn_str) as c:
-        async with c.get_queue_sender(QUEUE, keep_alive=None) as sender:
-            await sender.send_messages(ServiceBusMessage("x", message_id="d"))
-        async with c.get_queue_receiver(QUEUE) as r:
-            [m] = await r.receive_messages(max_wait_time=2)
-            with pytest.raises(ServiceBusError, match="deferring messages is not emulated"):
-                await r.defer_message(m)
-            with pytest.raises(ServiceBusError, match="deferring messages is not emulated"):
-                await r.receive_deferred_messages([m.sequence_number or 0])
-
-
-async def test_a_session_receiver_is_refused_with_a_clear_error(conn_str: str) -> None:
-    async with client(conn_str) as c:
-        with pytest.raises(ServiceBusError, match="session receivers are not emulated"):
-            async with c.get_queue_receiver(QUEUE, session_id="s-1") as r:
-                await r.receive_messages(max_wait_time=0.5)
 
 
 async def test_messages_over_256_kib_are_refused_as_on_a_standard_namespace(
