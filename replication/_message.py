@@ -114,7 +114,7 @@ def with_properties(
     messages: Sequence[Message], extra: Mapping[str, PropertyValue]
 ) -> list[Message]:
     """Copies of ``messages`` with ``extra`` added to their properties (over the same
-    names); the same id, body and key. ``extra`` is checked once for all of them.
+    names); the same id, body, key and session. ``extra`` is checked once for all of them.
 
     Raises:
         TypeError, MessageRejected: as ``Message`` does for a bad property.
@@ -128,6 +128,7 @@ def with_properties(
         object.__setattr__(copy, "body", message.body)
         object.__setattr__(copy, "message_id", message.message_id)
         object.__setattr__(copy, "partition_key", message.partition_key)
+        object.__setattr__(copy, "session_id", message.session_id)
         object.__setattr__(copy, "properties", properties)
         out.append(copy)
     return out

@@ -185,3 +185,14 @@ def test_a_session_id_that_is_not_text_is_refused():
         Message(b"x", session_id=7)  # type: ignore[arg-type]
     with pytest.raises(MessageRejected, match="session_id"):
         Message(b"x", session_id="bad \udc80")
+
+
+def test_with_properties_keeps_every_field_of_the_message():
+    from replication import Message, with_properties
+
+    message = Message(b"x", message_id="m1", partition_key="k", session_id="s1",
+                      properties={"a": 1})
+    (copy,) = with_properties([message], {"b": 2})
+    assert (copy.body, copy.message_id, copy.partition_key, copy.session_id) == (
+        b"x", "m1", "k", "s1")
+    assert dict(copy.properties) == {"a": 1, "b": 2}
