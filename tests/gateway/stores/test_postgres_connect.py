@@ -161,3 +161,23 @@ def test_a_private_data_directory_keeps_its_permissions(tmp_path):
     finally:
         server.cleanup()
     assert not server.home.exists() or server.home == private / "server"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the binaries are copied only for root")
+def test_binaries_nobody_cannot_reach_are_copied_with_their_libraries(tmp_path, monkeypatch):
+    # Given binaries in a place the user the server runs as cannot reach (a venv under
+    # a private directory), as seen by the server's runner
+    from gateway.stores import _pg_server
+
+    real = _pg_server._reachable_by_others
+    source = _pg_server.binaries()
+    monkeypatch.setattr(_pg_server, "_reachable_by_others",
+                        lambda path: False if path == source else real(path))
+    server = EmbeddedPostgres(tmp_path / "server", fsync=False)
+    try:
+        # When it starts, it runs a copy, which finds its shared libraries
+        with psycopg.connect(server.start()) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert server._bin_dir() != source
+    finally:
+        server.cleanup()
