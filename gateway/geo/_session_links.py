@@ -81,6 +81,8 @@ class NamespaceSession:
         #: A state write this namespace has not taken yet (it was down, or not locked).
         self.pending_state: SessionState | None = None
         self.down = False
+        #: When a receive here first answered (None: none has yet), monotonic.
+        self.answered: float | None = None
         #: Since when another receiver holds the session here (None: it does not).
         self.busy_since: float | None = None
         self._prefetch, self._poll_wait = prefetch, poll_wait
@@ -173,6 +175,8 @@ class NamespaceSession:
                 await self._settled.wait()
         got = await self._call("receive", Operation.RECEIVE, lambda: receiver.receive(
             max_messages=self._prefetch, max_wait=self._poll_wait), wait=self._poll_wait)
+        if self.answered is None:
+            self.answered = time.monotonic()
         self._mark_up()
         if got:
             self._on_received(self, got)

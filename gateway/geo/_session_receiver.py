@@ -350,10 +350,21 @@ class AsyncGeoSessionReceiver(HandOver):
                 continue
             if not any(link.held or link.down for link in self._links):
                 return  # another receiver took the session everywhere
-            quiet = time.monotonic() - self._last_arrival
-            if len(buffer) == 0 and quiet >= idle_after:
+            quiet = self._quiet()
+            if len(buffer) == 0 and quiet is not None and quiet >= idle_after:
                 return
-            await self._wait(max(0.0, idle_after - quiet) if len(buffer) == 0 else None)
+            idle_left = None if len(buffer) or quiet is None else max(0.0, idle_after - quiet)
+            await self._wait(idle_left)
+
+    def _quiet(self) -> float | None:
+        """Seconds nothing came, counted once every namespace holding the session has
+        answered a receive (a first receive can take longer than the idle time, and a
+        session given up then would have its messages delivered for nothing)."""
+        held = [link for link in self._links if link.held]
+        if not held or any(link.answered is None for link in held):
+            return None
+        since = max(self._last_arrival, *(link.answered or 0.0 for link in held))
+        return time.monotonic() - since
 
     def _may_hand_over(self) -> bool | None:
         """Whether messages may be handed over now: only while no other receiver holds
