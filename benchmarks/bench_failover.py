@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.drill import DrillReport, run_drill
-from gateway.geo._sender import AsyncGeoSender
+from gateway.geo.sender._sender import AsyncGeoSender
 from gateway.transports.local import LocalNamespace
 from replication import Message
 

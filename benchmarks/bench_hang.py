@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.emulator._process import EmulatorProcess
-from gateway.geo._sender import AsyncGeoSender
+from gateway.geo.sender._sender import AsyncGeoSender
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
 from gateway.transports.base import Transport
 from gateway.transports.eventhubs import EventHubsTransport

@@ -48,7 +48,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gateway.geo._client import GeoReceiver
-from gateway.geo._receiver import AsyncGeoReceiver, ReceiverStats
+from gateway.geo.receiver._receiver import AsyncGeoReceiver, ReceiverStats
 from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalNamespace, LocalTransport
 from replication import Message

@@ -49,7 +49,7 @@ from rich.table import Table
 from gateway.emulator.relay._emulator import RelayEmulator
 from gateway.relay import AsyncGeoRelayClient, RelayEndpoint, Request, Response
 from gateway.relay.protocol import decode, encode
-from gateway.transports._local_control import ControlFile, namespace_files
+from gateway.transports.local._control import ControlFile, namespace_files
 
 HC = "bench"
 BODY = b"x" * 1024

@@ -50,7 +50,7 @@ from rich.table import Table
 from durable_queue import DurableQueue
 from gateway.emulator._process import EmulatorProcess
 from gateway.geo._config import NamespaceConfig
-from gateway.geo._sender import AsyncGeoSender
+from gateway.geo.sender._sender import AsyncGeoSender
 from gateway.transports.local import LocalNamespace
 from replication import Message
 from replication._routing import destination

@@ -56,7 +56,7 @@ from rich.table import Table
 
 from gateway.emulator._process import EmulatorProcess
 from gateway.geo._config import NamespaceConfig
-from gateway.geo._sender import AsyncGeoSender
+from gateway.geo.sender._sender import AsyncGeoSender
 from replication import Message
 
 QUEUE, HUB = "bench", "bench-events"

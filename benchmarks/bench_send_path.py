@@ -47,9 +47,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from gateway.geo._client import GeoSender
-from gateway.geo._sender import AsyncGeoSender
-from gateway.transports._local_store import Store
+from gateway.geo.sender._sender import AsyncGeoSender
 from gateway.transports.local import LocalNamespace, LocalTransport
+from gateway.transports.local._store import Store
 from replication import Message
 
 ENTITY = "bench"

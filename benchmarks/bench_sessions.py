@@ -54,7 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.emulator._process import EmulatorProcess
-from gateway.geo._session_receiver import AsyncGeoSessionReceiver
+from gateway.geo.sessions._receiver import AsyncGeoSessionReceiver
 from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalTransport
 from gateway.transports.servicebus import ServiceBusTransport

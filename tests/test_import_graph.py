@@ -48,8 +48,23 @@ def test_gateway_holds_only_its_public_face_and_its_rooms():
     assert modules == ["__init__.py", "aio.py", "errors.py"]
     rooms = sorted(p.name for p in (ROOT / "gateway").iterdir()
                    if p.is_dir() and (p / "__init__.py").exists())
-    assert rooms == ["_support", "cli", "consumer", "drill", "emulator", "geo",
+    assert rooms == ["_support", "amqp", "cli", "consumer", "drill", "emulator", "geo",
                      "observability", "relay", "stores", "transports"]
+
+
+#: The most modules a folder holds: past it, a prefix shared by several files is a room.
+MAX_MODULES = 20
+
+
+def test_no_folder_holds_more_than_twenty_modules():
+    halls = {
+        str(folder.relative_to(ROOT)): n
+        for package in import_graph.PACKAGES
+        for folder in [ROOT / package, *(ROOT / package).rglob("*")]
+        if folder.is_dir() and (folder / "__init__.py").exists()
+        and (n := sum(1 for f in folder.glob("*.py") if f.name != "__init__.py")) > MAX_MODULES
+    }
+    assert halls == {}, "make rooms of these folders' shared prefixes"
 
 
 def test_no_module_is_much_longer_than_400_lines():

@@ -44,8 +44,9 @@ def test_quick_start_runs_the_drill() -> None:
     assert "geogateway drill" in first_sh_command("## Quick start")
 
 
-#: A source path (``gateway/geo/_sender.py``) or dotted module name (``gateway.geo._sender``,
-#: maybe followed by an attribute) of the project, as the docs name them. (``durable_queue.path``
+#: A source path (``gateway/geo/sender/_sender.py``) or dotted module name
+#: (``gateway.geo.sender._sender``, maybe followed by an attribute) of the project, as the
+#: docs name them. (``durable_queue.path``
 #: is a configuration key: a dotted name out of ``gateway`` must name a private module.)
 SOURCE_PATH = re.compile(r"(?<![\w/])((?:gateway|replication|durable_queue)(?:/[A-Za-z_]+)*\.py)\b")
 DOTTED = re.compile(

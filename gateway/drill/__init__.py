@@ -16,7 +16,7 @@ once (:mod:`gateway.drill._topics`).
 
 The ``consumer-*`` scenarios instead run several receiver processes on a
 partitioned entity and crash, add or remove them mid-run; see
-:mod:`gateway.drill._consumers`.
+:mod:`gateway.drill.consumers._scenario`.
 
 Each run keeps its namespaces, queue, dedup and checkpoint files in a state folder of
 its own, new for every run (``DATA_DIR/drill-TIME-XXXX``, or under the system's
@@ -35,14 +35,12 @@ relay drills (requests through a geo-redundant Azure Relay hybrid connection, wh
 namespace is down, flaps or hangs) are :func:`run_relay_drill`, in
 :mod:`gateway.drill._relay`. The outbox drill (an
 application committing orders with outbox rows while its dispatchers are SIGKILLed, on
-SQLite or PostgreSQL) is :func:`run_outbox_drill`, in :mod:`gateway.drill._outbox`.
+SQLite or PostgreSQL) is :func:`run_outbox_drill`, in :mod:`gateway.drill.outbox._scenario`.
 """
 
 from __future__ import annotations
 
 from gateway.drill._common import RelayScenario, Scenario
-from gateway.drill._outbox import OUTBOX_SCENARIO, STORES, run_outbox_drill
-from gateway.drill._outbox_report import OutboxDrillReport
 from gateway.drill._picture import (
     FAILOVER_COLOUR,
     drill_figure,
@@ -55,6 +53,7 @@ from gateway.drill._relay import FIRST_ANSWER_TARGET, RelayDrillReport, run_rela
 from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
 from gateway.drill._runner import ENTITIES, TRANSPORTS, run_drill
 from gateway.drill._timeline import DrillTimeline, Window
+from gateway.drill.outbox import OUTBOX_SCENARIO, STORES, OutboxDrillReport, run_outbox_drill
 
 __all__ = ["ENTITIES", "FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT",
            "OUTBOX_SCENARIO", "STORES", "TRANSPORTS", "DrillReport", "DrillTimeline",

@@ -33,10 +33,10 @@ class Scenario(enum.Enum):
     HANG = "hang"  # primary accepts and never answers from 30% to 60% (a frozen front end)
     # Many sessions interleaved on a session-enabled queue (gateway.drill._sessions):
     SESSIONS = "sessions"  # primary down at 30%, up at 60%; each session in order
-    # Receiver processes on a partitioned entity (gateway.drill._consumers):
+    # Receiver processes on a partitioned entity (gateway.drill.consumers._scenario):
     CONSUMER_CRASH = "consumer-crash"  # 3 workers; one SIGKILLed at 40% delivered
     CONSUMER_SCALE = "consumer-scale"  # 2 workers; a 3rd joins at 30%, one leaves at 60%
-    # Receiver processes on three machines sharing one store (gateway.drill._fleet):
+    # Receiver processes on three machines sharing one store (gateway.drill.fleet._scenario):
     FLEET = "fleet"  # active mode; a machine SIGKILLed at 30%, primary down 45%-70%
 
     @classmethod

@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
-from gateway.drill._consumers import CONSUMER_SCENARIOS, run_consumer_drill
-from gateway.drill._fleet import STORES, run_fleet_drill
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
 from gateway.drill._sessions import run_sessions_drill
 from gateway.drill._topics import run_topic_drill
+from gateway.drill.consumers import CONSUMER_SCENARIOS, run_consumer_drill
+from gateway.drill.fleet import STORES, run_fleet_drill
 from gateway.geo import GatewayHooks
 from replication import ConfigError, Mode
 

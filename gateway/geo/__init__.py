@@ -15,48 +15,48 @@ if _TYPE_CHECKING:
     from gateway.geo._client import GeoReceiver, GeoSender
     from gateway.geo._config import DurableQueueConfig, GatewayConfig, ObservabilityConfig
     from gateway.geo._dedup_config import DedupConfig, dedup_layer
-    from gateway.geo._dispatcher import AsyncOutboxDispatcher, DispatcherStats
-    from gateway.geo._dispatcher_sync import OutboxDispatcher
     from gateway.geo._factory import NamespaceLike, default_state_dir, open_transport
     from gateway.geo._hooks import GatewayHooks, emit
     from gateway.geo._namespace_config import NamespaceConfig
-    from gateway.geo._partitions import AsyncGeoPartitionReceiver, InboxHandler
-    from gateway.geo._partitions_sync import GeoPartitionReceiver
-    from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
-    from gateway.geo._recovery import ReplayReport
-    from gateway.geo._sender import AsyncGeoSender, SendResult
-    from gateway.geo._session_receiver import AsyncGeoSessionReceiver, SessionReceiverStats
-    from gateway.geo._session_sync import GeoSessionReceiver
     from gateway.geo._tracing import LOCAL_SYSTEM, MessageTracer, SendTrace, messaging_system
+    from gateway.geo.outbox import AsyncOutboxDispatcher, DispatcherStats, OutboxDispatcher
+    from gateway.geo.partitions import AsyncGeoPartitionReceiver, GeoPartitionReceiver, InboxHandler
+    from gateway.geo.receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats
+    from gateway.geo.sender import AsyncGeoSender, ReplayReport, SendResult
+    from gateway.geo.sessions import (
+        AsyncGeoSessionReceiver,
+        GeoSessionReceiver,
+        SessionReceiverStats,
+    )
 
 _LAZY = {
     "LOCAL_SYSTEM": "gateway.geo._tracing",
-    "AsyncGeoPartitionReceiver": "gateway.geo._partitions",
-    "AsyncGeoReceiver": "gateway.geo._receiver",
-    "AsyncGeoSender": "gateway.geo._sender",
-    "AsyncGeoSessionReceiver": "gateway.geo._session_receiver",
-    "AsyncOutboxDispatcher": "gateway.geo._dispatcher",
+    "AsyncGeoPartitionReceiver": "gateway.geo.partitions",
+    "AsyncGeoReceiver": "gateway.geo.receiver",
+    "AsyncGeoSender": "gateway.geo.sender",
+    "AsyncGeoSessionReceiver": "gateway.geo.sessions",
+    "AsyncOutboxDispatcher": "gateway.geo.outbox",
     "DedupConfig": "gateway.geo._dedup_config",
-    "DispatcherStats": "gateway.geo._dispatcher",
-    "OutboxDispatcher": "gateway.geo._dispatcher_sync",
+    "DispatcherStats": "gateway.geo.outbox",
+    "OutboxDispatcher": "gateway.geo.outbox",
     "DurableQueueConfig": "gateway.geo._config",
     "GatewayConfig": "gateway.geo._config",
     "GatewayHooks": "gateway.geo._hooks",
-    "GeoPartitionReceiver": "gateway.geo._partitions_sync",
+    "GeoPartitionReceiver": "gateway.geo.partitions",
     "GeoReceiver": "gateway.geo._client",
     "GeoSender": "gateway.geo._client",
-    "GeoSessionReceiver": "gateway.geo._session_sync",
-    "InboxHandler": "gateway.geo._partitions",
+    "GeoSessionReceiver": "gateway.geo.sessions",
+    "InboxHandler": "gateway.geo.partitions",
     "MessageTracer": "gateway.geo._tracing",
     "NamespaceConfig": "gateway.geo._namespace_config",
     "NamespaceLike": "gateway.geo._factory",
     "ObservabilityConfig": "gateway.geo._config",
-    "ReceiverStats": "gateway.geo._receiver",
-    "MessageInboxHandler": "gateway.geo._receiver",
-    "ReplayReport": "gateway.geo._recovery",
-    "SendResult": "gateway.geo._sender",
+    "ReceiverStats": "gateway.geo.receiver",
+    "MessageInboxHandler": "gateway.geo.receiver",
+    "ReplayReport": "gateway.geo.sender",
+    "SendResult": "gateway.geo.sender",
     "SendTrace": "gateway.geo._tracing",
-    "SessionReceiverStats": "gateway.geo._session_receiver",
+    "SessionReceiverStats": "gateway.geo.sessions",
     "default_state_dir": "gateway.geo._factory",
     "dedup_layer": "gateway.geo._dedup_config",
     "emit": "gateway.geo._hooks",

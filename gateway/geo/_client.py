@@ -6,9 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway._support.portal import PortalDriver
-from gateway.geo._receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats, StopFlag
-from gateway.geo._recovery import ReplayReport
-from gateway.geo._sender import AsyncGeoSender, MessageLike, SendResult
+from gateway.geo.receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats, StopFlag
+from gateway.geo.sender import AsyncGeoSender, MessageLike, ReplayReport, SendResult
 from gateway.transports.base import ReceivedMessage
 from replication import MessageRejected, RoleState
 

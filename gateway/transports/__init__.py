@@ -23,24 +23,6 @@ from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
-    from gateway.transports._filters import (
-        CorrelationFilter,
-        FalseFilter,
-        Rule,
-        SqlFilter,
-        SqlRuleAction,
-        TrueFilter,
-    )
-    from gateway.transports._local_control import (
-        ControlFile,
-        ControlState,
-        namespace_files,
-        prepare_data_dir,
-    )
-    from gateway.transports._local_entities import EntityInfo, EntityKind
-    from gateway.transports._local_events import LEASE
-    from gateway.transports._local_namespace import LocalNamespace, NamespaceStatus, PartitionInfo
-    from gateway.transports._local_store import DEAD_LETTER_SUFFIX, Queued, Store
     from gateway.transports._topic_paths import (
         canonical_entity,
         split_subscription,
@@ -55,37 +37,61 @@ if _TYPE_CHECKING:
         Transport,
     )
     from gateway.transports.faults import FaultyTransport
-    from gateway.transports.local import LocalTransport, default_data_dir
+    from gateway.transports.filters import (
+        CorrelationFilter,
+        FalseFilter,
+        Rule,
+        SqlFilter,
+        SqlRuleAction,
+        TrueFilter,
+    )
+    from gateway.transports.local import (
+        DEAD_LETTER_SUFFIX,
+        LEASE,
+        ControlFile,
+        ControlState,
+        EntityInfo,
+        EntityKind,
+        LocalNamespace,
+        LocalTransport,
+        NamespaceStatus,
+        PartitionInfo,
+        Queued,
+        Store,
+        default_data_dir,
+        namespace_files,
+        prepare_data_dir,
+    )
 
 # Imported on first use (PEP 562), so that a submodule (the control file of a local
 # namespace, say) can be imported without the SQLite store and anyio behind the rest.
 _LAZY = {
-    "CorrelationFilter": "gateway.transports._filters",
-    "FalseFilter": "gateway.transports._filters",
-    "Rule": "gateway.transports._filters",
-    "SqlFilter": "gateway.transports._filters",
-    "SqlRuleAction": "gateway.transports._filters",
-    "TrueFilter": "gateway.transports._filters",
+    "CorrelationFilter": "gateway.transports.filters",
+    "FalseFilter": "gateway.transports.filters",
+    "Rule": "gateway.transports.filters",
+    "SqlFilter": "gateway.transports.filters",
+    "SqlRuleAction": "gateway.transports.filters",
+    "TrueFilter": "gateway.transports.filters",
     "canonical_entity": "gateway.transports._topic_paths",
     "split_subscription": "gateway.transports._topic_paths",
     "subscription_path": "gateway.transports._topic_paths",
-    "ControlFile": "gateway.transports._local_control",
-    "ControlState": "gateway.transports._local_control",
-    "DEAD_LETTER_SUFFIX": "gateway.transports._local_store",
-    "LEASE": "gateway.transports._local_events",
-    "Queued": "gateway.transports._local_store",
-    "Store": "gateway.transports._local_store",
-    "namespace_files": "gateway.transports._local_control",
-    "prepare_data_dir": "gateway.transports._local_control",
-    "EntityInfo": "gateway.transports._local_entities",
-    "EntityKind": "gateway.transports._local_entities",
+    "ControlFile": "gateway.transports.local",
+    "ControlState": "gateway.transports.local",
+    "DEAD_LETTER_SUFFIX": "gateway.transports.local",
+    "LEASE": "gateway.transports.local",
+    "Queued": "gateway.transports.local",
+    "Store": "gateway.transports.local",
+    "namespace_files": "gateway.transports.local",
+    "prepare_data_dir": "gateway.transports.local",
+    "EntityInfo": "gateway.transports.local",
+    "EntityKind": "gateway.transports.local",
     "EventPosition": "gateway.transports.base",
     "FaultyTransport": "gateway.transports.faults",
-    "LocalNamespace": "gateway.transports._local_namespace",
+    "LocalNamespace": "gateway.transports.local",
     "LocalTransport": "gateway.transports.local",
-    "NamespaceStatus": "gateway.transports._local_namespace",
+    "NamespaceStatus": "gateway.transports.local",
     "PartitionEvent": "gateway.transports.base",
-    "PartitionInfo": "gateway.transports._local_namespace",
+    "PartitionInfo": "gateway.transports.local",
     "ReceiveMode": "gateway.transports.base",
     "ReceivedMessage": "gateway.transports.base",
     "SessionReceiver": "gateway.transports.base",

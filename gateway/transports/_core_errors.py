@@ -11,7 +11,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from gateway.transports._sdk_errors import Outcome, status_outcome
+from gateway.transports.sdk import Outcome, status_outcome
 
 __all__ = ["core_outcome"]
 

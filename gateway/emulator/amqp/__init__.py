@@ -1,9 +1,7 @@
 """The AMQP 1.0 namespace emulator, in layers that import only the layers below them.
 
-- The wire: typed values, encoder and decoder (``_types``, ``_encode``, ``_decode``,
-  imported together from ``_codec``), the performatives and the composites they carry
-  (``_performatives``, ``_composites``, ``_performative_codec``), frames and the
-  message format.
+- The wire, in :mod:`gateway.amqp` (typed values, the codec, performatives and the
+  composites they carry, frames and the message format), imported from its face.
 - Links, sessions and connections. They see what is above them only through the
   protocols of ``_interfaces`` (and ``LinkSession`` in ``_links``,
   ``SessionConnection`` in ``_session``).

@@ -20,35 +20,33 @@ import itertools
 import logging
 import time
 
-from gateway.emulator._auth import Grant, entity_path
-from gateway.emulator.amqp._codec import Symbol
-from gateway.emulator.amqp._composites import Error
-from gateway.emulator.amqp._frames import (
+from gateway.amqp import (
     AMQP_HEADER,
     FRAME_AMQP,
     FRAME_SASL,
     SASL_HEADER,
-    Frame,
-    FrameError,
-    FrameReader,
-    encode_frame,
-)
-from gateway.emulator.amqp._interfaces import ProtocolError
-from gateway.emulator.amqp._performatives import (
     Attach,
     Begin,
     Close,
     Detach,
     Disposition,
     End,
+    Error,
     Flow,
+    Frame,
+    FrameError,
+    FrameReader,
     Open,
     Performative,
     SaslInit,
     SaslMechanisms,
     SaslOutcome,
+    Symbol,
     Transfer,
+    encode_frame,
 )
+from gateway.emulator._auth import Grant, entity_path
+from gateway.emulator.amqp._interfaces import ProtocolError
 from gateway.emulator.amqp._session import Session, SessionNamespace
 
 __all__ = ["MAX_FRAME_SIZE", "Connection"]

@@ -25,11 +25,15 @@ from collections.abc import Mapping
 from datetime import timezone
 from typing import Any
 
-from gateway.emulator.amqp._codec import Described, Int, Long, Symbol, Timestamp
-from gateway.emulator.amqp._message import (
+from gateway.amqp import (
     AmqpMessage,
+    Described,
     Header,
+    Int,
+    Long,
     Properties,
+    Symbol,
+    Timestamp,
     body_bytes,
     decode_message,
     decode_spans,

@@ -24,17 +24,21 @@ import time
 import uuid
 from typing import Any
 
-from gateway.emulator.amqp._codec import Array, Described, Int, Long, Timestamp
-from gateway.emulator.amqp._convert import event_message, to_local
-from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._management import Reply, app_property, status
-from gateway.emulator.amqp._message import (
+from gateway.amqp import (
     AmqpMessage,
+    Array,
+    Described,
+    Int,
+    Long,
+    Timestamp,
     decode_message,
     encode_message,
     split_batch,
 )
+from gateway.emulator.amqp._convert import event_message, to_local
+from gateway.emulator.amqp._interfaces import NodeNamespace
+from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
+from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._servicebus import QueueWriter
 from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import LEASE, EntityKind

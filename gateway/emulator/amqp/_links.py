@@ -12,10 +12,19 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.emulator.amqp._codec import Symbol
-from gateway.emulator.amqp._composites import DeliveryState, Error, Source, Target
+from gateway.amqp import (
+    Attach,
+    DeliveryState,
+    Detach,
+    Error,
+    Flow,
+    Performative,
+    Source,
+    Symbol,
+    Target,
+    Transfer,
+)
 from gateway.emulator.amqp._interfaces import NodeConnection
-from gateway.emulator.amqp._performatives import Attach, Detach, Flow, Performative, Transfer
 
 __all__ = ["Delivery", "IncomingLink", "Link", "LinkSession", "OutgoingLink", "Terminus"]
 

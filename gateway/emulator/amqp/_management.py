@@ -15,18 +15,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.emulator._auth import AuthError, check_token, entity_path
-from gateway.emulator.amqp._codec import DecodeError, Symbol
-from gateway.emulator.amqp._composites import Accepted, Error, Rejected
-from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._message import (
+from gateway.amqp import (
     NO_VALUE,
+    Accepted,
     AmqpMessage,
+    DecodeError,
+    Error,
     Properties,
+    Rejected,
+    Symbol,
     decode_message,
     encode_message,
 )
+from gateway.emulator._auth import AuthError, check_token, entity_path
+from gateway.emulator.amqp._interfaces import NodeNamespace
+from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from replication import GatewayError
 
 __all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "put_token", "status"]

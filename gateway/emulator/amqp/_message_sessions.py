@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any
 
-from gateway.emulator.amqp._codec import Long
+from gateway.amqp import Long
 from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace
 from gateway.emulator.amqp._links import Link, OutgoingLink
 from gateway.emulator.amqp._servicebus import QueueReader

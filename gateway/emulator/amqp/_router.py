@@ -37,8 +37,8 @@ from gateway.transports.base import EventPosition
 from replication import GatewayError
 
 if TYPE_CHECKING:
+    from gateway.amqp import AmqpMessage
     from gateway.emulator.amqp._management import Reply
-    from gateway.emulator.amqp._message import AmqpMessage
 
 __all__ = ["Router"]
 

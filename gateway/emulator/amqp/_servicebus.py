@@ -22,19 +22,23 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from gateway.emulator.amqp._codec import DecodeError, Symbol
-from gateway.emulator.amqp._composites import (
+from gateway.amqp import (
+    BATCH_FORMAT,
     Accepted,
+    AmqpMessage,
+    DecodeError,
     DeliveryState,
     Error,
     Modified,
     Rejected,
     Released,
+    Symbol,
+    decode_message,
+    split_batch,
 )
 from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._message import BATCH_FORMAT, AmqpMessage, decode_message, split_batch
 from gateway.emulator.amqp._servicebus_management import LOCK_LOST, manage_queue
 from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued

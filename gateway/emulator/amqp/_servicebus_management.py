@@ -15,11 +15,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gateway.emulator.amqp._codec import Array, DecodeError, Long, Timestamp
+from gateway.amqp import AmqpMessage, Array, DecodeError, Long, Timestamp
 from gateway.emulator.amqp._convert import queue_payload, tag_token, to_queued
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._management import Reply, app_property, status
-from gateway.emulator.amqp._message import AmqpMessage
 from gateway.emulator.amqp._session_management import (
     SESSION_OPERATIONS,
     SessionLookup,

@@ -12,19 +12,19 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from gateway.emulator.amqp._composites import DeliveryState
-from gateway.emulator.amqp._frames import encode_transfer_frames
-from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace, ProtocolError
-from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
-from gateway.emulator.amqp._performatives import (
+from gateway.amqp import (
     Attach,
     Begin,
+    DeliveryState,
     Detach,
     Disposition,
     Flow,
     Performative,
     Transfer,
+    encode_transfer_frames,
 )
+from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace, ProtocolError
+from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
 
 __all__ = ["LinkRouter", "Session", "SessionConnection", "SessionNamespace"]
 

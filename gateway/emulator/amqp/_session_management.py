@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from gateway.emulator.amqp._codec import Array, Timestamp
+from gateway.amqp import Array, Timestamp
 from gateway.emulator.amqp._convert import queue_payload
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._management import Reply, status

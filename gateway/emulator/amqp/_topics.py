@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from gateway.emulator.amqp._codec import Symbol
+from gateway.amqp import AmqpMessage, Properties, Symbol, decode_message, encode_message
 from gateway.emulator.amqp._links import IncomingLink
 from gateway.emulator.amqp._management import Reply, app_property, status
-from gateway.emulator.amqp._message import AmqpMessage, Properties, decode_message, encode_message
 from replication import PropertyValue
 
 __all__ = ["AmqpSections", "refuse_topic_operation"]

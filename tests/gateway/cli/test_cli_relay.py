@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.relay import RelayEmulator, RelayThread
-from gateway.transports._local_control import ControlFile, namespace_files
+from gateway.transports.local._control import ControlFile, namespace_files
 from tests.gateway.cli.cli_support import Run, expect_one_line_error, run_process
 
 HC = "orders"

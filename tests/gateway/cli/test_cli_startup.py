@@ -96,7 +96,7 @@ def test_the_lazy_names_still_resolve_to_the_real_objects(tmp_path: Path) -> Non
     loaded = loaded_after(
         "import gateway, gateway.aio, gateway.transports\n"
         "from gateway.geo._client import GeoSender\n"
-        "from gateway.geo._sender import AsyncGeoSender\n"
+        "from gateway.geo.sender._sender import AsyncGeoSender\n"
         "from gateway.transports.local import LocalTransport\n"
         "assert gateway.GeoSender is GeoSender\n"
         "assert gateway.aio.AsyncGeoSender is AsyncGeoSender\n"

@@ -93,7 +93,7 @@ async def test_consumer_crash_over_event_hubs(tmp_path: Path) -> None:
 
 def test_a_worker_reads_event_hubs_when_given_connection_strings(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.drill import _consumer_worker as worker
+    from gateway.drill.consumers import _worker as worker
 
     assert worker._namespace("primary") == "local://primary"
     conn = ("Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=a2V5;"

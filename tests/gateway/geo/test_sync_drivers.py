@@ -234,7 +234,7 @@ def test_a_sender_never_closed_does_not_hang_the_interpreter_at_exit(tmp_path):
 
 
 def _record_send_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from gateway.transports._local_store import Store
+    from gateway.transports.local._store import Store
 
     threads: list[str] = []
     original = Store.send

@@ -18,7 +18,7 @@ from gateway.emulator.relay._emulator import RelayEmulator
 from gateway.errors import MessageRejected, OperationTimeout
 from gateway.relay import AsyncGeoRelayClient, GeoRelayClient, RelayEndpoint, Request, Response
 from gateway.relay.protocol import decode, encode
-from gateway.transports._local_control import ControlFile, namespace_files
+from gateway.transports.local._control import ControlFile, namespace_files
 
 from .conftest import HC
 

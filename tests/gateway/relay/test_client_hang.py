@@ -31,7 +31,7 @@ from gateway.relay import (
     RelayResponse,
 )
 from gateway.relay._policy import AnswerTimer
-from gateway.transports._local_control import ControlFile, namespace_files
+from gateway.transports.local._control import ControlFile, namespace_files
 
 from .conftest import HC
 

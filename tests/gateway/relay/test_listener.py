@@ -26,7 +26,7 @@ from gateway.relay import (
     RelayRequest,
     RelayResponse,
 )
-from gateway.transports._local_control import ControlFile, namespace_files
+from gateway.transports.local._control import ControlFile, namespace_files
 
 from .conftest import HC
 

@@ -18,8 +18,8 @@ from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.exceptions import MessageSizeExceededError
 
+from gateway.amqp._message import AmqpMessage
 from gateway.emulator import Emulator, EventHubSpec
-from gateway.emulator.amqp._message import AmqpMessage
 from gateway.emulator.amqp._servicebus import ENVELOPE_ALLOWANCE, batch_size
 from gateway.transports import LocalNamespace
 

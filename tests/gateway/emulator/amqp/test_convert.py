@@ -6,9 +6,8 @@ import uuid
 
 import pytest
 
-from gateway.emulator.amqp._codec import Described, Int, Symbol, Timestamp, UInt, encode
-from gateway.emulator.amqp._convert import queue_message, queue_payload, to_queued
-from gateway.emulator.amqp._message import (
+from gateway.amqp._codec import Described, Int, Symbol, Timestamp, UInt, encode
+from gateway.amqp._message import (
     AmqpMessage,
     Header,
     Properties,
@@ -16,6 +15,7 @@ from gateway.emulator.amqp._message import (
     encode_message,
     split_sections,
 )
+from gateway.emulator.amqp._convert import queue_message, queue_payload, to_queued
 from gateway.transports.base import ReceivedMessage
 from replication import Message
 

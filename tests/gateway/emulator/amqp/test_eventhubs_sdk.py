@@ -23,8 +23,9 @@ from gateway.consumer import (
 from gateway.consumer._sqlite_store import SqliteCheckpointStore
 from gateway.emulator import Emulator
 from gateway.emulator.amqp import _eventhubs
-from gateway.transports import EventPosition, LocalTransport, PartitionEvent, _local_events
+from gateway.transports import EventPosition, LocalTransport, PartitionEvent
 from gateway.transports.eventhubs import EventHubsTransport
+from gateway.transports.local import _events as _local_events
 from replication import Message, OwnershipLost
 from tests.gateway.emulator.conftest import HUB
 

@@ -18,11 +18,11 @@ from azure.eventhub.aio import EventHubProducerClient
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
+from gateway.amqp._composites import Error
+from gateway.amqp._frames import AMQP_HEADER, Frame
+from gateway.amqp._performatives import Begin, Close
 from gateway.cli import main
 from gateway.emulator import Emulator
-from gateway.emulator.amqp._composites import Error
-from gateway.emulator.amqp._frames import AMQP_HEADER, Frame
-from gateway.emulator.amqp._performatives import Begin, Close
 from gateway.transports import EventPosition, LocalTransport
 from tests.gateway.emulator.amqp.test_protocol import Raw, open_session
 from tests.gateway.emulator.conftest import HUB, QUEUE

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from azure.eventhub import EventHubSharedKeyCredential
 
-from gateway.emulator import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator
-from gateway.emulator.amqp._composites import Accepted, Error, Rejected, Source, Target
-from gateway.emulator.amqp._frames import (
+from gateway.amqp._composites import Accepted, Error, Rejected, Source, Target
+from gateway.amqp._frames import (
     AMQP_HEADER,
     FRAME_AMQP,
     FRAME_SASL,
@@ -22,8 +21,8 @@ from gateway.emulator.amqp._frames import (
     FrameReader,
     encode_frame,
 )
-from gateway.emulator.amqp._message import AmqpMessage, Properties, decode_message, encode_message
-from gateway.emulator.amqp._performatives import (
+from gateway.amqp._message import AmqpMessage, Properties, decode_message, encode_message
+from gateway.amqp._performatives import (
     Attach,
     Begin,
     Detach,
@@ -36,6 +35,7 @@ from gateway.emulator.amqp._performatives import (
     SaslOutcome,
     Transfer,
 )
+from gateway.emulator import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator
 from gateway.transports import LocalTransport
 from tests.gateway.emulator.conftest import QUEUE, SMALL
 

@@ -12,10 +12,10 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusConnectionError
 
+from gateway.amqp._composites import Error
+from gateway.amqp._frames import AMQP_HEADER, Frame, FrameReader
+from gateway.amqp._performatives import Close, Open
 from gateway.emulator import Emulator, EmulatorThread, QueueSpec
-from gateway.emulator.amqp._composites import Error
-from gateway.emulator.amqp._frames import AMQP_HEADER, Frame, FrameReader
-from gateway.emulator.amqp._performatives import Close, Open
 from gateway.transports import LocalNamespace, LocalTransport
 from replication import ConfigError
 from tests.gateway.emulator.conftest import QUEUE

@@ -14,7 +14,7 @@ import pytest
 from gateway.emulator.relay._emulator import RelayEmulator
 from gateway.relay import RenewToken, Request, Response
 from gateway.relay.protocol import decode, encode
-from gateway.transports._local_control import ControlFile, namespace_files
+from gateway.transports.local._control import ControlFile, namespace_files
 
 from .conftest import HC
 

@@ -1,0 +1,27 @@
+"""The geo sender: routing, hedging, buffering, recovery and roles."""
+
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from gateway._support.lazy import lazy_dir as _lazy_dir
+from gateway._support.lazy import lazy_exports as _lazy_exports
+
+if _TYPE_CHECKING:
+    from gateway.geo.sender._recovery import ReplayReport
+    from gateway.geo.sender._sender import AsyncGeoSender, MessageLike, SendResult
+
+_LAZY = {
+    "AsyncGeoSender": "gateway.geo.sender._sender",
+    "MessageLike": "gateway.geo.sender._sender",
+    "ReplayReport": "gateway.geo.sender._recovery",
+    "SendResult": "gateway.geo.sender._sender",
+}
+
+__getattr__ = _lazy_exports(__name__, _LAZY)
+__dir__ = _lazy_dir(__name__, _LAZY)
+
+__all__ = [
+    "AsyncGeoSender",
+    "MessageLike",
+    "ReplayReport",
+    "SendResult",
+]
