@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import TracebackType
 
 import click
 
@@ -189,6 +190,31 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
         err.print(f"picture written to {png_path}", markup=False)
 
 
+class _StateFolder:
+    """Prints the drill's state folder when it is made, and again when the drill ends
+    without a report (Ctrl-C, an error): the folder is kept then, and its files and
+    logs are what is left to look at."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def made(self, path: Path) -> None:
+        self.path = path
+        err.print(f"drill state: {path}", markup=False)
+
+    def __enter__(self) -> _StateFolder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None or self.path is None or not self.path.is_dir():
+            return
+        how = "interrupted" if issubclass(kind, KeyboardInterrupt) else "stopped"
+        # click's echo, not rich: this must reach stderr even while the progress
+        # display is being torn down by the same exception.
+        click.echo(f"drill {how}: its state folder is kept in {self.path}", err=True)
+
+
 @click.command()
 @click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
@@ -255,12 +281,10 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
         raise click.UsageError("--entity topic: the queue scenarios over the local or "
                                "servicebus transport")
     quiet = json_path is not None and str(json_path) == "-"
-    with LiveProgress(enabled=not quiet) as bars:
+    state = _StateFolder()
+    with state, LiveProgress(enabled=not quiet) as bars:
         progress = bars.update
-
-        def on_state_dir(path: Path) -> None:
-            err.print(f"drill state: {path}", markup=False)
-
+        on_state_dir = state.made
         report: DrillReport | RelayDrillReport | OutboxDrillReport
         if scenario == OUTBOX_SCENARIO:
             default = ctx.get_parameter_source("messages") is click.core.ParameterSource.DEFAULT

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -257,3 +261,50 @@ def test_cli_drill_keep(tmp_path: Path) -> None:
     state = Path(json.loads(out)["state_dir"])
     assert state.parent == tmp_path
     assert {"namespaces", "buffer.db", "dedup.db"} <= {p.name for p in state.iterdir()}
+
+
+def _started_drill(data_dir: Path, *args: str) -> subprocess.Popen[str]:
+    """``geogateway drill --data-dir DATA_DIR ARGS`` as a process, once its sender has
+    opened its durable queue (messages flow)."""
+    drill = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "drill", "--data-dir", str(data_dir), *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 60
+    while not any(data_dir.rglob("buffer.db")):
+        assert drill.poll() is None, drill.communicate()[1]
+        assert time.monotonic() < deadline, "the drill did not start"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return drill
+
+
+def test_cli_an_interrupted_drill_says_where_its_state_folder_is(tmp_path: Path) -> None:
+    # Given a drill running as a process, far from done
+    data_dir = tmp_path / "drill"
+    drill = _started_drill(data_dir, "--messages", "1000000")
+    # When it gets a SIGINT (Ctrl-C)
+    drill.send_signal(signal.SIGINT)
+    _, err = drill.communicate(timeout=60)
+    # Then it exits 130, and one line after the first says where its state folder is
+    assert drill.returncode == 130, err
+    (folder,) = data_dir.iterdir()
+    lines = err.splitlines()
+    assert lines[0] == f"drill state: {folder}", err
+    said = [line for line in lines[1:] if str(folder) in line]
+    assert said == [f"drill interrupted: its state folder is kept in {folder}"], err
+    assert folder.is_dir() and (folder / "buffer.db").exists()
+
+
+def test_cli_a_drill_that_stops_on_an_error_says_where_its_state_folder_is(
+        tmp_path: Path) -> None:
+    # Given a fleet drill on a PostgreSQL server that does not answer
+    data_dir = tmp_path / "drill"
+    code, _, err = run_process("drill", "--scenario", "fleet", "--messages", "10",
+                               "--data-dir", str(data_dir),
+                               "--dsn", "postgresql://nobody@127.0.0.1:9/none", cwd=tmp_path)
+    # Then it fails with one error line, and says where it left its state folder
+    (folder,) = data_dir.iterdir()
+    assert code == 1, err
+    assert f"drill stopped: its state folder is kept in {folder}" in err.splitlines(), err
+    assert sum(line.startswith("error: ") for line in err.splitlines()) == 1, err
