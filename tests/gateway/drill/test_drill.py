@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.drill import DrillReport, Scenario, run_drill
+from gateway.drill import DrillReport, Scenario, WorkerAction, run_drill
 from replication import ConfigError
 from tests.gateway.cli.cli_support import expect_one_line_error, run_process
 
@@ -166,6 +166,33 @@ def test_report_failover_p99() -> None:
     many = [i / 100 for i in range(1, 101)]
     p99 = report(failover_seconds=many).failover_p99
     assert p99 is not None and 0.98 <= p99 <= 1.0
+
+
+def test_report_rows_leave_out_what_the_drill_does_not_measure() -> None:
+    # A message drill that replayed nothing: no replay time (rather than "-")
+    rows = dict(report().rows())
+    assert rows["failovers"] == "1" and rows["failover time"] == "0.050 s"
+    assert "replay time" not in rows and "-" not in rows.values()
+    # One that replayed: its replay time
+    rows = dict(report(buffered=5, replayed=5, replay_seconds=0.25).rows())
+    assert rows["replay time"] == "0.250 s"
+    # No failover: no failover time
+    assert "failover time" not in dict(report(failover_seconds=[]).rows())
+    # A fleet drill: no failover rows (its sender's failovers are not timed), its
+    # buffering and replay, and the machine it killed
+    fleet = report(family="fleet", failover_seconds=[], buffered=40, replayed=40,
+                   replay_seconds=1.5, worker_actions=[WorkerAction("w2", "killed", 2.5)])
+    rows = dict(fleet.rows())
+    assert not {"failovers", "failover time", "role swaps"} & set(rows)
+    assert rows["replayed"] == "40" and rows["replay time"] == "1.500 s"
+    assert rows["worker killed"] == "w2 at 2.50 s"
+    # A consumer drill that buffered nothing: no buffering rows either
+    rows = dict(report(family="consumers", failover_seconds=[]).rows())
+    assert not {"buffered", "replayed", "failovers", "role swaps"} & set(rows), rows
+    assert rows["partitions moved"] == "0" and "longest unread" not in rows
+    labels = [label for label, _ in report().rows()]
+    assert labels[:3] == ["scenario", "mode", "transport"]
+    assert labels[-2:] == ["elapsed", "result"]
 
 
 # -- the failovers count --------------------------------------------------------------
