@@ -18,10 +18,10 @@ signal handlers are installed. SIGTERM (or SIGINT) stops it
 gracefully: checkpoint, release the partitions, close, then write its de-dup counters
 to ``DIR/stats/NAME.json`` (while it runs, the same counters go to
 ``DIR/progress/NAME.json`` every 0.2 s, with when it owned and read each partition:
-:class:`PartitionReads`, from which the drill reports the partitions that moved). Its log (stderr: ``DIR/logs/NAME.log``) says when it was
-asked to stop and how long the stop took. A SIGKILLed worker writes nothing; its
-partitions are re-owned once its heartbeat expires, and its in-flight claims after
-the lease.
+:class:`PartitionReads`, from which the drill reports the partitions that moved). Its
+log (stderr: ``DIR/logs/NAME.log``) says when it was asked to stop and how long the
+stop took. A SIGKILLed worker writes nothing; its partitions are re-owned once its
+heartbeat expires, and its in-flight claims after the lease.
 """
 
 from __future__ import annotations
