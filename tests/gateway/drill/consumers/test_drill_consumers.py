@@ -107,11 +107,14 @@ async def test_consumer_scale(tmp_path: Path) -> None:
     # And every second copy was suppressed: all workers' counters are in the report
     assert report.duplicates_suppressed == MESSAGES
     assert set(deliveries(root).values()) == {1}
-    # And the report says who joined and who left, and what moved after each
+    # And the report says who joined and who left, and what moved after each: w1's
+    # partitions at least, handed over to the others (w3 may or may not have taken
+    # some from w1 and w2 before that, as the balancing's timing goes)
     assert [(a.worker, a.action) for a in report.worker_actions] == [
         ("w3", "started"), ("w1", "stopped")]
     moves = report.partitions_moved
-    assert "w3" in {m.to_worker for m in moves} and "w1" in {m.from_worker for m in moves}
+    assert "w1" in {m.from_worker for m in moves}, moves
+    assert {m.to_worker for m in moves} <= {"w2", "w3"}, moves
     rows = dict(report.rows())
     assert {"worker started", "worker stopped", "partitions moved"} <= set(rows), rows
 
