@@ -176,6 +176,7 @@ class DrillReport:
 
         A row the drill's family does not measure is left out, not shown as 0 or ``-``:
         failovers only where the sender's failovers are timed (the message drills),
+        role swaps where a passive sender may make them,
         ``replay time`` only when something was replayed, ``buffered`` and
         ``replayed`` in a consumer drill only when something was, the workers and
         partitions of the drills that run worker processes.
@@ -198,7 +199,9 @@ class DrillReport:
             rows.append(("failovers", str(self.failovers)))
             if self.failover_seconds:
                 rows.append(("failover time", ", ".join(map(_seconds, self.failover_seconds))))
-        if messages or self.role_swaps:
+        # Only a passive sender swaps roles, and only on an outage (no consumer drill
+        # has one): elsewhere a count is shown only if there was something to count.
+        if (self.mode == "passive" and self.family != "consumers") or self.role_swaps:
             rows.append(("role swaps", str(self.role_swaps)))
         if self.replayed and self.replay_seconds is not None:
             rows.append(("replay time", _seconds(self.replay_seconds)))

@@ -178,9 +178,12 @@ def test_report_rows_leave_out_what_the_drill_does_not_measure() -> None:
     assert rows["replay time"] == "0.250 s"
     # No failover: no failover time
     assert "failover time" not in dict(report(failover_seconds=[]).rows())
+    # Active mode never swaps roles: no role swaps row (passive mode: the count, even 0)
+    assert "role swaps" not in dict(report(mode="active").rows())
+    assert dict(report(role_swaps=0).rows())["role swaps"] == "0"
     # A fleet drill: no failover rows (its sender's failovers are not timed), its
     # buffering and replay, and the machine it killed
-    fleet = report(family="fleet", failover_seconds=[], buffered=40, replayed=40,
+    fleet = report(family="fleet", mode="active", failover_seconds=[], buffered=40, replayed=40,
                    replay_seconds=1.5, worker_actions=[WorkerAction("w2", "killed", 2.5)])
     rows = dict(fleet.rows())
     assert not {"failovers", "failover time", "role swaps"} & set(rows)
