@@ -170,7 +170,6 @@ class DrillReport:
                                            if self.hung_send_seconds else None)
         return data
 
-
     def rows(self) -> list[tuple[str, str]]:
         """The report as (label, value) rows, in the order the CLI prints them.
 
