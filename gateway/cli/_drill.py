@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import TracebackType
 
 import click
 
@@ -12,7 +13,6 @@ from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     ENTITIES,
     FIRST_ANSWER_TARGET,
-    HUNG_SEND_LIMIT,
     OUTBOX_SCENARIO,
     TRANSPORTS,
     DrillReport,
@@ -38,44 +38,8 @@ def _seconds(value: float | None) -> str:
 
 
 def show_report(report: DrillReport) -> None:
-    failover = report.failover_seconds
-    rows = [
-        ("scenario", report.scenario), ("mode", report.mode),
-        ("transport", report.transport),
-        *([("store", report.store)] if report.store else []),
-        ("sent", report.sent), ("delivered", report.delivered),
-        ("lost", report.lost), ("duplicates delivered", report.duplicates_delivered),
-        ("duplicates suppressed", report.duplicates_suppressed),
-        ("buffered", report.buffered), ("replayed", report.replayed),
-        ("failovers", report.failovers),
-        ("failover time", ", ".join(_seconds(s) for s in failover) if failover else "-"),
-        ("role swaps", report.role_swaps),
-        ("replay time", _seconds(report.replay_seconds)),
-        ("elapsed", _seconds(report.elapsed_seconds)),
-        ("result", "PASS" if report.passed else "FAIL (lost or duplicates delivered)"
-         if report.lost or report.duplicates_delivered else
-         "FAIL (delivered out of order)" if report.out_of_order else
-         f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
-    ]
-    if report.per_session:
-        at = [label for label, _ in rows].index("duplicates suppressed")
-        rows[at:at] = [("out of order", report.out_of_order),
-                       ("sessions", len(report.per_session)),
-                       ("session gaps", report.session_gaps)]
-    if report.subscriptions:
-        rows[2:3] = [rows[2], ("entity", f"topic, {len(report.subscriptions)} subscriptions")]
-        rows[-1:-1] = [
-            (f"subscription {name}", f"delivered {s['delivered']}, lost {s['lost']}, "
-             f"duplicates delivered {s['duplicates_delivered']}, suppressed "
-             f"{s['duplicates_suppressed']}")
-            for name, s in sorted(report.subscriptions.items())]
-    if report.hung_send_seconds:
-        rows[-1:-1] = [
-            ("sends while hung", len(report.hung_send_seconds)),
-            ("first send after hang", _seconds(report.hung_send_seconds[0])),
-            ("sends while hung p99", _seconds(report.hung_send_p99)),
-        ]
-    print_table("geogateway failover drill", ("", "value"), rows)
+    """The report's own rows (:meth:`DrillReport.rows`), and a table per session."""
+    print_table("geogateway failover drill", ("", "value"), report.rows())
     if report.per_session:
         columns = ("sent", "delivered", "lost", "duplicates_delivered", "out_of_order")
         print_table("per session", ("session", *(c.replace("_", " ") for c in columns)),
@@ -189,6 +153,31 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
         err.print(f"picture written to {png_path}", markup=False)
 
 
+class _StateFolder:
+    """Prints the drill's state folder when it is made, and again when the drill ends
+    without a report (Ctrl-C, an error): the folder is kept then, and its files and
+    logs are what is left to look at."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def made(self, path: Path) -> None:
+        self.path = path
+        err.print(f"drill state: {path}", markup=False)
+
+    def __enter__(self) -> _StateFolder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None or self.path is None or not self.path.is_dir():
+            return
+        how = "interrupted" if issubclass(kind, KeyboardInterrupt) else "stopped"
+        # click's echo, not rich: this must reach stderr even while the progress
+        # display is being torn down by the same exception.
+        click.echo(f"drill {how}: its state folder is kept in {self.path}", err=True)
+
+
 @click.command()
 @click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
@@ -255,12 +244,10 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
         raise click.UsageError("--entity topic: the queue scenarios over the local or "
                                "servicebus transport")
     quiet = json_path is not None and str(json_path) == "-"
-    with LiveProgress(enabled=not quiet) as bars:
+    state = _StateFolder()
+    with state, LiveProgress(enabled=not quiet) as bars:
         progress = bars.update
-
-        def on_state_dir(path: Path) -> None:
-            err.print(f"drill state: {path}", markup=False)
-
+        on_state_dir = state.made
         report: DrillReport | RelayDrillReport | OutboxDrillReport
         if scenario == OUTBOX_SCENARIO:
             default = ctx.get_parameter_source("messages") is click.core.ParameterSource.DEFAULT
