@@ -6,7 +6,7 @@ imports the command modules, on first use, through its ``COMMANDS`` table).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from gateway.geo import GatewayConfig
 
 # And ``out`` and ``err``, made on first use by ``__getattr__`` below.
-__all__ = ["data_dir_option", "distinct", "error_line", "fail", "gateway_config", "print_json",
-           "print_table", "run", "warning_line"]
+__all__ = ["choice", "data_dir_option", "distinct", "error_line", "fail", "gateway_config",
+           "print_json", "print_table", "run", "warning_line"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,6 +71,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     for row in rows:
         table.add_row(*("-" if v is None else str(v) for v in row))
     __getattr__("out").print(table)
+
+
+def choice(values: Iterable[str]) -> click.Choice[str]:
+    """A choice that takes any case (``--mode Active``), as ``GEOGATEWAY_MODE`` does;
+    the command gets the value as listed."""
+    return click.Choice(list(values), case_sensitive=False)
 
 
 def data_dir_option(func: F) -> F:

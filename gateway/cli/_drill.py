@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gateway.cli._common import err, fail, out, print_table, run
+from gateway.cli._common import choice, err, fail, out, print_table, run
 from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     ENTITIES,
@@ -147,6 +147,8 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
         if "dsn" in given and ctx.params.get("store") != "postgres":
             raise click.UsageError("--dsn goes with --store postgres")
         return
+    if scenario == "fleet" and "dsn" in given and ctx.params.get("store") == "sqlite":
+        raise click.UsageError("--dsn goes with --store postgres (the fleet's shared store)")
     if scenario != "fleet" and given & set(_STORE_ONLY):
         raise click.UsageError(f"{_names(sorted(given & set(_STORE_ONLY)))}: only for "
                                f"--scenario {OUTBOX_SCENARIO} and fleet")
@@ -190,7 +192,7 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
 
 
 @click.command()
-@click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
+@click.option("--mode", type=choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
                    "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
@@ -198,9 +200,9 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
                    "default 1000).")
 @click.option("--requests", type=click.IntRange(min=1), default=300, show_default=True,
               help="How many HTTP requests a relay-* scenario sends.")
-@click.option("--scenario", type=click.Choice([*(s.value for s in Scenario),
-                                               *(s.value for s in RelayScenario),
-                                               OUTBOX_SCENARIO]),
+@click.option("--scenario", type=choice([*(s.value for s in Scenario),
+                                         *(s.value for s in RelayScenario),
+                                         OUTBOX_SCENARIO]),
               default=Scenario.PRIMARY_OUTAGE.value, show_default=True,
               help="What fails while messages flow.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1, max=1000), default=1,
@@ -215,7 +217,7 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
                    "the drill fails).")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds to wait for replay and delivery after the last send.")
-@click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
+@click.option("--transport", type=choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -224,10 +226,10 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
 @click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the run as a PNG (the HTML page rendered by headless "
                    "Chromium; $GEOGATEWAY_CHROMIUM names another).")
-@click.option("--entity", type=click.Choice(ENTITIES), default="queue", show_default=True,
+@click.option("--entity", type=choice(ENTITIES), default="queue", show_default=True,
               help="queue; or topic: a topic with two subscriptions, each of which must get "
                    "every message once (queue scenarios, local and servicebus transports).")
-@click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
+@click.option("--store", type=choice(["postgres", "sqlite"]), default=None,
               help="fleet: the receivers' store, one PostgreSQL store shared by the machines "
                    "or a SQLite file per machine [default: postgres]; outbox: the outbox, in "
                    "the application's SQLite file or in PostgreSQL [default: sqlite].")

@@ -67,18 +67,23 @@ def _control(name: str, data_dir: Path | None, *, known: bool = True) -> tuple[s
     """The data directory and the control file of namespace ``name``.
 
     Raises:
-        ConfigError: a bad name or data directory, or (``known``) an unknown name.
+        ConfigError: a bad data directory.
+        click.BadParameter: a bad name, or (``known``) an unknown one.
     """
     name = _name(name)
     directory = prepare_data_dir(data_dir)
-    _, control = namespace_files(name, directory)
+    try:
+        _, control = namespace_files(name, directory)
+    except ConfigError as exc:  # a name no namespace can have
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
     if known and name not in DEFAULT_NAMES and name not in existing_names(directory):
         others = configured_names()  # read only when needed: it may load a config file
         if name not in others:
             names = sorted({*DEFAULT_NAMES, *existing_names(directory), *others})
-            raise ConfigError(
+            # A usage error: the name is a typo far more often than a new namespace.
+            raise click.BadParameter(
                 f"no namespace {name!r} in {directory}; known namespaces: "
-                f"{', '.join(names)} (give --new to create {name!r})"
+                f"{', '.join(names)} (give --new to create {name!r})", param_hint="NAME"
             )
     return directory, ControlFile(control)
 
