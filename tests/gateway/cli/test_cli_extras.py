@@ -4,11 +4,17 @@ in one line and exits 2, with no traceback and before it starts anything."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.gateway.cli.cli_support import expect_one_line_error, run_process, without_modules
+from tests.gateway.cli.cli_support import (
+    Run,
+    expect_one_line_error,
+    run_process,
+    without_modules,
+)
 
 pytestmark = pytest.mark.usefixtures("dirs")
 
@@ -62,7 +68,6 @@ def test_a_missing_extra_is_named_in_one_line(dirs: dict[str, Path], hidden: tup
 def test_the_hidden_modules_are_really_missing(dirs: dict[str, Path]) -> None:
     # The simulation itself: without it every case above would prove nothing.
     import subprocess
-    import sys
 
     env = without_modules(dirs["tmp"], "uvicorn")
     probe = ("import importlib.util, gateway\n"
@@ -72,3 +77,29 @@ def test_the_hidden_modules_are_really_missing(dirs: dict[str, Path]) -> None:
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**__import__("os").environ, **env}, timeout=60)
     assert (proc.returncode, proc.stdout.strip()) == (0, "missing"), proc.stderr
+
+
+def test_an_extra_missing_where_no_command_checked_is_still_one_line(
+    run: Run, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a command that does not check its extra up front, and uvicorn not importable
+    import gateway.cli._serve as serve_module
+
+    monkeypatch.setattr(serve_module, "require_extra", lambda *args, **kwargs: None)
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    # When it runs / Then the import's failure names the extra, exit 2, no traceback
+    expect_one_line_error(run("serve", "--port", "0"), 2, "uvicorn",
+                          "pip install 'geogateway[serve]'")
+
+
+def test_a_module_of_no_extra_is_not_taken_for_one(run: Run,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A module missing that no extra brings is a broken install or a bug: not hidden.
+    import gateway.cli._serve as serve_module
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ModuleNotFoundError("No module named 'nowhere'", name="nowhere")
+
+    monkeypatch.setattr(serve_module, "require_extra", broken)
+    with pytest.raises(ModuleNotFoundError):
+        run("serve", "--port", "0")
