@@ -6,6 +6,10 @@ number of receivers on any number of machines. One table (``<schema>.dedup``)::
 
     message_id text PRIMARY KEY, owner text, expires float8, done_at float8 (NULL: a claim)
 
+- **A claim asked again by its own claimant is its own** (its answer was lost: the
+  connection broke after the commit): delivered, the lease renewed, instead of held
+  until its lease ran out. A :class:`replication.Deduplicator` never asks again for
+  an id it holds, so this is only ever that retry.
 - **First writer wins in one statement.** A claim is ``INSERT ... ON CONFLICT DO UPDATE
   ... WHERE <the row is an expired claim or a done mark out of the window> RETURNING``:
   of two receivers claiming the same id at the same moment, PostgreSQL lets exactly one
@@ -77,7 +81,7 @@ won AS (
     SELECT id, %(owner)s, %(expires)s, NULL FROM ask ORDER BY id
     ON CONFLICT (message_id) DO UPDATE
         SET owner = EXCLUDED.owner, expires = EXCLUDED.expires, done_at = NULL
-        WHERE (d.done_at IS NULL AND d.expires <= %(now)s)
+        WHERE (d.done_at IS NULL AND (d.expires <= %(now)s OR d.owner = %(owner)s))
            OR (d.done_at IS NOT NULL AND d.done_at <= %(cutoff)s)
     RETURNING d.message_id
 )
