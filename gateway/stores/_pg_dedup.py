@@ -38,6 +38,7 @@ go on once it is back). Any other database error: :class:`~replication.GatewayEr
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -152,8 +153,12 @@ class PostgresDedupStore(DedupStore):
         schema: where the table lives; created with its version table on first use.
         max_connections: the pool's size when this store opens it; :meth:`reserve`
             grows it for concurrent inbox handlers.
-        connect_timeout: seconds to connect, and to wait for a pooled connection before
-            the store counts as unavailable.
+        connect_timeout: seconds to connect to the server (at start, and each attempt
+            to reconnect).
+        call_timeout: the longest one call takes (waiting for a connection, for the
+            server's answer, for a lock; a caller's own sooner deadline wins), then
+            ``StoreUnavailable``; the server's statement and lock timeouts on the
+            store's connections are 90% of it.
         prune_batch: at most this many rows of each kind removed by one :meth:`prune`.
 
     Raises:
@@ -170,6 +175,7 @@ class PostgresDedupStore(DedupStore):
         schema: str = "geogateway",
         max_connections: int = 8,
         connect_timeout: float = 10.0,
+        call_timeout: float = 5.0,
         prune_batch: int = 10_000,
     ) -> None:
         if max_connections < 1 or prune_batch < 1:
@@ -178,7 +184,7 @@ class PostgresDedupStore(DedupStore):
         self._batch = prune_batch
         self._target: PgTarget | None = open_pool(
             target, what="dedup store", schema=schema, max_size=max_connections,
-            connect_timeout=connect_timeout)
+            connect_timeout=connect_timeout, call_timeout=call_timeout)
         try:
             migrate(self._target, "dedup", MIGRATIONS)
         except BaseException:
@@ -208,46 +214,52 @@ class PostgresDedupStore(DedupStore):
         return self._target
 
     @contextlib.contextmanager
-    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection, errors mapped: a broken connection is :class:`_Broken`
-        (tried again on a new one), none to be had within ``connect_timeout``
-        StoreUnavailable, an error on a sound connection (a deadlock, a statement
-        timeout) a GatewayError."""
+    def _connection(self, what: str, deadline: float, *, watch: bool = True
+                    ) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection until ``deadline``, errors mapped: a broken connection
+        is :class:`_Broken` (tried again on a new one), none to be had in time or no
+        answer in time (a statement or lock timeout, a frozen server) StoreUnavailable,
+        another error on a sound connection (a deadlock) a GatewayError."""
         import psycopg
-        from psycopg_pool import PoolTimeout
 
         target = self._live()
         conn: psycopg.Connection[Any] | None = None
         with pg_errors(target.where, what):
             try:
-                with target.pool.connection() as conn:
+                with target.connection(what, deadline, watch=watch) as conn:
                     yield conn
-            except PoolTimeout:
-                raise  # no connection to be had: StoreUnavailable, not tried again
             except psycopg.OperationalError as exc:
-                sound = conn is not None and not conn.broken and not conn.closed
-                if sound:
+                if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
+                    raise StoreUnavailable(
+                        f"{what}: PostgreSQL at {target.where} did not answer within "
+                        f"{target.call_timeout:.3g} s ({_reason(exc)})") from exc
+                if conn is not None and not conn.broken and not conn.closed:
                     raise GatewayError(f"{what}: PostgreSQL at {target.where} failed "
                                        f"({_reason(exc)})") from exc
-                with contextlib.suppress(Exception):
-                    target.pool.check()  # drop the other broken connections too
+                if deadline <= time.monotonic():
+                    raise StoreUnavailable(
+                        f"{what}: PostgreSQL at {target.where} did not answer within "
+                        f"{target.call_timeout:.3g} s (the connection was broken)") from exc
+                target.drop_broken()  # the other broken connections too
                 raise _Broken(f"{what}: PostgreSQL at {target.where} is unavailable "
                               f"({_reason(exc)})") from exc
 
-    def _retried(self, what: str, attempt: Callable[[], T]) -> T:
+    def _retried(self, what: str, attempt: Callable[[float], T]) -> T:
         # A connection found broken (the server restarted since it was last used) is
-        # replaced and the call made once more: nothing of the failed one committed. A
-        # pool that had no connection to give within connect_timeout is not retried.
+        # replaced and the call made once more, within what is left of the call's
+        # deadline: nothing of the failed one committed. A pool that had no connection
+        # to give in time, or a server that did not answer in time, is not retried.
+        deadline = self._live().deadline()
         try:
-            return attempt()
+            return attempt(deadline)
         except _Broken:
-            return attempt()
+            return attempt(deadline)
 
     def _statement(self, what: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One statement in autocommit (atomic by itself): one round trip, no BEGIN."""
 
-        def attempt() -> list[tuple[Any, ...]]:
-            with self._connection(what) as conn:
+        def attempt(deadline: float) -> list[tuple[Any, ...]]:
+            with self._connection(what, deadline) as conn:
                 was = conn.autocommit
                 conn.autocommit = True
                 try:
@@ -353,17 +365,25 @@ class PostgresDedupStore(DedupStore):
 
         params = {"id": message_id, "now": now, "cutoff": now - self.window.seconds}
 
-        def attempt() -> bool:
-            with self._connection("the inbox") as conn, conn.transaction():
-                row = conn.execute(self._sql["peek"], params).fetchone()
+        def attempt(deadline: float) -> bool:
+            # The store's statements are watched, the application's effect is not (its
+            # statements have the server's statement timeout): a slow handler is not
+            # an outage.
+            target = self._live()
+            with self._connection("the inbox", deadline, watch=False) as conn:
+                with target.watched(conn, deadline):
+                    row = conn.execute(self._sql["peek"], params).fetchone()
                 if row is not None and row[0]:
+                    conn.rollback()
                     return False
                 effect(conn)
                 if conn.info.transaction_status != TransactionStatus.INTRANS:
                     raise ConfigError("the effect of finish_with_effect must not commit or "
                                       "roll back the store's transaction")
-                if conn.execute(self._sql["inbox_done"], params).fetchone() is None:
-                    raise _Lost
+                with target.watched(conn, time.monotonic() + target.call_timeout):
+                    if conn.execute(self._sql["inbox_done"], params).fetchone() is None:
+                        raise _Lost  # rolled back as the connection goes back
+                    conn.commit()
                 return True
 
         try:
@@ -389,8 +409,8 @@ class PostgresDedupStore(DedupStore):
         params = {"cutoff": now - window.seconds, "now": now, "count": window.count,
                   "batch": self._batch}
 
-        def attempt() -> int:
-            with self._connection("prune") as conn, conn.transaction():
+        def attempt(deadline: float) -> int:
+            with self._connection("prune", deadline) as conn, conn.transaction():
                 locked = conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))",
                                       (self._lock_key,)).fetchone()
                 if not (locked and locked[0]):
