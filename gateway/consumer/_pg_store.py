@@ -48,8 +48,8 @@ import anyio.to_thread
 
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._store import CheckpointStore
-from gateway.stores import PgTarget, migrate, open_pool, store_deadline
-from replication import ConfigError, OwnershipLost
+from gateway.stores import PgTarget, StoreOutages, migrate, open_pool, store_deadline
+from replication import ConfigError, OwnershipLost, StoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
@@ -155,6 +155,12 @@ class PostgresCheckpointStore(CheckpointStore):
             target, what="checkpoint store", schema=schema, max_size=max_connections,
             connect_timeout=connect_timeout, call_timeout=call_timeout)
         self.where = self._target.where
+        #: The store's outages: one warning when it goes away, one when it is back
+        #: (``outages.listen`` to hear of both; ``outages.count`` of them).
+        self.outages = StoreOutages(
+            f"checkpoint store at {self.where}",
+            meanwhile="partitions are kept while their heartbeat is valid; checkpoints "
+                      "and claims wait until it is back")
         try:
             if read_only:
                 self._check_exists(self._target)
@@ -327,10 +333,19 @@ class PostgresCheckpointStore(CheckpointStore):
         # rather than holding the thread and its connection. Abandoned when the caller
         # gives up: the thread finishes on its own, returning its connection.
         left = anyio.current_effective_deadline() - anyio.current_time()
-        with store_deadline(left):
-            return await anyio.to_thread.run_sync(
-                functools.partial(target.run, f"checkpoint store: {what}", body),
-                abandon_on_cancel=True)
+        # A little inside it, so that the caller hears StoreUnavailable (the store is
+        # away) rather than its own timeout (a store that hangs).
+        left -= min(0.1, left / 10)
+        try:
+            with store_deadline(left):
+                result = await anyio.to_thread.run_sync(
+                    functools.partial(target.run, f"checkpoint store: {what}", body),
+                    abandon_on_cancel=True)
+        except StoreUnavailable as exc:
+            self.outages.failed(what, exc)
+            raise
+        self.outages.answered()
+        return result
 
     def _check_exists(self, target: PgTarget) -> None:
         def body(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:

@@ -17,6 +17,7 @@ if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
     from gateway.stores._dedup_fallback import FallbackDedupStore
     from gateway.stores._dedup_open import DedupTarget, open_dedup_store
+    from gateway.stores._outages import StoreOutages
     from gateway.stores._outbox_core import (
         DeadRow,
         DestinationStats,
@@ -55,6 +56,7 @@ _LAZY = {
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
     "QuietPoolWarnings": "gateway.stores._pg_conn",
+    "StoreOutages": "gateway.stores._outages",
     "store_deadline": "gateway.stores._pg_conn",
     "PostgresDedupStore": "gateway.stores._pg_dedup",
     "PostgresRoleStore": "gateway.stores._pg_roles",
@@ -87,6 +89,7 @@ __all__ = [
     "SqliteDedupStore",
     "SqliteOutbox",
     "SqliteSessionStore",
+    "StoreOutages",
     "describe_dsn",
     "is_dsn",
     "migrate",
