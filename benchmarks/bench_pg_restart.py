@@ -12,9 +12,10 @@ seconds, ``pg_ctl start``) under two callers that run all the time, each on a
   through the inbox (``finish_with_effect`` writing one row): the first effect;
 - **check**: a de-dup check of 10 new ids (``Deduplicator.check_many``).
 
-Each caller calls again at once after an answer, and 20 ms after a
-``StoreUnavailable`` (a receiver's ``StoreWatch`` waits longer, up to 2 s, between
-attempts that fail at once; a waiting call is handed the first connection made). The
+Each caller calls again at once after an answer, through the ``StoreWatch`` the
+receivers wait out a store outage with (a call that fails is tried again after a
+random exponential backoff of up to 2 s; a call waiting for a connection is handed
+the first one made). The
 server is **back** at the first moment a probe connects (a new connection every
 10 ms while it is down, from a third thread). The figure is the time from then to
 the end of the caller's first call that succeeds, per restart and caller: p50 / p90
@@ -27,7 +28,10 @@ of an earlier commit) in a subprocess, for the before/after table.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import logging
 import random
 import shutil
 import statistics
@@ -46,28 +50,30 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Caller(threading.Thread):
-    """Calls ``step()`` in a loop; remembers when each successful call ended."""
+    """Calls ``step()`` in a loop through a receiver's ``StoreWatch`` (its retries
+    while the store is unavailable, on its own event loop); remembers when each
+    successful call ended."""
 
     def __init__(self, name: str, step: Any) -> None:
         super().__init__(name=name, daemon=True)
         self.step = step
         self.answered: list[float] = []
-        self.failed = 0
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        from replication import StoreUnavailable
+        asyncio.run(self._loop())
 
+    async def _loop(self) -> None:
+        from gateway.geo._store_watch import StoreWatch
+
+        store = self.step.__self__.store  # the Deduplicator's store
+        watch = StoreWatch(store, hooks=[], stopping=self.stopping.is_set)
         i = 0
         while not self.stopping.is_set():
             i += 1
-            try:
-                self.step(i)
-            except StoreUnavailable:
-                self.failed += 1
-                time.sleep(0.02)
-                continue
-            self.answered.append(time.monotonic())
+            with contextlib.suppress(Exception):  # only once stopping: still away
+                await watch.call(self.name, self.step, i)
+                self.answered.append(time.monotonic())
 
     def first_after(self, moment: float, within: float = 60.0) -> float | None:
         deadline = time.monotonic() + within
@@ -111,15 +117,21 @@ def callers(dsn: str) -> tuple[list[Caller], list[Any]]:
             conn.execute("INSERT INTO public.bench_effects VALUES (%s)", (message_id,))
         return effect
 
-    def inbox_step(i: int) -> None:
-        message_id = f"{run}-i{i}"
-        inbox.check(message_id)
-        inbox.succeeded_with(message_id, effect_of(message_id))
+    class Steps:
+        def __init__(self, dedup: Deduplicator) -> None:
+            self.store = dedup.store
+            self.dedup = dedup
 
-    def check_step(i: int) -> None:
-        check.check_many([f"{run}-c{i}-{k}" for k in range(10)])
+        def inbox(self, i: int) -> None:
+            message_id = f"{run}-i{i}"
+            self.dedup.check(message_id)
+            self.dedup.succeeded_with(message_id, effect_of(message_id))
 
-    return [Caller("inbox", inbox_step), Caller("check", check_step)], [inbox_store, check_store]
+        def check(self, i: int) -> None:
+            self.dedup.check_many([f"{run}-c{i}-{k}" for k in range(10)])
+
+    return ([Caller("inbox", Steps(inbox).inbox), Caller("check", Steps(check).check)],
+            [inbox_store, check_store])
 
 
 def measure(dsn: str, data_dir: str, restarts: int, down: tuple[float, float],
@@ -129,6 +141,8 @@ def measure(dsn: str, data_dir: str, restarts: int, down: tuple[float, float],
 
     server = EmbeddedPostgres(data_dir, fsync=False)
     rng = random.Random(seed)
+    logging.getLogger("geogateway").setLevel(logging.ERROR)  # the outage lines
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     workers, stores = callers(dsn)
     for worker in workers:
         worker.start()
