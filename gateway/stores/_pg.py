@@ -13,8 +13,12 @@ Errors name the server (``host:port/database as user``), never the password:
   this code: :class:`~replication.ConfigError`, one line each, raised by the store's
   constructor;
 - lost later (a restart, a failover of the server): :class:`~replication.StoreUnavailable`
-  from the call that met it; the pool replaces the broken connections, so the next
-  call after the server is back succeeds.
+  from the call that met it; the pool reconnects in the background, every 50-250 ms, and
+  a call waiting for a connection is handed the first one made, so the store is used
+  again within a fraction of a second of the server being back;
+- not answering (a frozen server, a half-open connection, a lock held elsewhere): every
+  call ends within its deadline (``call_timeout``, or its caller's sooner one) as
+  :class:`~replication.StoreUnavailable` (see :mod:`gateway.stores._pg_conn`).
 
 Schemas are versioned per component in ``<schema>.geogateway_schema``; each
 component's migrations run once, in one transaction, under an advisory lock, so any
