@@ -129,6 +129,10 @@ def pg_errors(where: str, what: str) -> Iterator[None]:
         raise GatewayError(f"{what}: PostgreSQL at {where} failed ({_reason(exc)})") from exc
 
 
+class BrokenConnection(StoreUnavailable):
+    """The connection broke: worth one more try on a new one."""
+
+
 @dataclass
 class PgTarget:
     """An open pool and what errors call it; ``owned`` when the store must close it.
@@ -191,6 +195,46 @@ class PgTarget:
             yield
         finally:
             watchdog.disarm(token)
+
+    @contextmanager
+    def checked(self, what: str, deadline: float, *, watch: bool = True
+                ) -> Iterator[psycopg.Connection[Any]]:
+        """:meth:`connection` with its errors mapped: a broken connection is
+        :class:`BrokenConnection` (worth one more try on a new one, see
+        :meth:`retried`), none to be had in time or no answer in time (a statement or
+        lock timeout, a frozen server) StoreUnavailable, another error on a sound
+        connection (a deadlock) a GatewayError."""
+        import psycopg
+
+        conn: psycopg.Connection[Any] | None = None
+        with pg_errors(self.where, what):
+            try:
+                with self.connection(what, deadline, watch=watch) as conn:
+                    yield conn
+            except psycopg.OperationalError as exc:
+                late = f"{what}: PostgreSQL at {self.where} did not answer within " \
+                       f"{self.call_timeout:.3g} s"
+                if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
+                    raise StoreUnavailable(f"{late} ({_reason(exc)})") from exc
+                if conn is not None and not conn.broken and not conn.closed:
+                    raise GatewayError(f"{what}: PostgreSQL at {self.where} failed "
+                                       f"({_reason(exc)})") from exc
+                if deadline <= time.monotonic():
+                    raise StoreUnavailable(f"{late} (the connection was broken)") from exc
+                self.drop_broken()  # the other broken connections too
+                raise BrokenConnection(f"{what}: PostgreSQL at {self.where} is unavailable "
+                                       f"({_reason(exc)})") from exc
+
+    def retried(self, attempt: Callable[[float], T]) -> T:
+        """``attempt(deadline)``, once more if its connection was found broken (the
+        server restarted since it was last used): nothing of the failed one committed.
+        Both within one deadline; a pool that had no connection to give in time, or a
+        server that did not answer in time, is not tried again."""
+        deadline = self.deadline()
+        try:
+            return attempt(deadline)
+        except BrokenConnection:
+            return attempt(deadline)
 
     def drop_broken(self) -> None:
         """Test the pooled connections and replace the broken ones (quietly: the

@@ -39,17 +39,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import PgTarget, _reason, migrate, open_pool, pg_errors
+from gateway.stores._pg import PgTarget, migrate, open_pool
 from replication import (
     DEFAULT_DEDUP_WINDOW,
     ConfigError,
     DedupStore,
     DedupWindow,
-    GatewayError,
-    StoreUnavailable,
     Verdict,
 )
 
@@ -138,10 +136,6 @@ class _Lost(Exception):
     """The inbox's mark found another copy's mark: roll the effect back."""
 
 
-class _Broken(StoreUnavailable):
-    """The connection broke: worth one more try on a new one."""
-
-
 class PostgresDedupStore(DedupStore):
     """A :class:`replication.DedupStore` (and transactional inbox) on PostgreSQL.
 
@@ -213,47 +207,9 @@ class PostgresDedupStore(DedupStore):
             raise RuntimeError("the dedup store is closed")
         return self._target
 
-    @contextlib.contextmanager
     def _connection(self, what: str, deadline: float, *, watch: bool = True
-                    ) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection until ``deadline``, errors mapped: a broken connection
-        is :class:`_Broken` (tried again on a new one), none to be had in time or no
-        answer in time (a statement or lock timeout, a frozen server) StoreUnavailable,
-        another error on a sound connection (a deadlock) a GatewayError."""
-        import psycopg
-
-        target = self._live()
-        conn: psycopg.Connection[Any] | None = None
-        with pg_errors(target.where, what):
-            try:
-                with target.connection(what, deadline, watch=watch) as conn:
-                    yield conn
-            except psycopg.OperationalError as exc:
-                if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
-                    raise StoreUnavailable(
-                        f"{what}: PostgreSQL at {target.where} did not answer within "
-                        f"{target.call_timeout:.3g} s ({_reason(exc)})") from exc
-                if conn is not None and not conn.broken and not conn.closed:
-                    raise GatewayError(f"{what}: PostgreSQL at {target.where} failed "
-                                       f"({_reason(exc)})") from exc
-                if deadline <= time.monotonic():
-                    raise StoreUnavailable(
-                        f"{what}: PostgreSQL at {target.where} did not answer within "
-                        f"{target.call_timeout:.3g} s (the connection was broken)") from exc
-                target.drop_broken()  # the other broken connections too
-                raise _Broken(f"{what}: PostgreSQL at {target.where} is unavailable "
-                              f"({_reason(exc)})") from exc
-
-    def _retried(self, what: str, attempt: Callable[[float], T]) -> T:
-        # A connection found broken (the server restarted since it was last used) is
-        # replaced and the call made once more, within what is left of the call's
-        # deadline: nothing of the failed one committed. A pool that had no connection
-        # to give in time, or a server that did not answer in time, is not retried.
-        deadline = self._live().deadline()
-        try:
-            return attempt(deadline)
-        except _Broken:
-            return attempt(deadline)
+                    ) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        return self._live().checked(what, deadline, watch=watch)
 
     def _statement(self, what: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One statement in autocommit (atomic by itself): one round trip, no BEGIN."""
@@ -269,7 +225,7 @@ class PostgresDedupStore(DedupStore):
                     if not conn.broken and not conn.closed:
                         conn.autocommit = was
 
-        return self._retried(what, attempt)
+        return self._live().retried(attempt)
 
     def reserve(self, handlers: int) -> None:
         """Make room for ``handlers`` inbox transactions at once, plus the claims and
@@ -387,7 +343,7 @@ class PostgresDedupStore(DedupStore):
                 return True
 
         try:
-            return self._retried("the inbox", attempt)
+            return self._live().retried(attempt)
         except _Lost:
             return False
 
@@ -418,7 +374,7 @@ class PostgresDedupStore(DedupStore):
                 return sum(max(0, conn.execute(sql, params).rowcount)
                            for sql in self._prune_sql)
 
-        return self._retried("prune", attempt)
+        return self._live().retried(attempt)
 
     def ping(self) -> None:
         """One round trip to the server.
