@@ -278,8 +278,8 @@ def main() -> None:
     dsn = server.start()
     try:
         if args.before:
-            table(f"before ({args.before})", run_before(args.before, args, dsn,
-                                                         str(parent / "server")))
+            label = f"before ({args.before})" + (" (freeze)" if args.freeze else "")
+            table(label, run_before(args.before, args, dsn, str(parent / "server")))
         result = measure(dsn, str(parent / "server"), args.restarts, args.down, args.seed,
                          args.freeze)
         table("this tree" + (" (freeze)" if args.freeze else ""), result)

@@ -56,6 +56,7 @@ T = TypeVar("T")
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DSN_PREFIXES = ("postgresql://", "postgres://")
+_MIGRATION_TIMEOUT = 600.0  # seconds a start may wait for the schema's migrations
 
 
 def is_dsn(value: object) -> bool:
@@ -242,9 +243,10 @@ class PgTarget:
         with contextlib.suppress(Exception):
             self.pool.check()
 
-    def run(self, what: str, body: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def run(self, what: str, body: Callable[[psycopg.Connection[Any]], T], *,
+            timeout: float | None = None) -> T:
         """``body(conn)`` in one transaction on a pooled connection, errors mapped,
-        within one deadline.
+        within one deadline (``timeout`` seconds from now, by default the call's).
 
         A connection found broken (the server restarted since it was last used) is
         replaced and ``body`` tried once more on a new one, within what is left of the
@@ -252,7 +254,7 @@ class PgTarget:
         """
         import psycopg
 
-        deadline = self.deadline()
+        deadline = self.deadline() if timeout is None else time.monotonic() + timeout
         with pg_errors(self.where, what):
             for attempt in (1, 2):
                 conn: psycopg.Connection[Any] | None = None
@@ -379,6 +381,8 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
                 " migrated_at = now()", (component, len(steps)))
 
     try:
-        target.run(f"the {component} schema", body)
+        # Not the calls' deadline: instances starting together wait for each other's
+        # migrations, and one may build an index.
+        target.run(f"the {component} schema", body, timeout=_MIGRATION_TIMEOUT)
     except StoreUnavailable as exc:
         raise ConfigError(str(exc)) from exc

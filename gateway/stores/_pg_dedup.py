@@ -309,7 +309,9 @@ class PostgresDedupStore(DedupStore):
 
         ``effect`` must act only through ``conn`` and must not commit, roll back or
         close it; it may run again when the connection broke and the transaction is
-        retried on a new one. Calls run concurrently, each on its own connection.
+        retried on a new one. It must end within ``call_timeout`` (its connection is
+        broken then: a server that stopped answering does not hold it for ever). Calls
+        run concurrently, each on its own connection.
 
         Raises:
             StoreUnavailable: the connection broke or none could be had; nothing kept.
@@ -322,9 +324,9 @@ class PostgresDedupStore(DedupStore):
         params = {"id": message_id, "now": now, "cutoff": now - self.window.seconds}
 
         def attempt(deadline: float) -> bool:
-            # The store's statements are watched, the application's effect is not (its
-            # statements have the server's statement timeout): a slow handler is not
-            # an outage.
+            # The store's statements are watched within the call's deadline; the
+            # application's effect gets a call_timeout of its own from its start (a
+            # frozen server must not hold it for ever either).
             target = self._live()
             with self._connection("the inbox", deadline, watch=False) as conn:
                 with target.watched(conn, deadline):
@@ -332,7 +334,8 @@ class PostgresDedupStore(DedupStore):
                 if row is not None and row[0]:
                     conn.rollback()
                     return False
-                effect(conn)
+                with target.watched(conn, time.monotonic() + target.call_timeout):
+                    effect(conn)
                 if conn.info.transaction_status != TransactionStatus.INTRANS:
                     raise ConfigError("the effect of finish_with_effect must not commit or "
                                       "roll back the store's transaction")

@@ -134,3 +134,27 @@ def test_a_row_locked_by_another_transaction_is_given_up_within_the_deadline(
         assert store.claim(["m1"], owner="b", now=20, lease=10) == [Verdict.DELIVER]
     finally:
         store.close()
+
+
+def test_an_inbox_effect_on_a_server_that_freezes_is_given_up(
+        server: EmbeddedPostgres, store: PostgresDedupStore,
+        freeze: Callable[[EmbeddedPostgres], Callable[[], None]]) -> None:
+    # Given an inbox effect during which the server freezes (its statement unanswered)
+    store.ping()
+    thaws: list[Callable[[], None]] = []
+
+    def effect(conn: psycopg.Connection[object]) -> None:
+        if not thaws:
+            thaws.append(freeze(server))
+        conn.execute("SELECT 1")
+
+    # When the inbox runs it, Then the call gives up in about its deadline
+    outcome, took = in_thread(lambda: store.finish_with_effect(
+        "m1", owner="a", now=time.time(), effect=effect), within=10)
+    assert isinstance(outcome, StoreUnavailable), outcome
+    assert took < 4.0
+    # And once the server goes on, the inbox commits the effect
+    thaws[0]()
+    outcome, _ = in_thread(lambda: store.finish_with_effect(
+        "m1", owner="a", now=time.time(), effect=effect), within=10)
+    assert outcome is True
