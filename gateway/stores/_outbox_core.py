@@ -34,9 +34,6 @@ __all__ = ["DeadRow", "DestinationStats", "MessageLike", "Outbox", "OutboxClaim"
 MessageLike = Message | bytes | str
 
 _NO_PROPERTIES = Message(b"").properties  # the shared empty default
-_FAST = ([f.name for f in fields(Message)] == ["body", "message_id", "partition_key",
-                                               "properties", "session_id"]
-         and "__slots__" not in vars(Message))
 
 #: Where a row keeps its message's session id: in the JSON of its properties, under a
 #: name no application property can have (a lone surrogate, which ``Message`` refuses;
@@ -52,6 +49,14 @@ class OutboxRow:
 
     seq: int
     message: Message
+
+
+#: Whether rows can be rebuilt without the checking constructors (``claimed_rows``): the
+#: records have the fields it fills in, and no slots.
+_FAST = ([f.name for f in fields(Message)] == ["body", "message_id", "partition_key",
+                                               "properties", "session_id"]
+         and [f.name for f in fields(OutboxRow)] == ["seq", "message"]
+         and "__slots__" not in vars(Message) and "__slots__" not in vars(OutboxRow))
 
 
 @dataclass(frozen=True)
@@ -198,7 +203,9 @@ def claimed_rows(rows: Iterable[Sequence[Any]]) -> tuple[OutboxRow, ...]:
         else:
             fields_["session_id"] = None
             fields_["properties"] = empty
-        out.append(OutboxRow(seq, message))
+        row = new(OutboxRow)  # a frozen dataclass's __init__ sets each field the slow way
+        row.__dict__.update(seq=seq, message=message)
+        out.append(row)
     return tuple(out)
 
 
