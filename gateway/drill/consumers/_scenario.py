@@ -8,20 +8,21 @@ with ``--transport eventhubs``, the event hub of that name on both namespaces of
 worker processes (``python -m gateway.drill.consumers._worker``) share its partitions through
 one SQLite checkpoint store and one SQLite dedup store, recording every delivery with
 an inbox handler (its write and the done mark commit in one transaction). Script, by
-the fraction of the messages *delivered* so far (so the event lands mid-consumption):
+the fraction of the messages *delivered* so far (so the event lands mid-consumption;
+a worker is killed or stopped once it owns a partition, so it has one to hand over):
 
 * ``consumer-crash``: workers w1, w2, w3; SIGKILL w2 at 40%. The survivors take its
   partitions once its heartbeat expires and its in-flight ids once their lease ends.
 * ``consumer-scale``: w1 and w2; start w3 at 30%; SIGTERM w1 at 60% (it checkpoints,
   releases its partitions and exits).
 
-The drill waits until every id was delivered and (unless a worker was SIGKILLed)
-the workers' progress counters show every copy consumed, delivered or suppressed
-(or ``settle_timeout``), half a second more for late duplicates, then stops the
-workers with SIGTERM. ``lost`` counts ids
-never recorded, ``duplicates_delivered`` the sum of ``count - 1`` over the table
-``drill_delivered``. ``duplicates_suppressed`` sums the counters that workers write
-when they exit gracefully: a SIGKILLed worker's suppressions are not included.
+The drill waits until every id was delivered, (unless a worker was SIGKILLed) the
+workers' progress counters show every copy consumed, delivered or suppressed, and every
+partition a killed or stopped worker held has a new owner (or ``settle_timeout``), half
+a second more for late duplicates, then stops the workers with SIGTERM. ``lost`` counts
+ids never recorded, ``duplicates_delivered`` the sum of ``count - 1`` over the table
+``drill_delivered``. ``duplicates_suppressed`` sums the counters that workers write when
+they exit gracefully: a SIGKILLed worker's suppressions are not included.
 
 The report also names what the script did to the workers (``worker_actions``), the
 partitions of either namespace that changed hands after it (``partitions_moved``,
@@ -120,6 +121,7 @@ class _ConsumerDrill:
         self.counters = DrillCounters(self.timeline)
         self.sent = 0
         self.script = list(_SCRIPTS[scenario])
+        self.gone: set[str] = set()  # the workers the script killed or stopped
         self.connection_strings: dict[str, str] = {}  # Event Hubs on the emulator, if set
 
     def _namespaces(self) -> tuple[NamespaceLike, NamespaceLike]:
@@ -182,8 +184,10 @@ class _ConsumerDrill:
             await self._start(name)  # the next step waits until this worker is up
         elif action == "kill":
             self.workers.kill(name)
+            self.gone.add(name)
         elif action == "term":
             self.workers.terminate(name)
+            self.gone.add(name)
 
     def _spans(self) -> list[shared.ReadSpan]:
         """Every worker's spans of partition ownership, from its last progress file
@@ -229,6 +233,8 @@ class _ConsumerDrill:
             seen.extend([self.timeline.now()] * max(0, suppressed - len(seen)))
             while script and delivered >= script[0][0] * self.total:
                 _, action, name = script[0]
+                if action != "start" and not await asyncio.to_thread(self._owns_some, name):
+                    break  # a worker that reads nothing yet has nothing to hand over
                 await self._act(action, name)
                 script.pop(0)
             await asyncio.sleep(_POLL)
@@ -246,7 +252,8 @@ class _ConsumerDrill:
             # every copy was consumed.
             if (drained and not self.script
                     and await asyncio.to_thread(self._count) >= self.sent
-                    and await asyncio.to_thread(self._all_consumed)):
+                    and await asyncio.to_thread(self._all_consumed)
+                    and await asyncio.to_thread(self._left_partitions_taken)):
                 return
             if watching.done():
                 watching.result()  # the watcher failed: raise its error
@@ -261,6 +268,24 @@ class _ConsumerDrill:
         copies = self.sent * (2 if self.mode is Mode.ACTIVE else 1)
         consumed = self._progress_counts("delivered") + self._progress_counts("duplicates")
         return consumed >= copies
+
+    def _owns_some(self, worker: str) -> bool:
+        """True if ``worker`` is the latest owner of a partition, by the progress files."""
+        return worker in {span.worker for span in self._latest_spans()}
+
+    def _latest_spans(self) -> list[shared.ReadSpan]:
+        """Each partition's latest span of ownership."""
+        latest: dict[str, shared.ReadSpan] = {}
+        for span in self._spans():
+            if span.partition not in latest or span.claimed > latest[span.partition].claimed:
+                latest[span.partition] = span
+        return list(latest.values())
+
+    def _left_partitions_taken(self) -> bool:
+        """True once no partition's latest owner is a worker the script killed or
+        stopped: the drill is there to show the take-over, which can come after the
+        last id was delivered (in active mode, by the other namespace's copies)."""
+        return not any(span.worker in self.gone for span in self._latest_spans())
 
     def _progress_counts(self, counter: str) -> int:
         """A counter summed over the workers' progress files (written every 0.2 s)."""

@@ -374,7 +374,7 @@ def test_cli_a_postgres_drill_without_the_extra_is_refused_before_it_makes_a_fol
     result = run_process("drill", *args, "--messages", "10", "--data-dir", str(data_dir),
                          cwd=tmp_path, env={"PYTHONPATH": path})
     # Then one line says what to install, and no state folder was made
-    expect_one_line_error(result, 1, "pip install 'geogateway[postgres]'")
+    expect_one_line_error(result, 2, "pip install 'geogateway[postgres]'")
     assert "drill state" not in result[2]
     assert not data_dir.exists() or list(data_dir.iterdir()) == []
 
