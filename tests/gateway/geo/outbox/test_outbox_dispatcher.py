@@ -146,15 +146,15 @@ async def test_a_failure_within_a_read_deletes_the_batches_sent_before_it(
     errors: list[str] = []
     sender = _FailsOnce(make_sender(), fail_on=2)
     dispatcher = AsyncOutboxDispatcher(outbox_app.outbox, sender, batch_size=2,
-                                       retry_interval=0.05,
+                                       retry_interval=0.5,
                                        on_error=lambda e, exc: errors.append(e))
     # When a round sends the first batch and fails on the second
     assert await dispatcher.dispatch_once() == 2
     # Then the first batch is deleted, the rest waits, and the destination backs off
     assert outbox_app.outbox.stats().waiting == 5 and errors == [ENTITY]
     assert dispatcher.stats.send_errors == 1 and dispatcher.stats.batches == 1
-    assert await dispatcher.dispatch_once() == 0  # backing off: not tried
-    await anyio.sleep(0.06)
+    assert await dispatcher.dispatch_once() == 0  # backing off (0.5 s): not tried
+    await anyio.sleep(0.55)
     assert await dispatcher.dispatch_once() == 5
     assert await ns.drain_ids("primary") == [f"m{i}" for i in range(7)]
     assert dispatcher.stats.batches == 4
