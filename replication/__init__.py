@@ -29,6 +29,7 @@ from replication._errors import (
     GatewayError,
     MessageRejected,
     MessageTooLarge,
+    NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
     OwnershipLost,
@@ -51,6 +52,7 @@ from replication._routing import (
     parse_destination,
     plan_send,
     replayable,
+    retry_in_namespace,
     should_fail_back,
 )
 from replication._sessions import (
@@ -85,6 +87,7 @@ __all__ = [
     "MessageRejected",
     "MessageTooLarge",
     "Mode",
+    "NamespaceRefused",
     "NamespaceUnavailable",
     "Operation",
     "OperationTimeout",
@@ -111,6 +114,7 @@ __all__ = [
     "parse_destination",
     "plan_send",
     "replayable",
+    "retry_in_namespace",
     "scoped",
     "session_position",
     "should_fail_back",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import anyio
 from tenacity import (
     AsyncRetrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_random_exponential,
@@ -36,6 +36,7 @@ from replication import (
     RetryPolicy,
     RoleState,
     TransportError,
+    retry_in_namespace,
 )
 
 __all__ = ["NamespacePair", "SendOutcome"]
@@ -166,8 +167,10 @@ class NamespacePair:
 
     async def _send_retried(self, namespace: str, batch: Sequence[Message]) -> None:
         """Send with the retry policy: ``attempts`` tries at most, none begun after
-        ``max_delay``, a random exponential backoff between them. Each success's
-        latency goes to the namespace's deadline estimator."""
+        ``max_delay``, a random exponential backoff between them. A refusal
+        (``NamespaceRefused``) is not retried: the namespace said no, and the send goes
+        on to the other one at once (``replication.retry_in_namespace``). Each
+        success's latency goes to the namespace's deadline estimator."""
         transport = self.transports[namespace]
         retry = self._retry
         started = time.monotonic()
@@ -175,8 +178,9 @@ class NamespacePair:
             # Most sends succeed at once: only one that failed pays for tenacity.
             await self._timed_send(transport, batch)
             return
-        except TransportError:
-            if retry.attempts <= 1 or time.monotonic() - started >= retry.max_delay:
+        except TransportError as exc:
+            if (retry.attempts <= 1 or not retry_in_namespace(exc)
+                    or time.monotonic() - started >= retry.max_delay):
                 raise
         # The first backoff here, the later ones tenacity's: initial * 2**(n-1) before
         # attempt n + 1, as one AsyncRetrying over all the attempts would wait.
@@ -186,7 +190,7 @@ class NamespacePair:
             stop=stop_after_attempt(retry.attempts - 1) | stop_after_delay(max(0.0, left)),
             wait=wait_random_exponential(multiplier=2 * retry.initial_backoff,
                                          max=retry.max_backoff),
-            retry=retry_if_exception_type(TransportError),
+            retry=retry_if_exception(retry_in_namespace),
             reraise=True,
             sleep=self._sleep,
         )
