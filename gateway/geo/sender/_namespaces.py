@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 import os
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -167,7 +166,8 @@ class NamespacePair:
 
     async def _send_retried(self, namespace: str, batch: Sequence[Message]) -> None:
         """Send with the retry policy: ``attempts`` tries at most, none begun after
-        ``max_delay``, a random exponential backoff between them. A refusal
+        ``max_delay``, the second at once and a random exponential backoff before each
+        later one. A refusal
         (``NamespaceRefused``) is not retried: the namespace said no, and the send goes
         on to the other one at once (``replication.retry_in_namespace``). Each
         success's latency goes to the namespace's deadline estimator."""
@@ -182,9 +182,9 @@ class NamespacePair:
             if (retry.attempts <= 1 or not retry_in_namespace(exc)
                     or time.monotonic() - started >= retry.max_delay):
                 raise
-        # The first backoff here, the later ones tenacity's: initial * 2**(n-1) before
-        # attempt n + 1, as one AsyncRetrying over all the attempts would wait.
-        await self._sleep(random.uniform(0, min(retry.initial_backoff, retry.max_backoff)))
+        # The first retry goes at once: a dropped connection is reopened by it, and a
+        # single blip costs one round trip (no failover, no role swap). Tenacity backs
+        # off before the later ones: random up to initial * 2**(n-1) before attempt n + 1.
         left = retry.max_delay - (time.monotonic() - started)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(retry.attempts - 1) | stop_after_delay(max(0.0, left)),

@@ -164,3 +164,29 @@ async def test_a_refused_send_with_both_namespaces_down_is_buffered_after_one_at
     # Then one attempt each, and the message waits in the durable queue
     assert log == ["primary", "secondary"]
     assert result.namespaces == () and result.buffered == (f"*/{ENTITY}",)
+
+
+async def test_a_dropped_connection_is_retried_at_once_and_later_retries_back_off(
+    make_sender: SenderFactory, ns: Namespaces, logged: tuple[Logged, Logged],
+    log: list[str],
+) -> None:
+    # Given a passive sender that records its backoffs
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    primary, secondary = logged
+    sender = make_sender(primary=primary, secondary=secondary, sleep=sleep)
+    # When the primary drops one send's connection
+    primary.fail_next(1, NamespaceUnavailable)
+    assert (await sender.send(Message("a", message_id="m1"))).namespaces == ("primary",)
+    # Then the retry went at once, with no backoff (a reconnect needs no pause)
+    assert waits == []
+    # When it drops two in a row
+    primary.fail_next(2, NamespaceUnavailable)
+    result = await sender.send(Message("b", message_id="m2"))
+    # Then the third attempt waited one jittered backoff, and the primary took it
+    assert result.namespaces == ("primary",) and not result.failed_over
+    assert len(waits) == 1 and 0 <= waits[0] <= 2 * sender.policy.retry.initial_backoff
+    assert log == ["primary"] * 5
