@@ -294,4 +294,5 @@ class NamespacePair:
                 task.cancel()
         for transport in self._owned:
             await transport.aclose()
+        await self.role_keeper.flush()
         self.role_keeper.close()

@@ -9,6 +9,7 @@ to, never the time.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -21,6 +22,7 @@ from replication import (
     NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
+    RoleState,
     TransportError,
     classify,
     retry_in_namespace,
@@ -190,3 +192,48 @@ async def test_a_dropped_connection_is_retried_at_once_and_later_retries_back_of
     assert result.namespaces == ("primary",) and not result.failed_over
     assert len(waits) == 1 and 0 <= waits[0] <= 2 * sender.policy.retry.initial_backoff
     assert log == ["primary"] * 5
+
+
+class SlowDisk:
+    """A one-process role store (like the JSON file) whose writes take as long as the
+    test says: each ``swap`` waits until ``release()`` (at most 5 s)."""
+
+    shared = False
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.written: list[RoleState] = []
+
+    def release(self) -> None:
+        self.released.set()
+
+    def load(self, primary: str, secondary: str) -> RoleState:
+        return self.written[-1] if self.written else RoleState.initial(primary, secondary)
+
+    def swap(self, expected: RoleState, new: RoleState) -> RoleState:
+        self.released.wait(5.0)
+        self.written.append(new)
+        return new
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_failover_does_not_wait_for_the_roles_file_and_it_is_written_after(
+    make_sender: SenderFactory, ns: Namespaces, logged: tuple[Logged, Logged],
+) -> None:
+    # Given a passive sender whose roles go to a store that writes slowly (an fsync on
+    # a busy disk), and its primary taken down
+    primary, secondary = logged
+    disk = SlowDisk()
+    sender = make_sender(primary=primary, secondary=secondary, roles_store=disk)
+    ns.primary.down()
+    # When it sends
+    result = await sender.send(Message("a", message_id="m1"))
+    # Then the send returned, failed over, before the write ended
+    assert result.namespaces == ("secondary",) and result.failed_over
+    assert sender.roles.active == "secondary" and disk.written == []
+    # And once the disk answers, the new roles are written (by close at the latest)
+    disk.release()
+    await sender.aclose()
+    assert [s.active for s in disk.written] == ["secondary"]
