@@ -20,6 +20,10 @@ file, WAL mode) and the PostgreSQL outbox (an embedded server with fsync on, sta
 a temporary directory; or ``--dsn``); each round has a fresh outbox and namespaces. The
 table shows medians over all chunks of all rounds (the ratio's quartiles beside it).
 Target: >= 0.7x.
+
+Beside them, the CPU time of this process per message each way, and their ratio (the
+same chunks): what the load on a shared machine moves much less than the wall-clock
+rates. PostgreSQL's own work runs in its server's processes and is not counted.
 """
 
 from __future__ import annotations
@@ -107,28 +111,31 @@ class Store:
         outbox.close()
 
 
-async def send_direct(sender: AsyncGeoSender, part: list[Message]) -> float:
-    """Seconds to send ``part`` in batches of 100, straight."""
-    started = time.perf_counter()
+async def send_direct(sender: AsyncGeoSender, part: list[Message]) -> tuple[float, float]:
+    """Seconds (wall-clock, and this process's CPU) to send ``part`` in batches of 100,
+    straight."""
+    started, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(part), BATCH):
         await sender.send_batch(part[i:i + BATCH])
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
-async def send_dispatched(dispatcher: AsyncOutboxDispatcher, count: int) -> float:
-    """Seconds for the dispatcher to send (and delete) the ``count`` rows waiting."""
-    started = time.perf_counter()
+async def send_dispatched(dispatcher: AsyncOutboxDispatcher, count: int) -> tuple[float, float]:
+    """Seconds (wall-clock, and this process's CPU) for the dispatcher to send (and
+    delete) the ``count`` rows waiting."""
+    started, cpu = time.perf_counter(), time.process_time()
     target = dispatcher.stats.sent + count
     while dispatcher.stats.sent < target:
         await dispatcher.dispatch_once()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 async def measure(store: Store, messages: list[Message], rounds: int,
                   chunk: int) -> dict[str, list[float]]:
     """Per chunk of messages: the direct send and the dispatch of the same messages,
     back to back (which goes first alternates), so both meet the same load."""
-    results: dict[str, list[float]] = {"direct": [], "dispatch": [], "add": [], "ratio": []}
+    results: dict[str, list[float]] = {"direct": [], "dispatch": [], "add": [], "ratio": [],
+                                       "direct_cpu": [], "dispatch_cpu": [], "cpu_ratio": []}
     for _ in range(rounds):
         outbox = store.fresh()
         try:
@@ -142,15 +149,18 @@ async def measure(store: Store, messages: list[Message], rounds: int,
                     part = messages[start:start + chunk]
                     added = await asyncio.to_thread(store.add, outbox, part)
                     if n % 2 == 0:
-                        direct = await send_direct(straight, part)
-                        dispatched = await send_dispatched(dispatcher, len(part))
+                        direct, direct_cpu = await send_direct(straight, part)
+                        dispatched, dispatch_cpu = await send_dispatched(dispatcher, len(part))
                     else:
-                        dispatched = await send_dispatched(dispatcher, len(part))
-                        direct = await send_direct(straight, part)
+                        dispatched, dispatch_cpu = await send_dispatched(dispatcher, len(part))
+                        direct, direct_cpu = await send_direct(straight, part)
                     results["direct"].append(len(part) / direct)
                     results["dispatch"].append(len(part) / dispatched)
                     results["add"].append(len(part) / added)
                     results["ratio"].append(direct / dispatched)
+                    results["direct_cpu"].append(direct_cpu / len(part) * 1e6)
+                    results["dispatch_cpu"].append(dispatch_cpu / len(part) * 1e6)
+                    results["cpu_ratio"].append(direct_cpu / dispatch_cpu)
         finally:
             store.drop(outbox)
     return results
@@ -166,12 +176,13 @@ async def main() -> None:
     args = parser.parse_args()
     body = b"x" * BODY
     messages = [Message(body, message_id=f"bench-{i:08d}") for i in range(args.messages)]
-    console = Console()
+    console = Console(width=200)
     table = Table(title=f"outbox dispatch vs direct send_batch: {args.messages} messages of "
                         f"{BODY} B, batches of {BATCH}, {args.rounds} rounds, medians over "
                         f"the chunks of {args.chunk}")
     for column in ("outbox", "direct msg/s", "dispatch msg/s", "dispatch / direct",
-                   "target", "result", "add msg/s (context)"):
+                   "target", "result", "add msg/s (context)",
+                   "CPU µs/msg direct / dispatch (ratio)"):
         table.add_column(column)
     with tempfile.TemporaryDirectory(prefix="bench-outbox-") as tmp:
         root = Path(tmp)
@@ -190,7 +201,10 @@ async def main() -> None:
                     f"{ratio:.2f}x (p25 {quantile(got['ratio'], 0.25):.2f}, "
                     f"p75 {quantile(got['ratio'], 0.75):.2f})",
                     f">= {TARGET}x", "PASS" if ratio >= TARGET else "FAIL",
-                    f"{statistics.median(got['add']):,.0f}")
+                    f"{statistics.median(got['add']):,.0f}",
+                    f"{statistics.median(got['direct_cpu']):.1f} / "
+                    f"{statistics.median(got['dispatch_cpu']):.1f} "
+                    f"({statistics.median(got['cpu_ratio']):.2f}x)")
         finally:
             if server is not None:
                 await asyncio.to_thread(server.stop)

@@ -91,9 +91,12 @@ class DedupStore(Protocol):
     ) -> list[Verdict]:
         """Claim each id for ``owner`` until ``now + lease``, atomically per id.
 
-        Per id, in order: done within the window -> ``DUPLICATE``; claimed by anyone
-        (including ``owner``, or earlier in the same batch) with an unexpired lease ->
-        ``HOLD``; otherwise the id is claimed -> ``DELIVER``.
+        Per id, in order: done within the window -> ``DUPLICATE``; claimed by another
+        owner (or earlier in the same batch) with an unexpired lease -> ``HOLD``;
+        otherwise the id is claimed -> ``DELIVER``. An unexpired claim of ``owner``'s
+        own is claimed again (``DELIVER``, the lease renewed): it is one whose answer
+        ``owner`` never got (the connection broke after the commit), since a
+        :class:`Deduplicator` never asks again for an id it holds.
         """
         raise NotImplementedError  # pragma: no cover
 

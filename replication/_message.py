@@ -151,9 +151,11 @@ def _checked(properties: Mapping[str, PropertyValue]) -> Mapping[str, PropertyVa
     for key, value in props.items():
         if not isinstance(key, str):
             raise TypeError(f"property names must be str, not {type(key).__name__}")
-        _utf8(key, "a property name")
+        if not key.isascii():  # O(1): ASCII text is valid UTF-8, nothing to encode
+            _utf8(key, "a property name")
         if isinstance(value, str):
-            _utf8(value, f"property {key!r}")
+            if not value.isascii():
+                _utf8(value, f"property {key!r}")
         elif value is not None and not isinstance(value, (str, int, float, bool)):
             # Application properties are flat (AMQP allows no map or list there):
             # data, not a programming error, so rejected like an oversized message.

@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 
 from tests.azurite import azurite, azurite_port, container
-from tests.postgres import pg, pg_server_factory, pg_session_server
+from tests.postgres import freeze, pg, pg_server_factory, pg_session_server
 
 # fixtures for every test
-__all__ = ["azurite", "azurite_port", "container", "pg", "pg_server_factory",
+__all__ = ["azurite", "azurite_port", "container", "freeze", "pg", "pg_server_factory",
            "pg_session_server"]
 
 

@@ -10,7 +10,10 @@ tables. A test that restarts or stops the server starts its own with
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -70,3 +73,39 @@ def pg_server_factory() -> Iterator[Callable[[], EmbeddedPostgres]]:
     for server, parent in started:
         server.cleanup()
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def server_pids(server: EmbeddedPostgres) -> list[int]:
+    """The postmaster of ``server`` and its children (backends, background workers)."""
+    postmaster = int((server.pgdata / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == postmaster:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@pytest.fixture
+def freeze() -> Iterator[Callable[[EmbeddedPostgres], Callable[[], None]]]:
+    """``thaw = freeze(server)`` stops every process of the server (SIGSTOP): it is
+    there, its sockets accept, and nothing answers; ``thaw()`` (SIGCONT) lets it go
+    on. Whatever is still frozen at teardown is thawed."""
+    frozen: list[int] = []
+
+    def thaw() -> None:
+        while frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen.pop(), signal.SIGCONT)
+
+    def stop(server: EmbeddedPostgres) -> Callable[[], None]:
+        for pid in server_pids(server):
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+        return thaw
+
+    yield stop
+    thaw()

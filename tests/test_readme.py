@@ -1,13 +1,20 @@
-"""The README's commands are the ones CI runs.
+"""The README's commands are the ones CI runs, and its samples are what they print.
 
 ``.ci/run`` must contain, as one of its lines, exactly the command in the README's
-```sh block under "## Running the tests"; the Quick start's first block runs the drill.
+```sh block under "## Running the tests"; the Quick start's first block runs the drill,
+and the sample report under it is what that command prints (its varying figures as
+ranges); the outbox's snippets define every name they use.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```sh[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -81,3 +88,89 @@ def test_every_module_the_docs_name_exists() -> None:
     assert len(named) > 10  # the check reads the docs at all
     missing = sorted({f"{doc}: {name}" for doc, name in named if not _exists(name)})
     assert missing == [], "the docs name modules that are gone:\n" + "\n".join(missing)
+
+
+# -- the quick start's sample report ----------------------------------------------------
+
+#: A table row as rich prints it: ``│ label │ value │``.
+ROW = re.compile(r"^│ (.*?) +│ (.*?) +│$")
+#: A figure that varies from run to run, written in the sample as the range runs printed
+#: (``10-200``, ``14-50 s``): the run must print one number of that unit there.
+RANGE = re.compile(r"\d+(?:\.\d+)?-\d+(?:\.\d+)?(?P<unit>(?: [a-z]+)?)")
+#: A fenced block: its language (empty for a sample of output) and its text.
+BLOCK = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def split_table(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The lines of a printed table that are not rows (title, borders, header), and
+    its rows as (label, value)."""
+    frame, rows = [], []
+    for line in text.strip("\n").splitlines():
+        row = ROW.match(line.rstrip())
+        if row:
+            rows.append((row.group(1), row.group(2)))
+        else:
+            frame.append(line.rstrip())
+    return frame, rows
+
+
+def matches(sample: str, printed: str) -> bool:
+    """A sample's value is what the run printed, or a range of its unit."""
+    varying = RANGE.fullmatch(sample)
+    if varying is None:
+        return sample == printed
+    return re.fullmatch(rf"\d+(?:\.\d+)?{re.escape(varying.group('unit'))}", printed) is not None
+
+
+def test_the_sample_check_can_tell_a_wrong_sample() -> None:
+    assert matches("14-50 s", "23.731 s") and matches("10-200", "13") and matches("0", "0")
+    assert not matches("14-50 s", "13") and not matches("0", "13")
+    assert not matches("4.400 s", "23.731 s")
+
+
+@pytest.mark.timeout(600)
+def test_the_quick_start_sample_is_what_the_drill_prints(tmp_path: Path) -> None:
+    # Given the quick start's drill command (its last step) and the sample under it
+    text = section("## Quick start")
+    *_, command = first_sh_command("## Quick start").split("&&")
+    program, *args = command.split()
+    assert program == ".venv/bin/geogateway", command
+    samples = [body for language, body in BLOCK.findall(text) if not language]
+    assert samples, "no sample output block under the quick start"
+    sample_frame, sample_rows = split_table(samples[0])
+    # When that command runs (the geogateway of this environment)
+    script = Path(sys.executable).with_name("geogateway")
+    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "gateway.cli"]
+    proc = subprocess.run(
+        [*launcher, *args], capture_output=True, text=True, timeout=540, cwd=tmp_path,
+        stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    frame, rows = split_table(proc.stdout)
+    # Then the sample has its title, borders and header, and its rows in their order,
+    # each value what the run printed or a range the printed figure is a number of
+    assert sample_frame == frame, proc.stdout
+    assert [label for label, _ in sample_rows] == [label for label, _ in rows], proc.stdout
+    wrong = [(label, want, got) for (label, want), (_, got) in zip(sample_rows, rows, strict=True)
+             if not matches(want, got)]
+    assert wrong == [], f"README sample vs the run (label, sample, printed): {wrong}"
+    assert any(RANGE.fullmatch(value) for _, value in sample_rows)  # it has varying figures
+
+
+# -- the outbox's snippets ----------------------------------------------------------------
+
+PYTHON = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def test_the_outbox_snippets_define_every_name_they_use(tmp_path: Path) -> None:
+    # Given the outbox section's Python snippets, read in order as one program
+    code = "\n".join(PYTHON.findall(section("## Outbox: sending in the application's own "
+                                             "transaction")))
+    assert "PostgresOutbox" in code
+    program = tmp_path / "outbox_snippets.py"
+    program.write_text(code)
+    # Then ruff finds no undefined name in them
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821",
+         "--output-format", "concise", str(program)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
+import inspect
 import threading
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from gateway._support.blocking import DriverThread
 
-__all__ = ["PortalDriver"]
+__all__ = ["PortalDriver", "twin_arguments"]
 
 T = TypeVar("T")
 D = TypeVar("D", bound="PortalDriver")
@@ -148,6 +150,26 @@ class PortalDriver:
 
     def close(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError()
+
+
+def twin_arguments(twin: Callable[..., Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of ``twin`` (an async class) taken by name from ``values``.
+
+    A sync driver spells out its async twin's parameters (so that editors and mypy
+    check them) and passes its ``locals()`` here: every parameter of the twin is
+    forwarded by name, and none can be left behind by a hand-written list.
+
+    Raises:
+        KeyError: ``values`` lacks one of the twin's parameters.
+    """
+    return {name: values[name] for name in _parameter_names(twin)}
+
+
+@functools.cache
+def _parameter_names(twin: Callable[..., Any]) -> tuple[str, ...]:
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return tuple(p.name for p in inspect.signature(twin).parameters.values()
+                 if p.kind not in variadic)
 
 
 def _close_if_alive(ref: weakref.ref[PortalDriver]) -> None:

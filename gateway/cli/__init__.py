@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gateway.cli._common import error_line
+from gateway.cli._common import error_line, extra_of
 from replication import GatewayError
 
 __all__ = ["main"]
@@ -141,9 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         error_line(exc.format_message())
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        extra = extra_of(exc)
+        if extra is None:
+            raise
+        error_line(f"this command needs the {extra} extra ({exc.name} is not installed): "
+                   f"pip install 'geogateway[{extra}]'")
+        return 2
     except (GatewayError, OSError) as exc:
         error_line(str(exc))
-        return 1
+        # A missing extra is the install's shortcoming, not the run's: exit 2, as for
+        # any usage error, whichever layer found it.
+        return 2 if extra_of(exc) else 1
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130

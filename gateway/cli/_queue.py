@@ -42,7 +42,8 @@ def _when(ts: float | None) -> str:
 def queue_path_option(func: Any) -> Any:
     func = click.option(
         "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-        envvar="GEOGATEWAY_CONFIG", help="Read durable_queue.path from this file.",
+        envvar="GEOGATEWAY_CONFIG", show_envvar=True,
+        help="Read durable_queue.path from this file.",
     )(func)
     return click.option(
         "-q", "--queue", "queue_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -208,9 +209,9 @@ def _entity(dest: str) -> str:
 
 @queue.command()
 @queue_path_option
-@click.option("--primary", help="Primary namespace [env: GEOGATEWAY_PRIMARY; default: "
+@click.option("--primary", help="Primary namespace [env var: GEOGATEWAY_PRIMARY; default: "
               "--config's, else local://primary].")
-@click.option("--secondary", help="Secondary namespace [env: GEOGATEWAY_SECONDARY; default: "
+@click.option("--secondary", help="Secondary namespace [env var: GEOGATEWAY_SECONDARY; default: "
               "--config's, else local://secondary].")
 @click.option("--dead-letters", is_flag=True, help="Requeue dead-lettered messages first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

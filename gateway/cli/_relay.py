@@ -104,7 +104,8 @@ def relay_endpoints(primary: str | None, secondary: str | None, hybrid_connectio
     """The endpoints given (role → endpoint), from the options and ``--config``.
 
     Raises:
-        ConfigError: an unreadable config, a bad connection string, or none given.
+        ConfigError: an unreadable config, or a bad connection string.
+        click.UsageError: none given.
     """
     from gateway.relay.protocol import RelayEndpoint
     from replication import ConfigError
@@ -133,8 +134,8 @@ def relay_endpoints(primary: str | None, secondary: str | None, hybrid_connectio
             except ConfigError as exc:
                 raise ConfigError(f"--{role}: {exc}") from None
     if not endpoints:
-        raise ConfigError("give the relay connection strings: --primary and --secondary "
-                          "(or GEOGATEWAY_RELAY_PRIMARY/_SECONDARY, or --config)")
+        raise click.UsageError("give the relay connection strings: --primary and --secondary "
+                               "(or GEOGATEWAY_RELAY_PRIMARY/_SECONDARY, or --config)")
     return endpoints
 
 

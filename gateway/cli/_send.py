@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from gateway.cli._common import (
+    choice,
     data_dir_option,
     gateway_config,
     out,
@@ -34,12 +35,13 @@ def register(group: click.Group) -> None:
 def common(func: Any) -> Any:
     for decorator in reversed([
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                     envvar="GEOGATEWAY_CONFIG", help="Gateway config file (TOML)."),
-        click.option("--primary", help="Primary namespace [env: GEOGATEWAY_PRIMARY; "
+                     envvar="GEOGATEWAY_CONFIG", show_envvar=True,
+                     help="Gateway config file (TOML)."),
+        click.option("--primary", help="Primary namespace [env var: GEOGATEWAY_PRIMARY; "
                      "default: local://primary]."),
-        click.option("--secondary", help="Secondary namespace [env: GEOGATEWAY_SECONDARY; "
+        click.option("--secondary", help="Secondary namespace [env var: GEOGATEWAY_SECONDARY; "
                      "default: local://secondary]."),
-        click.option("--entity", "-e", help="Queue to use [env: GEOGATEWAY_ENTITY]."),
+        click.option("--entity", "-e", help="Queue to use [env var: GEOGATEWAY_ENTITY]."),
         data_dir_option,
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
     ]):
@@ -51,10 +53,10 @@ def common(func: Any) -> Any:
 @common
 @click.argument("bodies", nargs=-1)
 @click.option("--count", type=click.IntRange(min=1), help="Send this many generated messages.")
-@click.option("--mode", type=click.Choice(["passive", "active"]),
-              help="Replication mode [env: GEOGATEWAY_MODE; default: passive].")
+@click.option("--mode", type=choice(["passive", "active"]),
+              help="Replication mode [env var: GEOGATEWAY_MODE; default: passive].")
 @click.option("-q", "--durable-queue", type=click.Path(dir_okay=False, path_type=Path),
-              help="Buffer here when both namespaces are down [env: GEOGATEWAY_DURABLE_QUEUE].")
+              help="Buffer here when both namespaces are down [env var: GEOGATEWAY_DURABLE_QUEUE].")
 @click.option("--message-id", help="MessageId of a single message (default: generated).")
 @click.option("--property", "properties", metavar="NAME=TEXT|NAME:=JSON", multiple=True,
               help="An application property of every message: text, or (:=) a JSON number, "
@@ -164,7 +166,7 @@ def _properties(options: tuple[str, ...]) -> dict[str, PropertyValue]:
               help="Seconds to wait for messages.")
 @click.option("--dedup-store", metavar="FILE|DSN",
               help="De-duplication window: a SQLite file, or a PostgreSQL DSN "
-                   "(postgresql://...) shared by a fleet [env: GEOGATEWAY_DEDUP_STORE; "
+                   "(postgresql://...) shared by a fleet [env var: GEOGATEWAY_DEDUP_STORE; "
                    "default: <data dir>/dedup.db].")
 @click.option("--peek", is_flag=True, help="Abandon instead of complete (leave them queued).")
 def receive(config_path: Path | None, primary: str | None, secondary: str | None,

@@ -22,6 +22,7 @@ from gateway.cli._common import (
     out,
     print_json,
     print_table,
+    require_extra,
     run,
 )
 from gateway.geo import GatewayConfig
@@ -82,6 +83,8 @@ def serve(config_path: Path | None, entity: str | None, checkpoint_store: Path |
     /readyz answers 200 when at least one namespace is usable and the durable queue is
     writable, else 503 with the reasons. Runs until Ctrl-C or SIGTERM.
     """
+    require_extra("serve", "uvicorn", "starlette", "prometheus_client",
+                  purpose="geogateway serve")
     import uvicorn
 
     from gateway.observability import create_app

@@ -41,7 +41,7 @@ from gateway.consumer._balance import (
 )
 from gateway.consumer._records import ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._store import CheckpointStore
-from replication import ConfigError
+from replication import ConfigError, StoreUnavailable
 
 __all__ = ["OwnershipManager", "PartitionCallback"]
 
@@ -196,8 +196,7 @@ class OwnershipManager:
                 _LOGGER.debug("%s: listing the partitions failed, retrying next cycle: %s",
                               self._me, exc)
             else:
-                _LOGGER.warning("%s: store unavailable, retrying next cycle", self._me,
-                                exc_info=True)
+                self._failed("a balancing cycle (retried next cycle)", exc)
             self._settled_cycles = 0
             await self._report(exc)
             return None
@@ -251,7 +250,7 @@ class OwnershipManager:
         try:
             await self._store.heartbeat(self._heartbeat(self._me + LEFT_SUFFIX))
         except Exception as exc:
-            _LOGGER.warning("%s: could not record the leave", self._me, exc_info=True)
+            self._failed("recording the leave", exc)
             await self._report(exc)
 
     # -- steps ------------------------------------------------------------------
@@ -261,7 +260,7 @@ class OwnershipManager:
             await self._heartbeat_if_due(self._clock())
             beats = await self._store.list_heartbeats(self._group)
         except Exception as exc:
-            _LOGGER.warning("%s: heartbeat list failed", self._me, exc_info=True)
+            self._failed("listing heartbeats", exc)
             await self._report(exc)
             return
         view = BalanceView(group=self._group, partition_ids=(), heartbeats=tuple(beats))
@@ -277,7 +276,7 @@ class OwnershipManager:
             try:
                 woken = await self._beat()
             except Exception as exc:
-                _LOGGER.warning("%s: heartbeat failed", self._me, exc_info=True)
+                self._failed("a heartbeat", exc)
                 await self._report(exc)
                 return
             if woken:
@@ -310,7 +309,7 @@ class OwnershipManager:
         try:
             await self._store.wake(due)
         except Exception as exc:
-            _LOGGER.warning("%s: wake failed", self._me, exc_info=True)
+            self._failed("a wake", exc)
             await self._report(exc)
             return
         self._woke.update((hb.instance_id, hb.last_modified_time) for hb in due)
@@ -343,7 +342,7 @@ class OwnershipManager:
         except Exception as exc:
             # The record may still name us: the next cycle renews it and calls
             # on_claimed again, or another instance takes it once we look dead.
-            _LOGGER.warning("%s: release failed", self._me, exc_info=True)
+            self._failed("a release", exc)
             await self._report(exc)
         for record in releases:
             await self._call(self._on_released, record.partition_id)
@@ -355,7 +354,7 @@ class OwnershipManager:
             won = await self._store.claim_ownership(claims)
         except Exception as exc:
             # Never taken as won; renewals of partitions we hold stay held.
-            _LOGGER.warning("%s: claim failed", self._me, exc_info=True)
+            self._failed("a claim", exc)
             await self._report(exc)
             return
         for record in won:
@@ -419,6 +418,14 @@ class OwnershipManager:
         except Exception:
             _LOGGER.warning("%s: callback %r failed for partition %s", self._me, callback,
                             pid, exc_info=True)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        # An unavailable store says so itself, once per outage, and on_error hears of
+        # each failure: a traceback every cycle would say nothing more.
+        if isinstance(exc, StoreUnavailable):
+            _LOGGER.debug("%s: %s failed: %s", self._me, what, exc)
+        else:
+            _LOGGER.warning("%s: %s failed", self._me, what, exc_info=exc)
 
     async def _report(self, error: BaseException) -> None:
         try:

@@ -48,8 +48,8 @@ import anyio.to_thread
 
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef, Heartbeat, Ownership
 from gateway.consumer._store import CheckpointStore
-from gateway.stores import PgTarget, migrate, open_pool
-from replication import ConfigError, OwnershipLost
+from gateway.stores import PgTarget, StoreOutages, migrate, open_pool, store_deadline
+from replication import ConfigError, OwnershipLost, StoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
@@ -118,8 +118,12 @@ class PostgresCheckpointStore(CheckpointStore):
         clock: where record times come from; default the server's clock.
         read_only: inspect an existing store: nothing is created, every transaction
             is ``READ ONLY`` (a write raises ``GatewayError``).
-        connect_timeout: seconds to wait for the server at start, and for a
-            connection per call (then ``StoreUnavailable``).
+        connect_timeout: seconds to connect to the server (at start, and each attempt
+            to reconnect).
+        call_timeout: the longest one call takes (waiting for a connection, for the
+            server's answer, for a lock; a caller's own sooner deadline wins), then
+            ``StoreUnavailable``; the server's statement and lock timeouts on the
+            store's connections are 90% of it.
         max_connections: the pool's size, when the store opens it.
 
     Raises:
@@ -138,6 +142,7 @@ class PostgresCheckpointStore(CheckpointStore):
         clock: Callable[[], float] | None = None,
         read_only: bool = False,
         connect_timeout: float = 10.0,
+        call_timeout: float = 5.0,
         max_connections: int = 4,
     ) -> None:
         self._clock = clock
@@ -148,8 +153,14 @@ class PostgresCheckpointStore(CheckpointStore):
         self._wakes = f"{schema}.consumer_wakes"
         self._target: PgTarget | None = open_pool(
             target, what="checkpoint store", schema=schema, max_size=max_connections,
-            connect_timeout=connect_timeout)
+            connect_timeout=connect_timeout, call_timeout=call_timeout)
         self.where = self._target.where
+        #: The store's outages: one warning when it goes away, one when it is back
+        #: (``outages.listen`` to hear of both; ``outages.count`` of them).
+        self.outages = StoreOutages(
+            f"checkpoint store at {self.where}",
+            meanwhile="partitions are kept while their heartbeat is valid; checkpoints "
+                      "and claims wait until it is back")
         try:
             if read_only:
                 self._check_exists(self._target)
@@ -317,11 +328,24 @@ class PostgresCheckpointStore(CheckpointStore):
             raise RuntimeError(f"checkpoint store {self.where} is closed")
         if self._read_only:
             body = functools.partial(_read_only, body)
-        # Abandoned when the caller gives up (a deadline): the outcome is unknown then,
-        # and the thread finishes on its own, returning its connection to the pool.
-        return await anyio.to_thread.run_sync(
-            functools.partial(target.run, f"checkpoint store: {what}", body),
-            abandon_on_cancel=True)
+        # The caller's deadline (the processor's, or the balancing loop's) bounds the
+        # call in its worker thread too: a frozen server breaks the connection then,
+        # rather than holding the thread and its connection. Abandoned when the caller
+        # gives up: the thread finishes on its own, returning its connection.
+        left = anyio.current_effective_deadline() - anyio.current_time()
+        # A little inside it, so that the caller hears StoreUnavailable (the store is
+        # away) rather than its own timeout (a store that hangs).
+        left -= min(0.1, left / 10)
+        try:
+            with store_deadline(left):
+                result = await anyio.to_thread.run_sync(
+                    functools.partial(target.run, f"checkpoint store: {what}", body),
+                    abandon_on_cancel=True)
+        except StoreUnavailable as exc:
+            self.outages.failed(what, exc)
+            raise
+        self.outages.answered()
+        return result
 
     def _check_exists(self, target: PgTarget) -> None:
         def body(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:

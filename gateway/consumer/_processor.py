@@ -49,7 +49,7 @@ from gateway.consumer._reading import PartitionReader, ReadingSetup, guard
 from gateway.consumer._records import Checkpoint, ConsumerGroupRef
 from gateway.consumer._store import CheckpointStore
 from gateway.transports.base import EventPosition, PartitionEvent, Transport
-from replication import ConfigError, DeadlineEstimator, Operation
+from replication import ConfigError, DeadlineEstimator, Operation, StoreUnavailable
 
 __all__ = ["AsyncPartitionProcessor"]
 
@@ -303,7 +303,8 @@ class AsyncPartitionProcessor:
 
     async def _error(self, ctx: PartitionContext | None, exc: BaseException) -> None:
         if self._on_error is None:
-            logger.warning("partition %s: %s", ctx.partition_id if ctx else "-", exc)
+            if not isinstance(exc, StoreUnavailable):  # the store says so, once
+                logger.warning("partition %s: %s", ctx.partition_id if ctx else "-", exc)
             return
         try:
             await self._on_error(ctx, exc)

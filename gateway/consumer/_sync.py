@@ -87,6 +87,24 @@ class PartitionProcessor(PortalDriver):
     A processor runs once: :meth:`start`, then :meth:`stop` (also ``close()`` and
     leaving the ``with`` block, which starts it on entry). :meth:`run_forever`
     does all three around a ``threading.Event``.
+
+    Args:
+        transport: the namespace to read (one processor per namespace).
+        entity: the partitioned entity (event hub).
+        store: where ownership and checkpoints live (SQLite, Azure Blob, in memory).
+        consumer_group: the consumer group.
+        on_event: ``(ctx, event)``; ``event`` is None on an idle call. Give this or
+            ``on_event_batch``.
+        on_event_batch: ``(ctx, events)``.
+        on_partition_initialize / on_partition_close / on_error: lifecycle callbacks.
+        starting_position: where a partition with no checkpoint starts: an
+            ``EventPosition`` or a function of the partition id.
+        settings: batch size, idle calls, prefetch, checkpoint cadence.
+        instance_id: a stable id (static membership); random when omitted.
+        balance: how the ownership manager balances (intervals, expiries).
+        on_progress: called (on the loop, keep it short) with a
+            :class:`PartitionProgress` when a partition is claimed, after each batch
+            read from it and each checkpoint, and when it is handed over or lost.
     """
 
     def __init__(

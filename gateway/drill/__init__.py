@@ -50,13 +50,14 @@ from gateway.drill._picture import (
     write_png,
 )
 from gateway.drill._relay import FIRST_ANSWER_TARGET, RelayDrillReport, run_relay_drill
-from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport
+from gateway.drill._report import HUNG_SEND_LIMIT, DrillReport, PartitionMove, WorkerAction
 from gateway.drill._runner import ENTITIES, TRANSPORTS, run_drill
 from gateway.drill._timeline import DrillTimeline, Window
 from gateway.drill.outbox import OUTBOX_SCENARIO, STORES, OutboxDrillReport, run_outbox_drill
 
 __all__ = ["ENTITIES", "FAILOVER_COLOUR", "FIRST_ANSWER_TARGET", "HUNG_SEND_LIMIT",
            "OUTBOX_SCENARIO", "STORES", "TRANSPORTS", "DrillReport", "DrillTimeline",
-           "OutboxDrillReport", "RelayDrillReport", "RelayScenario", "Scenario", "Window",
+           "OutboxDrillReport", "PartitionMove", "RelayDrillReport", "RelayScenario", "Scenario",
+           "Window", "WorkerAction",
            "drill_figure", "find_chromium", "run_drill", "run_outbox_drill", "run_relay_drill",
            "screenshot", "write_html", "write_png"]

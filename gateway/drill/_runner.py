@@ -6,7 +6,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gateway.drill._common import Progress, Scenario, new_state_dir, remove_state_dir
+from gateway.drill._common import (
+    Progress,
+    Scenario,
+    new_state_dir,
+    remove_state_dir,
+    require_postgres,
+)
 from gateway.drill._queues import run_queue_drill
 from gateway.drill._report import DrillReport
 from gateway.drill._sessions import run_sessions_drill
@@ -71,7 +77,8 @@ async def run_drill(
             fleet drill's do not get them.
 
     Raises:
-        ConfigError: an unknown transport or entity, a consumer scenario on Service Bus
+        ConfigError: the fleet drill on PostgreSQL without the postgres extra (before
+            any folder is made); an unknown transport or entity, a consumer scenario on Service Bus
             (it has no partitioned entities), the sessions scenario on Event Hubs, or a
             topic on Event Hubs or in a consumer, fleet or sessions scenario.
     """
@@ -103,6 +110,8 @@ async def run_drill(
     mode = Mode.parse(mode)
     if messages < 1 or batch_size < 1:
         raise ValueError("messages and batch_size must be >= 1")
+    if fleet and (store or "postgres") == "postgres":
+        require_postgres("fleet drill", server=dsn is None)
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)

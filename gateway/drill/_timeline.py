@@ -28,6 +28,8 @@ class Window:
     kind: str  # "down", "hang" or "lost replies"
     start: float
     end: float
+    #: False when the fault was still on when the drill ended (``end`` is the drill's).
+    ended: bool = True
 
 
 @dataclass
@@ -109,7 +111,7 @@ class DrillTimeline:
                 start = opened.pop((ns, kind), None)
                 if start is not None:
                     found.append(Window(ns, kind, start, at))
-        found += [Window(ns, kind, start, max(self.end, start))
+        found += [Window(ns, kind, start, max(self.end, start), ended=False)
                   for (ns, kind), start in opened.items()]
         return sorted(found, key=lambda w: (w.start, w.namespace))
 

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from gateway._support.portal import PortalDriver
+from durable_queue import DurableQueue
+from gateway._support.portal import PortalDriver, twin_arguments
+from gateway.geo._factory import NamespaceLike
+from gateway.geo._hooks import GatewayHooks
 from gateway.geo.receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats, StopFlag
-from gateway.geo.sender import AsyncGeoSender, MessageLike, ReplayReport, SendResult
+from gateway.geo.sender import (
+    AsyncGeoSender,
+    MessageLike,
+    ReplayReport,
+    RolesTarget,
+    SendResult,
+)
+from gateway.stores import DedupTarget
 from gateway.transports.base import ReceivedMessage
-from replication import MessageRejected, RoleState
+from replication import (
+    DeadlinePolicy,
+    DedupWindow,
+    MessageRejected,
+    Mode,
+    ReplicationPolicy,
+    RoleState,
+)
 
 __all__ = ["GeoReceiver", "GeoSender"]
 
@@ -25,18 +44,61 @@ async def _open_receiver(kwargs: dict[str, Any]) -> AsyncGeoReceiver:
 
 
 class GeoSender(PortalDriver):
-    """Sync sender; takes the same arguments as :class:`gateway.aio.AsyncGeoSender`.
+    """Sync sender: :class:`gateway.aio.AsyncGeoSender` driven from a thread of its own.
 
     Use as a context manager or call :meth:`close`. The background recovery (probe,
     replay, failback) runs on the sender's own event loop thread between calls.
     Safe to share between threads.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace.
+        entity: the queue or partitioned entity to send to.
+        mode: ``"passive"`` (send to the active one, fail over) or ``"active"`` (both).
+        durable_queue: a path or a ``DurableQueue``: where messages wait while the
+            namespaces they belong to are down. ``None``: raise instead.
+        policy: retry bounds, failback, probe interval and the per-operation
+            deadlines after which a send is hedged (``mode`` and ``failback`` given
+            here override it).
+        hooks: observability callbacks (``on_sent``, ``on_failover``, ``on_buffered``
+            ...); a hook that traces (``gateway.observability.Tracing``) traces each
+            send and replay.
+        data_dir: the directory of local namespaces (default ``$GEOGATEWAY_DATA_DIR``).
+        state_dir: where role state and the sessions' next positions are persisted
+            (default ``$GEOGATEWAY_STATE_DIR``).
+        roles_store: keep the roles on PostgreSQL instead, shared by every sender of a
+            fleet configured with the same pair: a DSN, a ``psycopg_pool.ConnectionPool``
+            or a ``PostgresRoleStore`` (the caller closes a store or pool it passed).
+            Role changes are compare-and-swaps, and the recovery task reads the roles
+            again every ``refresh_interval`` (1 s), so a failover made by one sender is
+            followed by all.
+        recovery: run the background probe/replay/failback task.
     """
 
     # Its loop only serves the callers it blocks: local namespaces' SQLite work runs
     # on it directly (two thread switches fewer per send; see gateway._support.blocking).
     _inline_io = True
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        mode: Mode | str | None = None,
+        durable_queue: str | os.PathLike[str] | DurableQueue | None = None,
+        policy: ReplicationPolicy | None = None,
+        failback: bool | None = None,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        roles_store: RolesTarget | None = None,
+        recovery: bool = True,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        kwargs = twin_arguments(AsyncGeoSender, locals())
         super().__init__()
         try:
             self._core = self._call(_open_sender, kwargs)
@@ -74,9 +136,57 @@ class GeoSender(PortalDriver):
 
 
 class GeoReceiver(PortalDriver):
-    """Sync receiver; takes the same arguments as :class:`gateway.aio.AsyncGeoReceiver`."""
+    """Sync receiver: :class:`gateway.aio.AsyncGeoReceiver` driven from a thread of its own.
 
-    def __init__(self, **kwargs: Any) -> None:
+    Use as a context manager or call :meth:`close`.
+
+    Args:
+        primary: ``local://NAME``, a connection string, a ``NamespaceConfig`` or a
+            ``Transport``.
+        secondary: the same for the secondary namespace.
+        entity: the queue to receive from, or a topic's subscription,
+            ``"TOPIC/Subscriptions/SUB"`` (its ids are de-duplicated within that
+            subscription: see ``replication.scoped``).
+        dedup_store: a path (a persistent SQLite window, shared by the processes of
+            one machine), a PostgreSQL DSN (``postgresql://...``) or a
+            ``psycopg_pool.ConnectionPool`` (one window for a fleet of machines, schema
+            ``geogateway``), or a ``DedupStore`` (e.g. a ``PostgresDedupStore`` with a
+            schema of its own). Closed by :meth:`close`.
+        dedup_fallback: a SQLite file this receiver de-duplicates against while a
+            shared store stays unreachable (``FallbackDedupStore``: at-least-once
+            across machines meanwhile); None (the default): wait for the store.
+        dedup_window: how long and how many ids are remembered (default 10 min, 1M).
+        dedup_lease: seconds a delivered copy's claim holds the other copy back; a
+            receiver that crashed with the copy leaves it to the others after this.
+        prefetch: messages each namespace's pump keeps received ahead of the caller.
+        hooks: observability callbacks (``on_duplicate``, ``on_namespace_down`` ...);
+            a hook that traces (``gateway.observability.Tracing``) traces receives,
+            ``run()``'s handler calls and settlements.
+        data_dir: the directory of local namespaces.
+        deadlines: how long a settlement, or a receive beyond its own wait, may take
+            on a namespace before it counts as not answering (a hung namespace is
+            then reported down; the other is still read). Default
+            ``replication.RECEIVE_DEADLINES`` (1 to 3 s).
+    """
+
+    def __init__(
+        self,
+        *,
+        primary: NamespaceLike,
+        secondary: NamespaceLike,
+        entity: str,
+        dedup_store: DedupTarget,
+        dedup_window: DedupWindow | None = None,
+        dedup_fallback: str | os.PathLike[str] | None = None,
+        dedup_lease: float = 60.0,
+        prefetch: int = 100,
+        hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+        data_dir: str | os.PathLike[str] | None = None,
+        poll_wait: float = 0.25,
+        clock: Callable[[], float] = time.time,
+        deadlines: DeadlinePolicy | None = None,
+    ) -> None:
+        kwargs = twin_arguments(AsyncGeoReceiver, locals())
         super().__init__()
         try:
             self._core = self._call(_open_receiver, kwargs)

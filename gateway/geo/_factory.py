@@ -62,4 +62,5 @@ def open_transport(
         from gateway.transports.servicebus import ServiceBusTransport as cls
     if config.connection_string:
         return cls.from_connection_string(config.connection_string, name=config.name), True
-    return cls(config.fully_qualified_namespace, name=config.name), True
+    return cls(config.fully_qualified_namespace, config.credential, name=config.name,
+               use_development_emulator=config.use_development_emulator), True

@@ -63,9 +63,10 @@ class GatewayHooks:
         """A message of a gap reported before arrived and was handed over out of order."""
 
     def on_store_down(self, *, store: str, error: BaseException) -> None:
-        """A receiver's de-duplication store (e.g. PostgreSQL) did not answer: nothing
-        is settled or delivered past it until :meth:`on_store_up` (``store`` names the
-        server, never a password). Once per outage."""
+        """A receiver's de-duplication store or its checkpoint store (e.g. PostgreSQL)
+        did not answer: nothing is settled, delivered or checkpointed past it until
+        :meth:`on_store_up` (``store`` names the server, never a password). Once per
+        outage."""
 
     def on_store_up(self, *, store: str) -> None:
         """The store reported by :meth:`on_store_down` answers again."""

@@ -1,16 +1,20 @@
 """A namespace's configuration: ``local://NAME``, an Azure url or a connection string.
 
-Connection strings and keys never appear in a repr, a log line or an error.
+Connection strings, keys and credentials never appear in a repr, a log line or an error.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, urlsplit
 
 from gateway._support.secrets import redact
 from replication import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.transports.sdk import Credential
 
 __all__ = ["KINDS", "NamespaceConfig", "endpoint_key"]
 
@@ -20,22 +24,36 @@ KINDS = ("servicebus", "eventhubs")
 
 @dataclass(frozen=True, kw_only=True)
 class NamespaceConfig:
-    """One namespace: ``local://NAME`` or an Azure connection string.
+    """One namespace: ``local://NAME``, an Azure host or an Azure connection string.
 
     Args:
         url: ``local://NAME`` for an embedded namespace, or ``sb://HOST`` /
-            a fully qualified namespace for Azure (signed in with
-            ``DefaultAzureCredential`` when there is no connection string).
+            a fully qualified namespace for Azure (signed in with ``credential``,
+            else with ``DefaultAzureCredential``, when there is no connection string).
         connection_string: an Azure connection string; kept out of every repr.
         name: the name the gateway uses for it (defaults to the local name, or the
             host, with its port when it has one).
         kind: for Azure, ``"servicebus"`` (queues; the default) or ``"eventhubs"``.
+        credential: what to sign in to the Azure host with: an async token credential
+            (``azure.identity.aio``), an ``AzureNamedKeyCredential`` or an
+            ``AzureSasCredential``; passed to the SDK clients as it is, and closed by
+            its owner, not here. Its type is all a repr shows.
+        use_development_emulator: the host is an emulator: connect without TLS, to
+            the url's port (what ``UseDevelopmentEmulator=true`` says in a
+            connection string).
+
+    Raises:
+        ConfigError: no url or connection string; a bad url, kind or connection
+            string; a credential beside a connection string or for a local
+            namespace; a sync token credential or something that is no credential.
     """
 
     url: str = ""
     connection_string: str | None = field(default=None, repr=False)
     name: str = ""
     kind: str = "servicebus"
+    credential: Credential | None = field(default=None, repr=False)
+    use_development_emulator: bool = False
 
     def __post_init__(self) -> None:
         for what in ("url", "connection_string", "name"):
@@ -61,6 +79,26 @@ class NamespaceConfig:
             host, port = _host_and_port(self.url, parts)
         if not self.name:
             object.__setattr__(self, "name", host if port is None else f"{host}:{port}")
+        self._check_sign_in(local=parts.scheme == "local")
+
+    def _check_sign_in(self, *, local: bool) -> None:
+        if not isinstance(self.use_development_emulator, bool):
+            raise ConfigError("use_development_emulator must be True or False")
+        if self.use_development_emulator and (local or self.connection_string):
+            raise ConfigError("use_development_emulator is for an Azure host given by its url: "
+                              "a local namespace has no TLS, and a connection string says "
+                              "UseDevelopmentEmulator=true itself")
+        if self.credential is None:
+            return
+        if self.connection_string:
+            raise ConfigError("give a namespace a connection string or a credential, not both: "
+                              "the connection string signs in with its own key or token")
+        if local:
+            raise ConfigError("a local namespace takes no credential")
+        # Imported only here: the SDKs' credential types are needed only with a credential.
+        from gateway.transports.sdk import check_credential
+
+        check_credential(self.credential)
 
     @classmethod
     def parse(cls, value: str, *, kind: str = "servicebus") -> NamespaceConfig:
@@ -87,10 +125,14 @@ class NamespaceConfig:
         return f"{host}:{parts.port}" if parts.port else host
 
     def __repr__(self) -> str:
-        secret = ", connection_string=***" if self.connection_string else ""
+        extra = ", connection_string=***" if self.connection_string else ""
+        if self.credential is not None:  # its type says how; what it holds is secret
+            extra += f", credential={type(self.credential).__name__}"
+        if self.use_development_emulator:
+            extra += ", use_development_emulator=True"
         kind = "" if self.is_local else f", kind={self.kind!r}"
         return (f"NamespaceConfig(name={self.name!r}, url={redact(self.url)!r}{kind}"
-                f"{secret})")
+                f"{extra})")
 
     __str__ = __repr__
 

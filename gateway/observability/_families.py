@@ -111,6 +111,13 @@ class Families:
         self.outages = counter(
             "geogateway_namespace_outages", "Times the namespace was marked down.",
             ["namespace"], registry=r)
+        # -- shared stores -----------------------------------------------------------
+        self.store_up = gauge(
+            "geogateway_store_up", "1 while the shared store (de-dup, checkpoints) "
+            "answers, 0 while it is unavailable.", ["store"], registry=r)
+        self.store_outages = counter(
+            "geogateway_store_outages", "Times the shared store became unavailable.",
+            ["store"], registry=r)
         # -- partitions --------------------------------------------------------------
         partition = ["namespace", "entity", "consumer_group", "partition"]
         self.owned = gauge(

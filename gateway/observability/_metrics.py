@@ -98,6 +98,15 @@ class PrometheusMetrics(GatewayHooks):
     def on_dedup_store(self, *, operation: str, count: int, seconds: float) -> None:
         self._m.child(self._m.dedup_seconds, operation).observe(seconds)
 
+    # -- shared stores ----------------------------------------------------------------
+
+    def on_store_down(self, *, store: str, error: BaseException) -> None:
+        self._m.store_outages.labels(store).inc()
+        self._m.store_up.labels(store).set(0)
+
+    def on_store_up(self, *, store: str) -> None:
+        self._m.store_up.labels(store).set(1)
+
     # -- namespaces -------------------------------------------------------------------
 
     def on_namespace_down(self, *, namespace: str, error: BaseException) -> None:

@@ -156,8 +156,12 @@ class Tracing(GatewayHooks, MessageTracer):
 
     def send(self, *, system: str, entity: str, messages: Sequence[Message],
              replay: bool = False) -> SendTrace:
-        return _SendSpan(self._otel, system=system, entity=entity, messages=messages,
-                         replay=replay)
+        name, base = _send_base(system, entity, replay)
+        if len(messages) == 1:
+            attributes = {**base, "messaging.message.id": messages[0].message_id}
+        else:
+            attributes = {**base, "messaging.batch.message_count": len(messages)}
+        return _SendSpan(self._otel, name, attributes, messages)
 
     def received(self, *, system: str, entity: str, namespace: str,
                  messages: Sequence[ReceivedMessage], started_ns: int) -> None:
@@ -263,23 +267,29 @@ def _copy_attributes(system: str, entity: str, kind: str, operation: str,
     return attributes
 
 
+@functools.lru_cache(maxsize=256)
+def _send_base(system: str, entity: str, replay: bool) -> tuple[str, Mapping[str, Any]]:
+    """The name and the attributes every send span to ``entity`` has (made once)."""
+    base = _base(system, entity, "send", "send")
+    if replay:
+        base = MappingProxyType({**base, "geogateway.replay": True})
+    return f"send {entity}", base
+
+
 class _SendSpan(SendTrace):
     """The span of one send, current while the send runs (so that the hooks' events
-    land on it), with the messages carrying its context."""
+    land on it), with the messages carrying its context.
 
-    def __init__(self, otel: _Otel, *, system: str, entity: str,
-                 messages: Sequence[Message], replay: bool) -> None:
+    This runs for every send: the span and its attributes are the SDK's cost; what is
+    done here beside them is kept to a few steps (no link is looked for in messages
+    without properties, the context's properties are made once for all messages)."""
+
+    def __init__(self, otel: _Otel, name: str, attributes: dict[str, Any],
+                 messages: Sequence[Message]) -> None:
         self._otel = otel
-        self._entity = entity
-        self._given = messages
-        self._attributes = dict(_base(system, entity, "send", "send"))
-        if replay:
-            self._attributes["geogateway.replay"] = True
-        if len(messages) == 1:
-            self._attributes["messaging.message.id"] = messages[0].message_id
-        else:
-            self._attributes["messaging.batch.message_count"] = len(messages)
-        self.messages = messages
+        self._name = name
+        self._attributes = attributes
+        self._given = self.messages = messages
         self._span: Span | None = None
         self._token: object = None
 
@@ -287,14 +297,18 @@ class _SendSpan(SendTrace):
         otel, given = self._otel, self._given
         # A message that carries a context already (a replay, or the caller's own)
         # keeps it: the send span links to it instead.
-        carried = {id(m): link for m in given if m.properties
-                   and (link := otel.link(m)) is not None}
+        carried: dict[int, Link] = {}
+        for m in given:
+            if m.properties and (link := otel.link(m)) is not None:
+                carried[id(m)] = link
         span = otel.tracer.start_span(
-            f"send {self._entity}", kind=otel.kinds.PRODUCER, attributes=self._attributes,
-            links=list(carried.values())[:_MAX_LINKS])
+            self._name, kind=otel.kinds.PRODUCER, attributes=self._attributes,
+            links=list(carried.values())[:_MAX_LINKS] if carried else None)
         self._span = span
         context = span.get_span_context()
-        if context.is_valid and len(carried) < len(given):
+        if not context.is_valid:  # a no-op span (no SDK): nothing to carry or make current
+            return self
+        if len(carried) < len(given):
             extra = context_properties(context)
             if carried:
                 fresh = iter(with_properties([m for m in given if id(m) not in carried],
@@ -302,8 +316,7 @@ class _SendSpan(SendTrace):
                 self.messages = [m if id(m) in carried else next(fresh) for m in given]
             else:
                 self.messages = with_properties(given, extra)
-        if context.is_valid:  # else a no-op span (no SDK): nothing to make current
-            self._token = otel.context.attach(otel.trace.set_span_in_context(span))
+        self._token = otel.context.attach(otel.trace.set_span_in_context(span))
         return self
 
     def finished(self, *, namespaces: tuple[str, ...], buffered: tuple[str, ...],

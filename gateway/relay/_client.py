@@ -13,7 +13,10 @@ does not hangs, and the request ends in ``OperationTimeout`` without being sent 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -21,7 +24,9 @@ import anyio
 import httpx
 from tenacity import AsyncRetrying
 
+from gateway.geo import GatewayHooks
 from gateway.relay._core import BaseGeoRelayClient, Call, Retry, logger
+from gateway.relay._policy import RelayClientPolicy
 from gateway.relay.protocol import RelayEndpoint
 
 __all__ = ["AsyncGeoRelayClient"]
@@ -78,6 +83,7 @@ class AsyncGeoRelayClient(BaseGeoRelayClient):
         rng: the random source for that pick (seed it for repeatable tests).
         state_dir: persist roles there, so that a restarted client keeps its active
             namespace; ``None`` keeps them in memory.
+        clock: the time of tokens' expiry and of role changes (tests pass a fake).
         transport: an httpx transport (tests, proxies); the default opens connections.
         sleep: how to wait between rounds (tests pass a recorder).
 
@@ -87,10 +93,13 @@ class AsyncGeoRelayClient(BaseGeoRelayClient):
     """
 
     def __init__(self, primary: RelayEndpoint, secondary: RelayEndpoint, *,
+                 policy: RelayClientPolicy | None = None, hooks: Sequence[GatewayHooks] = (),
+                 randomize: bool = True, rng: random.Random | None = None,
+                 state_dir: str | Path | None = None, clock: Callable[[], float] = time.time,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 sleep: Callable[[float], Awaitable[None]] | None = None,
-                 **options: Any) -> None:
-        super().__init__(primary, secondary, **options)
+                 sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
+        super().__init__(primary, secondary, policy=policy, hooks=hooks, randomize=randomize,
+                         rng=rng, state_dir=state_dir, clock=clock)
         self._http = httpx.AsyncClient(transport=transport, timeout=self.policy.timeout)
         self._retrying = AsyncRetrying(sleep=sleep or anyio.sleep, **self._retry_args)
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-from gateway._support.portal import PortalDriver
+from gateway._support.portal import PortalDriver, twin_arguments
+from gateway.geo import GatewayHooks
 from gateway.relay._client import AsyncGeoRelayClient
 from gateway.relay._policy import RelayClientPolicy
 from gateway.relay.protocol import RelayEndpoint
@@ -42,23 +46,43 @@ class _Portal(PortalDriver):
 
 
 class GeoRelayClient:
-    """The blocking twin of :class:`AsyncGeoRelayClient` (same arguments, ``close()``).
+    """The blocking twin of :class:`AsyncGeoRelayClient`; close it with ``close()``.
 
-    ``transport`` is an ``httpx.BaseTransport`` (one that is also an async transport,
-    as ``httpx.MockTransport`` is, is used as such; a sync-only one runs in a worker
-    thread); ``sleep`` a plain function.
+    Args:
+        primary: one namespace's hybrid connection.
+        secondary: the other namespace's.
+        policy: timeouts, deadlines, retries and token lifetime (:class:`RelayClientPolicy`).
+        hooks: :class:`GatewayHooks`; ``on_failover`` is called when roles swap.
+        randomize: pick the primary at random from the two (the outage guidance's
+            advice, which spreads senders over both namespaces); False keeps the order.
+        rng: the random source for that pick (seed it for repeatable tests).
+        state_dir: persist roles there, so that a restarted client keeps its active
+            namespace; ``None`` keeps them in memory.
+        clock: the time of tokens' expiry and of role changes (tests pass a fake).
+        transport: an ``httpx.BaseTransport`` (tests, proxies): one that is also an
+            async transport, as ``httpx.MockTransport`` is, is used as such; a
+            sync-only one runs in a worker thread. The default opens connections.
+        sleep: how to wait between rounds, a plain function (tests pass a recorder).
+
+    Raises:
+        ConfigError: an endpoint is not a :class:`RelayEndpoint`, both are in one
+            namespace, or the persisted roles are unreadable.
     """
 
     def __init__(self, primary: RelayEndpoint, secondary: RelayEndpoint, *,
+                 policy: RelayClientPolicy | None = None, hooks: Sequence[GatewayHooks] = (),
+                 randomize: bool = True, rng: random.Random | None = None,
+                 state_dir: str | Path | None = None, clock: Callable[[], float] = time.time,
                  transport: httpx.BaseTransport | None = None,
-                 sleep: Callable[[float], None] | None = None, **options: Any) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         async def wait(seconds: float) -> None:
             assert sleep is not None
             sleep(seconds)
 
-        self._client = AsyncGeoRelayClient(
-            primary, secondary, transport=None if transport is None else _async(transport),
-            sleep=None if sleep is None else wait, **options)
+        kwargs = twin_arguments(AsyncGeoRelayClient, locals())
+        kwargs["transport"] = None if transport is None else _async(transport)
+        kwargs["sleep"] = None if sleep is None else wait
+        self._client = AsyncGeoRelayClient(**kwargs)
         self._portal: _Portal | None = None
         self._lock = threading.Lock()
         self._closed = False

@@ -17,6 +17,7 @@ if _TYPE_CHECKING:
     from gateway.stores._dedup import SqliteDedupStore
     from gateway.stores._dedup_fallback import FallbackDedupStore
     from gateway.stores._dedup_open import DedupTarget, open_dedup_store
+    from gateway.stores._outages import StoreOutages
     from gateway.stores._outbox_core import (
         DeadRow,
         DestinationStats,
@@ -28,6 +29,7 @@ if _TYPE_CHECKING:
     from gateway.stores._outbox_pg import PostgresOutbox
     from gateway.stores._outbox_sqlite import SqliteOutbox
     from gateway.stores._pg import PgTarget, describe_dsn, is_dsn, migrate, open_pool, pg_errors
+    from gateway.stores._pg_conn import QuietPoolWarnings, store_deadline
     from gateway.stores._pg_dedup import PostgresDedupStore
     from gateway.stores._pg_roles import PostgresRoleStore
     from gateway.stores._pg_server import EmbeddedPostgres
@@ -53,6 +55,9 @@ _LAZY = {
     "migrate": "gateway.stores._pg",
     "open_pool": "gateway.stores._pg",
     "pg_errors": "gateway.stores._pg",
+    "QuietPoolWarnings": "gateway.stores._pg_conn",
+    "StoreOutages": "gateway.stores._outages",
+    "store_deadline": "gateway.stores._pg_conn",
     "PostgresDedupStore": "gateway.stores._pg_dedup",
     "PostgresRoleStore": "gateway.stores._pg_roles",
     "RoleStore": "gateway.stores._roles",
@@ -78,15 +83,18 @@ __all__ = [
     "PostgresDedupStore",
     "PostgresOutbox",
     "PostgresRoleStore",
+    "QuietPoolWarnings",
     "RoleStore",
     "RoleStoreLike",
     "SqliteDedupStore",
     "SqliteOutbox",
     "SqliteSessionStore",
+    "StoreOutages",
     "describe_dsn",
     "is_dsn",
     "migrate",
     "open_dedup_store",
     "open_pool",
     "pg_errors",
+    "store_deadline",
 ]

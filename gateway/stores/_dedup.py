@@ -190,9 +190,10 @@ class SqliteDedupStore(DedupStore):
                 held.update(
                     row[0]
                     for row in conn.execute(
+                        # A claim of its own is one whose answer it never got.
                         "SELECT message_id FROM claims"
-                        f" WHERE expires > ? AND message_id IN ({marks})",
-                        (now, *chunk),
+                        f" WHERE expires > ? AND owner != ? AND message_id IN ({marks})",
+                        (now, owner, *chunk),
                     )
                 )
             verdicts: list[Verdict] = []

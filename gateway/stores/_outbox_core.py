@@ -34,9 +34,12 @@ __all__ = ["DeadRow", "DestinationStats", "MessageLike", "Outbox", "OutboxClaim"
 MessageLike = Message | bytes | str
 
 _NO_PROPERTIES = Message(b"").properties  # the shared empty default
-_FAST = ([f.name for f in fields(Message)] == ["body", "message_id", "partition_key",
-                                               "properties"]
-         and "__slots__" not in vars(Message))
+
+#: Where a row keeps its message's session id: in the JSON of its properties, under a
+#: name no application property can have (a lone surrogate, which ``Message`` refuses;
+#: JSON escapes it), as the durable queue keeps it: the tables need no new column, and
+#: rows added before sessions existed read unchanged.
+SESSION_KEY = "\udc00session_id"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,14 @@ class OutboxRow:
 
     seq: int
     message: Message
+
+
+#: Whether rows can be rebuilt without the checking constructors (``claimed_rows``): the
+#: records have the fields it fills in, and no slots.
+_FAST = ([f.name for f in fields(Message)] == ["body", "message_id", "partition_key",
+                                               "properties", "session_id"]
+         and [f.name for f in fields(OutboxRow)] == ["seq", "message"]
+         and "__slots__" not in vars(Message) and "__slots__" not in vars(OutboxRow))
 
 
 @dataclass(frozen=True)
@@ -160,8 +171,11 @@ def message_columns(message: MessageLike) -> tuple[str, str | None, str | None, 
     MessageId is fixed here (generated when the message has none)."""
     if not isinstance(message, Message):
         message = Message(message)
-    props = json.dumps(dict(message.properties)) if message.properties else None
-    return message.message_id, message.partition_key, props, message.body
+    props: dict[str, Any] | None = dict(message.properties) if message.properties else None
+    if message.session_id is not None:
+        props = {**(props or {}), SESSION_KEY: message.session_id}
+    return (message.message_id, message.partition_key,
+            json.dumps(props) if props else None, message.body)
 
 
 def claimed_rows(rows: Iterable[Sequence[Any]]) -> tuple[OutboxRow, ...]:
@@ -172,11 +186,9 @@ def claimed_rows(rows: Iterable[Sequence[Any]]) -> tuple[OutboxRow, ...]:
     rebuilds its own), unless ``Message`` changed shape (then through its constructor).
     """
     if not _FAST:
-        return tuple(OutboxRow(int(seq), Message(bytes(body), message_id=mid, partition_key=key,
-                                                  properties=json.loads(props) if props
-                                                  else None))
-                     for seq, mid, key, props, body in rows)
-    new, loads, proxy, empty = object.__new__, json.loads, MappingProxyType, _NO_PROPERTIES
+        return tuple(_checked_row(*row) for row in rows)
+    new, loads, proxy, empty, session_key = (object.__new__, json.loads, MappingProxyType,
+                                             _NO_PROPERTIES, SESSION_KEY)
     out = []
     for seq, mid, key, props, body in rows:
         message = new(Message)
@@ -184,6 +196,22 @@ def claimed_rows(rows: Iterable[Sequence[Any]]) -> tuple[OutboxRow, ...]:
         fields_["body"] = body if type(body) is bytes else bytes(body)
         fields_["message_id"] = mid
         fields_["partition_key"] = key
-        fields_["properties"] = proxy(loads(props)) if props else empty
-        out.append(OutboxRow(seq, message))
+        if props:
+            loaded = loads(props)
+            fields_["session_id"] = loaded.pop(session_key, None)
+            fields_["properties"] = proxy(loaded) if loaded else empty
+        else:
+            fields_["session_id"] = None
+            fields_["properties"] = empty
+        row = new(OutboxRow)  # a frozen dataclass's __init__ sets each field the slow way
+        row.__dict__.update(seq=seq, message=message)
+        out.append(row)
     return tuple(out)
+
+
+def _checked_row(seq: Any, mid: str, key: str | None, props: str | None,
+                 body: Any) -> OutboxRow:
+    loaded = json.loads(props) if props else {}
+    session = loaded.pop(SESSION_KEY, None)
+    return OutboxRow(int(seq), Message(bytes(body), message_id=mid, partition_key=key,
+                                       properties=loaded or None, session_id=session))

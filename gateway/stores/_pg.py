@@ -13,8 +13,12 @@ Errors name the server (``host:port/database as user``), never the password:
   this code: :class:`~replication.ConfigError`, one line each, raised by the store's
   constructor;
 - lost later (a restart, a failover of the server): :class:`~replication.StoreUnavailable`
-  from the call that met it; the pool replaces the broken connections, so the next
-  call after the server is back succeeds.
+  from the call that met it; the pool reconnects in the background, every 50-250 ms, and
+  a call waiting for a connection is handed the first one made, so the store is used
+  again within a fraction of a second of the server being back;
+- not answering (a frozen server, a half-open connection, a lock held elsewhere): every
+  call ends within its deadline (``call_timeout``, or its caller's sooner one) as
+  :class:`~replication.StoreUnavailable` (see :mod:`gateway.stores._pg_conn`).
 
 Schemas are versioned per component in ``<schema>.geogateway_schema``; each
 component's migrations run once, in one transaction, under an advisory lock, so any
@@ -23,13 +27,23 @@ number of instances may start together.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway._support.secrets import redact
+from gateway.stores._pg_conn import (
+    QuietPoolWarnings,
+    Reconnecting,
+    Watchdog,
+    caller_deadline,
+    reconnecting_class,
+    session_options,
+)
 from replication import ConfigError, GatewayError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -42,6 +56,7 @@ T = TypeVar("T")
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DSN_PREFIXES = ("postgresql://", "postgres://")
+_MIGRATION_TIMEOUT = 600.0  # seconds a start may wait for the schema's migrations
 
 
 def is_dsn(value: object) -> bool:
@@ -115,58 +130,177 @@ def pg_errors(where: str, what: str) -> Iterator[None]:
         raise GatewayError(f"{what}: PostgreSQL at {where} failed ({_reason(exc)})") from exc
 
 
+class BrokenConnection(StoreUnavailable):
+    """The connection broke: worth one more try on a new one."""
+
+
 @dataclass
 class PgTarget:
-    """An open pool and what errors call it; ``owned`` when the store must close it."""
+    """An open pool and what errors call it; ``owned`` when the store must close it.
+
+    ``call_timeout``: the longest one store call takes (waiting for a connection, the
+    server's answer, a lock), unless its caller's deadline (:func:`store_deadline`)
+    is sooner; then it is :class:`~replication.StoreUnavailable`.
+    """
 
     pool: ConnectionPool[Any]
     where: str
     schema: str
     owned: bool
+    call_timeout: float = 5.0
+    reconnecting: Reconnecting | None = None
 
-    def run(self, what: str, body: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """``body(conn)`` in one transaction on a pooled connection, errors mapped.
+    def deadline(self) -> float:
+        """The monotonic time a call starting now must be over by."""
+        return min(time.monotonic() + self.call_timeout, caller_deadline())
+
+    @contextmanager
+    def connection(self, what: str, deadline: float, *, watch: bool = True
+                   ) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection until ``deadline``: waited for no longer than that, and
+        broken (its socket shut) if the call is still running then (unless not
+        ``watch``: the caller watches its own statements with :meth:`watched`).
+
+        Raises:
+            StoreUnavailable: no connection could be had in time (the reason of the
+                last failed connection attempt, if any, is in the message).
+        """
+        from psycopg_pool import PoolTimeout
+
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise PoolTimeout("the call's deadline has passed")
+            conn = self.pool.getconn(timeout=left)
+        except PoolTimeout as exc:
+            last = self.reconnecting.last_error if self.reconnecting else ""
+            raise StoreUnavailable(
+                f"{what}: PostgreSQL at {self.where} is unavailable (no connection within "
+                f"{max(left, 0):.3g} s{': ' + last if last else ''})") from exc
+        watchdog = Watchdog.shared()
+        token = watchdog.arm(conn, deadline) if watch else None
+        try:
+            with conn:  # commits, or rolls back on an error (a pooled one stays open)
+                yield conn
+        finally:
+            if token is not None:
+                watchdog.disarm(token)
+            self.pool.putconn(conn)
+
+    @contextmanager
+    def watched(self, conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
+        """Break ``conn`` if what runs inside is still running at ``deadline``."""
+        watchdog = Watchdog.shared()
+        token = watchdog.arm(conn, deadline)
+        try:
+            yield
+        finally:
+            watchdog.disarm(token)
+
+    @contextmanager
+    def checked(self, what: str, deadline: float, *, watch: bool = True
+                ) -> Iterator[psycopg.Connection[Any]]:
+        """:meth:`connection` with its errors mapped: a broken connection is
+        :class:`BrokenConnection` (worth one more try on a new one, see
+        :meth:`retried`), none to be had in time or no answer in time (a statement or
+        lock timeout, a frozen server) StoreUnavailable, another error on a sound
+        connection (a deadlock) a GatewayError."""
+        import psycopg
+
+        conn: psycopg.Connection[Any] | None = None
+        with pg_errors(self.where, what):
+            try:
+                with self.connection(what, deadline, watch=watch) as conn:
+                    yield conn
+            except psycopg.OperationalError as exc:
+                late = f"{what}: PostgreSQL at {self.where} did not answer within " \
+                       f"{self.call_timeout:.3g} s"
+                if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
+                    raise StoreUnavailable(f"{late} ({_reason(exc)})") from exc
+                if conn is not None and not conn.broken and not conn.closed:
+                    raise GatewayError(f"{what}: PostgreSQL at {self.where} failed "
+                                       f"({_reason(exc)})") from exc
+                if deadline <= time.monotonic():
+                    raise StoreUnavailable(f"{late} (the connection was broken)") from exc
+                self.drop_broken()  # the other broken connections too
+                raise BrokenConnection(f"{what}: PostgreSQL at {self.where} is unavailable "
+                                       f"({_reason(exc)})") from exc
+
+    def retried(self, attempt: Callable[[float], T]) -> T:
+        """``attempt(deadline)``, once more if its connection was found broken (the
+        server restarted since it was last used): nothing of the failed one committed.
+        Both within one deadline; a pool that had no connection to give in time, or a
+        server that did not answer in time, is not tried again."""
+        deadline = self.deadline()
+        try:
+            return attempt(deadline)
+        except BrokenConnection:
+            return attempt(deadline)
+
+    def drop_broken(self) -> None:
+        """Test the pooled connections and replace the broken ones (quietly: the
+        store reports the outage)."""
+        with contextlib.suppress(Exception):
+            self.pool.check()
+
+    def run(self, what: str, body: Callable[[psycopg.Connection[Any]], T], *,
+            timeout: float | None = None) -> T:
+        """``body(conn)`` in one transaction on a pooled connection, errors mapped,
+        within one deadline (``timeout`` seconds from now, by default the call's).
 
         A connection found broken (the server restarted since it was last used) is
-        replaced and ``body`` tried once more on a new one: nothing of the failed
-        attempt was committed.
+        replaced and ``body`` tried once more on a new one, within what is left of the
+        deadline: nothing of the failed attempt was committed.
         """
         import psycopg
 
+        deadline = self.deadline() if timeout is None else time.monotonic() + timeout
         with pg_errors(self.where, what):
             for attempt in (1, 2):
+                conn: psycopg.Connection[Any] | None = None
                 try:
-                    with self.pool.connection() as conn, conn.transaction():
+                    with self.connection(what, deadline) as conn, conn.transaction():
                         return body(conn)
                 except psycopg.OperationalError:
-                    if attempt == 2:
+                    if attempt == 2 or conn is None or not conn.broken:
                         raise
-                    self.pool.check()  # drop the broken connections before the retry
+                    self.drop_broken()
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
+        if self.reconnecting is not None:
+            self.reconnecting.closing.set()  # the attempts in progress end now
         if self.owned:
             self.pool.close()
 
 
 def open_pool(
     target: str | ConnectionPool[Any], *, what: str, schema: str = "geogateway",
-    max_size: int = 8, connect_timeout: float = 10.0,
+    max_size: int = 8, connect_timeout: float = 10.0, call_timeout: float = 5.0,
 ) -> PgTarget:
     """A pool on ``target`` (a DSN or a ``ConnectionPool``), checked by one connection.
 
+    A pool opened here reconnects in the background as soon as the server is back,
+    and its connections carry the statement and lock timeouts, keepalives and TCP
+    timeout of ``call_timeout`` (see :mod:`gateway.stores._pg_conn`); an application's
+    pool keeps its own settings (each call is still bounded by ``call_timeout``).
+
     Raises:
-        ConfigError: the psycopg extra is missing; a bad schema name; the server is
-            unreachable, refuses the credentials, or has no such database.
+        ConfigError: the psycopg extra is missing; a bad schema name or timeout; the
+            server is unreachable, refuses the credentials, or has no such database.
     """
     try:
         import psycopg
+        from psycopg.conninfo import conninfo_to_dict
         from psycopg_pool import ConnectionPool
     except ImportError as exc:
         raise ConfigError(f"{what} on PostgreSQL needs the postgres extra: "
                           "pip install 'geogateway[postgres]'") from exc
     if not _SCHEMA_NAME.match(schema):
         raise ConfigError(f"schema must be a lower-case SQL name, not {schema!r}")
+    if not call_timeout > 0 or not connect_timeout > 0:
+        raise ConfigError("call_timeout and connect_timeout must be > 0 seconds")
+    QuietPoolWarnings.install()
     if isinstance(target, ConnectionPool):
         where = describe_dsn(str(target.conninfo))
         try:
@@ -174,24 +308,27 @@ def open_pool(
                 conn.execute("SELECT 1")
         except Exception as exc:
             raise _config_error(exc, where) from None
-        return PgTarget(target, where, schema, owned=False)
+        return PgTarget(target, where, schema, owned=False, call_timeout=call_timeout)
     if not isinstance(target, str) or not is_dsn(target):
         raise ConfigError(f"{what}: not a PostgreSQL DSN: give postgresql://user:password@"
                           "host:port/database")
     where = describe_dsn(target)
+    kwargs = {"connect_timeout": max(1, int(connect_timeout)),
+              **session_options(call_timeout, str(conninfo_to_dict(target).get("options") or ""))}
     try:
         # One direct connection first, so a bad DSN fails here with its reason
         # instead of a pool timing out in the background.
-        psycopg.connect(target, connect_timeout=max(1, int(connect_timeout))).close()
+        psycopg.connect(target, **kwargs).close()
     except psycopg.Error as exc:
         raise _config_error(exc, where) from None
+    state = Reconnecting()
     pool: ConnectionPool[Any] = ConnectionPool(
         target, min_size=1, max_size=max_size, open=False, name=f"geogateway-{what}",
-        kwargs={"connect_timeout": max(1, int(connect_timeout))}, timeout=connect_timeout,
-        reconnect_timeout=0,  # keep trying in the background: the store is only paused
+        kwargs=kwargs, timeout=call_timeout, connection_class=reconnecting_class(state),
     )
     pool.open(wait=True, timeout=connect_timeout)
-    return PgTarget(pool, where, schema, owned=True)
+    return PgTarget(pool, where, schema, owned=True, call_timeout=call_timeout,
+                    reconnecting=state)
 
 
 def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
@@ -208,6 +345,9 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
     schema = target.schema
 
     def body(conn: psycopg.Connection[Any]) -> None:
+        # Instances starting together wait here for the first one's migration: no
+        # statement or lock timeout for this transaction.
+        conn.execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"geogateway:{schema}",))
         # Created only when missing: CREATE ... IF NOT EXISTS checks the right to
         # create first, and a user with rights on the tables only (an administrator
@@ -241,6 +381,8 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
                 " migrated_at = now()", (component, len(steps)))
 
     try:
-        target.run(f"the {component} schema", body)
+        # Not the calls' deadline: instances starting together wait for each other's
+        # migrations, and one may build an index.
+        target.run(f"the {component} schema", body, timeout=_MIGRATION_TIMEOUT)
     except StoreUnavailable as exc:
         raise ConfigError(str(exc)) from exc

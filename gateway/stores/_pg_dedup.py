@@ -6,6 +6,10 @@ number of receivers on any number of machines. One table (``<schema>.dedup``)::
 
     message_id text PRIMARY KEY, owner text, expires float8, done_at float8 (NULL: a claim)
 
+- **A claim asked again by its own claimant is its own** (its answer was lost: the
+  connection broke after the commit): delivered, the lease renewed, instead of held
+  until its lease ran out. A :class:`replication.Deduplicator` never asks again for
+  an id it holds, so this is only ever that retry.
 - **First writer wins in one statement.** A claim is ``INSERT ... ON CONFLICT DO UPDATE
   ... WHERE <the row is an expired claim or a done mark out of the window> RETURNING``:
   of two receivers claiming the same id at the same moment, PostgreSQL lets exactly one
@@ -34,17 +38,16 @@ go on once it is back). Any other database error: :class:`~replication.GatewayEr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import PgTarget, _reason, migrate, open_pool, pg_errors
+from gateway.stores._pg import PgTarget, migrate, open_pool
 from replication import (
     DEFAULT_DEDUP_WINDOW,
     ConfigError,
     DedupStore,
     DedupWindow,
-    GatewayError,
-    StoreUnavailable,
     Verdict,
 )
 
@@ -77,7 +80,7 @@ won AS (
     SELECT id, %(owner)s, %(expires)s, NULL FROM ask ORDER BY id
     ON CONFLICT (message_id) DO UPDATE
         SET owner = EXCLUDED.owner, expires = EXCLUDED.expires, done_at = NULL
-        WHERE (d.done_at IS NULL AND d.expires <= %(now)s)
+        WHERE (d.done_at IS NULL AND (d.expires <= %(now)s OR d.owner = %(owner)s))
            OR (d.done_at IS NOT NULL AND d.done_at <= %(cutoff)s)
     RETURNING d.message_id
 )
@@ -133,10 +136,6 @@ class _Lost(Exception):
     """The inbox's mark found another copy's mark: roll the effect back."""
 
 
-class _Broken(StoreUnavailable):
-    """The connection broke: worth one more try on a new one."""
-
-
 class PostgresDedupStore(DedupStore):
     """A :class:`replication.DedupStore` (and transactional inbox) on PostgreSQL.
 
@@ -148,8 +147,12 @@ class PostgresDedupStore(DedupStore):
         schema: where the table lives; created with its version table on first use.
         max_connections: the pool's size when this store opens it; :meth:`reserve`
             grows it for concurrent inbox handlers.
-        connect_timeout: seconds to connect, and to wait for a pooled connection before
-            the store counts as unavailable.
+        connect_timeout: seconds to connect to the server (at start, and each attempt
+            to reconnect).
+        call_timeout: the longest one call takes (waiting for a connection, for the
+            server's answer, for a lock; a caller's own sooner deadline wins), then
+            ``StoreUnavailable``; the server's statement and lock timeouts on the
+            store's connections are 90% of it.
         prune_batch: at most this many rows of each kind removed by one :meth:`prune`.
 
     Raises:
@@ -166,6 +169,7 @@ class PostgresDedupStore(DedupStore):
         schema: str = "geogateway",
         max_connections: int = 8,
         connect_timeout: float = 10.0,
+        call_timeout: float = 5.0,
         prune_batch: int = 10_000,
     ) -> None:
         if max_connections < 1 or prune_batch < 1:
@@ -174,7 +178,7 @@ class PostgresDedupStore(DedupStore):
         self._batch = prune_batch
         self._target: PgTarget | None = open_pool(
             target, what="dedup store", schema=schema, max_size=max_connections,
-            connect_timeout=connect_timeout)
+            connect_timeout=connect_timeout, call_timeout=call_timeout)
         try:
             migrate(self._target, "dedup", MIGRATIONS)
         except BaseException:
@@ -203,47 +207,15 @@ class PostgresDedupStore(DedupStore):
             raise RuntimeError("the dedup store is closed")
         return self._target
 
-    @contextlib.contextmanager
-    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection, errors mapped: a broken connection is :class:`_Broken`
-        (tried again on a new one), none to be had within ``connect_timeout``
-        StoreUnavailable, an error on a sound connection (a deadlock, a statement
-        timeout) a GatewayError."""
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        target = self._live()
-        conn: psycopg.Connection[Any] | None = None
-        with pg_errors(target.where, what):
-            try:
-                with target.pool.connection() as conn:
-                    yield conn
-            except PoolTimeout:
-                raise  # no connection to be had: StoreUnavailable, not tried again
-            except psycopg.OperationalError as exc:
-                sound = conn is not None and not conn.broken and not conn.closed
-                if sound:
-                    raise GatewayError(f"{what}: PostgreSQL at {target.where} failed "
-                                       f"({_reason(exc)})") from exc
-                with contextlib.suppress(Exception):
-                    target.pool.check()  # drop the other broken connections too
-                raise _Broken(f"{what}: PostgreSQL at {target.where} is unavailable "
-                              f"({_reason(exc)})") from exc
-
-    def _retried(self, what: str, attempt: Callable[[], T]) -> T:
-        # A connection found broken (the server restarted since it was last used) is
-        # replaced and the call made once more: nothing of the failed one committed. A
-        # pool that had no connection to give within connect_timeout is not retried.
-        try:
-            return attempt()
-        except _Broken:
-            return attempt()
+    def _connection(self, what: str, deadline: float, *, watch: bool = True
+                    ) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        return self._live().checked(what, deadline, watch=watch)
 
     def _statement(self, what: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One statement in autocommit (atomic by itself): one round trip, no BEGIN."""
 
-        def attempt() -> list[tuple[Any, ...]]:
-            with self._connection(what) as conn:
+        def attempt(deadline: float) -> list[tuple[Any, ...]]:
+            with self._connection(what, deadline) as conn:
                 was = conn.autocommit
                 conn.autocommit = True
                 try:
@@ -253,7 +225,7 @@ class PostgresDedupStore(DedupStore):
                     if not conn.broken and not conn.closed:
                         conn.autocommit = was
 
-        return self._retried(what, attempt)
+        return self._live().retried(attempt)
 
     def reserve(self, handlers: int) -> None:
         """Make room for ``handlers`` inbox transactions at once, plus the claims and
@@ -337,7 +309,9 @@ class PostgresDedupStore(DedupStore):
 
         ``effect`` must act only through ``conn`` and must not commit, roll back or
         close it; it may run again when the connection broke and the transaction is
-        retried on a new one. Calls run concurrently, each on its own connection.
+        retried on a new one. It must end within ``call_timeout`` (its connection is
+        broken then: a server that stopped answering does not hold it for ever). Calls
+        run concurrently, each on its own connection.
 
         Raises:
             StoreUnavailable: the connection broke or none could be had; nothing kept.
@@ -349,21 +323,30 @@ class PostgresDedupStore(DedupStore):
 
         params = {"id": message_id, "now": now, "cutoff": now - self.window.seconds}
 
-        def attempt() -> bool:
-            with self._connection("the inbox") as conn, conn.transaction():
-                row = conn.execute(self._sql["peek"], params).fetchone()
+        def attempt(deadline: float) -> bool:
+            # The store's statements are watched within the call's deadline; the
+            # application's effect gets a call_timeout of its own from its start (a
+            # frozen server must not hold it for ever either).
+            target = self._live()
+            with self._connection("the inbox", deadline, watch=False) as conn:
+                with target.watched(conn, deadline):
+                    row = conn.execute(self._sql["peek"], params).fetchone()
                 if row is not None and row[0]:
+                    conn.rollback()
                     return False
-                effect(conn)
+                with target.watched(conn, time.monotonic() + target.call_timeout):
+                    effect(conn)
                 if conn.info.transaction_status != TransactionStatus.INTRANS:
                     raise ConfigError("the effect of finish_with_effect must not commit or "
                                       "roll back the store's transaction")
-                if conn.execute(self._sql["inbox_done"], params).fetchone() is None:
-                    raise _Lost
+                with target.watched(conn, time.monotonic() + target.call_timeout):
+                    if conn.execute(self._sql["inbox_done"], params).fetchone() is None:
+                        raise _Lost  # rolled back as the connection goes back
+                    conn.commit()
                 return True
 
         try:
-            return self._retried("the inbox", attempt)
+            return self._live().retried(attempt)
         except _Lost:
             return False
 
@@ -385,8 +368,8 @@ class PostgresDedupStore(DedupStore):
         params = {"cutoff": now - window.seconds, "now": now, "count": window.count,
                   "batch": self._batch}
 
-        def attempt() -> int:
-            with self._connection("prune") as conn, conn.transaction():
+        def attempt(deadline: float) -> int:
+            with self._connection("prune", deadline) as conn, conn.transaction():
                 locked = conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))",
                                       (self._lock_key,)).fetchone()
                 if not (locked and locked[0]):
@@ -394,7 +377,7 @@ class PostgresDedupStore(DedupStore):
                 return sum(max(0, conn.execute(sql, params).rowcount)
                            for sql in self._prune_sql)
 
-        return self._retried("prune", attempt)
+        return self._live().retried(attempt)
 
     def ping(self) -> None:
         """One round trip to the server.

@@ -54,7 +54,12 @@ class PostgresRoleStore:
         schema: the schema of the table (created if missing).
         refresh_interval: how often (seconds) a sender reads the row again to learn
             of changes made by other senders (its background recovery rounds do).
-        connect_timeout: seconds to wait for the server, at start and per call.
+        connect_timeout: seconds to connect to the server (at start, and each attempt
+            to reconnect).
+        call_timeout: the longest one call takes (waiting for a connection, for the
+            server's answer, for a lock; a caller's own sooner deadline wins), then
+            ``StoreUnavailable``; the server's statement and lock timeouts on the
+            store's connections are 90% of it.
 
     Raises:
         ConfigError: the server is unreachable, refuses the credentials, has no such
@@ -68,13 +73,14 @@ class PostgresRoleStore:
         schema: str = "geogateway",
         refresh_interval: float = 1.0,
         connect_timeout: float = 10.0,
+        call_timeout: float = 5.0,
     ) -> None:
         if not refresh_interval > 0:
             raise ConfigError("refresh_interval must be > 0 seconds")
         self.refresh_interval = float(refresh_interval)
         self._target: PgTarget | None = open_pool(
             target, what="roles store", schema=schema, max_size=2,
-            connect_timeout=connect_timeout)
+            connect_timeout=connect_timeout, call_timeout=call_timeout)
         self.where = self._target.where
         self._table = f"{schema}.sender_roles"
         try:

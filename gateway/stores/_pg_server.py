@@ -33,6 +33,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,26 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
+
+
+def _reap(pid: int, timeout: float = 10.0) -> None:
+    """Collect the exit status of the stopped server when this process is its parent.
+
+    pg_ctl starts the server and exits, so the server is adopted by the nearest
+    subreaper: usually init, which reaps it; but a process that is PID 1 of a
+    container, or a subreaper itself, adopts it and must reap it, or a zombie
+    ``postgres`` stays for as long as this process runs. Anyone else's process is
+    left alone (``waitpid`` refuses it).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # not this process's child: its own parent reaps it
+        if done or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)  # pg_ctl saw it stop; its exit is a moment away
 
 
 def _unprivileged() -> _Account | None:
@@ -212,12 +233,15 @@ class EmbeddedPostgres:
         a crash, recovered at the next start). Returns False when it was not running."""
         if not self.running():
             return False
+        server = self._server_pid()
         result = self._run([str(self._bin_dir() / "pg_ctl"), "stop", "-w", "-m", mode,
                             "-t", str(int(timeout)), "-D", str(self.pgdata)],
                            check=False, timeout=timeout + 10)
         if result.returncode != 0:
             raise GatewayError(f"PostgreSQL in {self.data_dir} did not stop: "
                                f"{result.stderr.strip()}")
+        if server is not None:
+            _reap(server)
         return True
 
     def cleanup(self) -> None:
@@ -344,6 +368,13 @@ class EmbeddedPostgres:
             out.seek(0)
             err.seek(0)
             return subprocess.CompletedProcess(argv, result.returncode, out.read(), err.read())
+
+    def _server_pid(self) -> int | None:
+        """The server's process id, from the first line of ``postmaster.pid``."""
+        try:
+            return int((self.pgdata / "postmaster.pid").read_text("utf-8").split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
 
     @staticmethod
     def _log_tail(log: Path, lines: int = 3) -> list[str]:

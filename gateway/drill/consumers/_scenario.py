@@ -22,6 +22,11 @@ workers with SIGTERM. ``lost`` counts ids
 never recorded, ``duplicates_delivered`` the sum of ``count - 1`` over the table
 ``drill_delivered``. ``duplicates_suppressed`` sums the counters that workers write
 when they exit gracefully: a SIGKILLed worker's suppressions are not included.
+
+The report also names what the script did to the workers (``worker_actions``), the
+partitions of either namespace that changed hands after it (``partitions_moved``,
+from the workers' records of when they owned and read each partition:
+:mod:`gateway.drill.consumers._moves`) and how long each went unread.
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ import time
 from pathlib import Path
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
-from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._report import DrillCounters, DrillReport, WorkerAction
 from gateway.drill._timeline import DrillTimeline
 from gateway.drill._workers import Workers, send_while_watching
 from gateway.drill.consumers import _shared as shared
+from gateway.drill.consumers._moves import partition_moves
 from gateway.emulator import EmulatorProcess
 from gateway.geo import AsyncGeoSender, NamespaceConfig, NamespaceLike
 from gateway.stores import SqliteDedupStore
@@ -147,6 +153,7 @@ class _ConsumerDrill:
         for worker, at in await asyncio.to_thread(self._deliveries):
             self.timeline.delivered.setdefault(worker, []).append(max(0.0, at - wall))
         ids = [f"drill-{i:08d}" for i in range(self.sent)]
+        actions = WorkerAction.from_timeline(self.timeline)
         return DrillReport(
             scenario=self.scenario.value, mode=self.mode.value, messages=self.total,
             sent=self.sent, delivered=sum(1 for i in ids if i in rows),
@@ -154,7 +161,11 @@ class _ConsumerDrill:
             duplicates_delivered=sum(c - 1 for c in rows.values() if c > 1),
             duplicates_suppressed=self._suppressed(), buffered=self.counters.buffered,
             replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
+            replay_seconds=self.counters.replay_seconds(),
             elapsed_seconds=round(time.monotonic() - started, 3), timeline=self.timeline,
+            family="consumers", worker_actions=actions,
+            partitions_moved=partition_moves(await asyncio.to_thread(self._spans), actions,
+                                             wall),
         )
 
     # -- workers --------------------------------------------------------------------
@@ -173,6 +184,16 @@ class _ConsumerDrill:
             self.workers.kill(name)
         elif action == "term":
             self.workers.terminate(name)
+
+    def _spans(self) -> list[shared.ReadSpan]:
+        """Every worker's spans of partition ownership, from its last progress file
+        (a killed worker's is at most one progress interval old)."""
+        spans = []
+        for path in (self.root / "progress").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                spans += [shared.ReadSpan(**span)
+                          for span in json.loads(path.read_text())["reads"]]
+        return spans
 
     def _suppressed(self) -> int:
         total = 0

@@ -8,10 +8,11 @@ import the worker: ``python -m gateway.drill.consumers._worker`` loads the packa
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 
 from gateway.consumer import BalanceSettings
 
-__all__ = ["DRILL_BALANCE", "ENTITY", "PARTITIONS", "connection_string_variable",
+__all__ = ["DRILL_BALANCE", "ENTITY", "PARTITIONS", "ReadSpan", "connection_string_variable",
            "create_delivered_table"]
 
 ENTITY = "drill-events"
@@ -43,3 +44,18 @@ def create_delivered_table(conn: sqlite3.Connection) -> None:
 def connection_string_variable(namespace: str) -> str:
     """The environment variable that gives a worker an emulated namespace (Event Hubs)."""
     return f"GEOGATEWAY_DRILL_{namespace.upper()}"
+
+
+@dataclass
+class ReadSpan:
+    """One stretch during which a worker owned a partition, as the worker saw it
+    (wall-clock times, ``time.time()``): when it claimed the partition, first and last
+    read events from it, and let it go (None: not yet, or never, as when killed).
+    Workers write theirs to their progress files (as JSON objects of these fields)."""
+
+    partition: str  # NAMESPACE/ID
+    worker: str
+    claimed: float
+    first_read: float | None = None
+    last_read: float | None = None
+    released: float | None = None

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress
-from gateway.drill._report import DrillCounters, DrillReport
+from gateway.drill._report import DrillCounters, DrillReport, WorkerAction
 from gateway.drill._timeline import DrillTimeline
 from gateway.drill._workers import Workers, send_while_watching
 from gateway.drill.fleet._shared import DSN_VARIABLE, ENTITY, LEASE, SCHEMA_VARIABLE, effects_sql
@@ -168,9 +168,17 @@ class _FleetDrill:
             duplicates_delivered=sum(c - 1 for c in effects.values() if c > 1),
             duplicates_suppressed=self._suppressed(), buffered=self.counters.buffered,
             replayed=self.counters.replayed, role_swaps=self.counters.role_swaps,
+            replay_seconds=self.counters.replay_seconds(self._back_at()),
             elapsed_seconds=round(time.monotonic() - started, 3),
-            store=self.store, timeline=self.timeline,
+            store=self.store, timeline=self.timeline, family="fleet",
+            worker_actions=WorkerAction.from_timeline(self.timeline),
         )
+
+    def _back_at(self) -> float | None:
+        """When (``time.monotonic()``) the last namespace the script took down came
+        back: the replay of its copies starts there."""
+        ups = [at for at, action, _ in self.timeline.faults if action == "up"]
+        return self.timeline.started + ups[-1] if ups else None
 
     async def _send_all(self, sender: AsyncGeoSender) -> None:
         while self.sent < self.total:

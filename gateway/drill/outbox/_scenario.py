@@ -41,7 +41,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway._support.parent_watch import child_command
-from gateway.drill._common import PRIMARY, SECONDARY, Progress, new_state_dir, remove_state_dir
+from gateway.drill._common import (
+    PRIMARY,
+    SECONDARY,
+    Progress,
+    new_state_dir,
+    remove_state_dir,
+    require_postgres,
+)
 from gateway.drill.outbox._report import OutboxDrillReport
 from gateway.drill.outbox._shared import DESTINATIONS, ORDERS_TABLE
 from gateway.geo import AsyncGeoReceiver
@@ -89,7 +96,8 @@ async def run_outbox_drill(
         seed: for the rollbacks and the kills (default: random).
 
     Raises:
-        ConfigError: an unknown store, a ``dsn`` with SQLite, or a bad count.
+        ConfigError: an unknown store, a ``dsn`` with SQLite, a bad count, or
+            PostgreSQL without the postgres extra (before any folder is made).
     """
     if store not in STORES:
         raise ConfigError(f"unknown store {store!r}: use one of {', '.join(STORES)}")
@@ -97,6 +105,8 @@ async def run_outbox_drill(
         raise ConfigError("a DSN is for --store postgres")
     if orders < 1 or batch_size < 1 or kills < 0:
         raise ConfigError("orders and batch_size must be >= 1, kills >= 0")
+    if store == "postgres":
+        require_postgres("outbox drill", server=dsn is None)
     root = new_state_dir(data_dir)
     if on_state_dir is not None:
         on_state_dir(root)

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from gateway._support.portal import PortalDriver
+from gateway._support.portal import PortalDriver, twin_arguments
 from gateway.geo._client import GeoSender
 from gateway.geo.outbox._dispatcher import AsyncOutboxDispatcher, DispatcherStats
 from gateway.geo.receiver import StopFlag
@@ -43,31 +43,41 @@ class _Threaded:
 
 class OutboxDispatcher(PortalDriver):
     """Sends an outbox's committed rows through sync ``GeoSender`` s, in order per
-    destination; takes the arguments of :class:`gateway.aio.AsyncOutboxDispatcher`,
-    with ``GeoSender`` s (or a factory of them) for ``senders``.
+    destination: :class:`gateway.aio.AsyncOutboxDispatcher` driven from a thread of
+    its own.
 
     Use as a context manager or call :meth:`close` (it closes the senders the factory
     made; senders passed in are the caller's).
+
+    Args:
+        outbox: a :class:`~gateway.stores.PostgresOutbox` or
+            :class:`~gateway.stores.SqliteOutbox` (closed by its owner, not here).
+        senders: a ``GeoSender``, several (one per entity: only their entities are
+            dispatched), or ``factory(entity)`` returning one (every destination is
+            dispatched; the senders made are closed by :meth:`close`).
+        batch_size: rows per ``send_batch``, per destination and round.
+        concurrency: destinations sent at the same time.
+        poll_interval: the longest wait for new rows between rounds (default: the
+            outbox's own, 1 s with PostgreSQL notifications, 0.5 s for SQLite).
+        retry_interval: the first wait before a destination whose send failed is tried
+            again (doubling, up to 30 s).
+        name: this dispatcher's name in leases and logs (default: host, pid, random).
+        on_error: called as ``on_error(entity, error)`` when a send or the store fails
+            (``entity`` is ``"*"`` when the outbox itself could not be read).
     """
 
-    def __init__(self, outbox: Outbox,
-                 senders: GeoSender | Iterable[GeoSender] | Callable[[str], GeoSender],
-                 **options: Any) -> None:
+    def __init__(
+        self, outbox: Outbox,
+        senders: GeoSender | Iterable[GeoSender] | Callable[[str], GeoSender], *,
+        batch_size: int = 100, concurrency: int = 4, poll_interval: float | None = None,
+        retry_interval: float = 1.0, name: str | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
+        kwargs = twin_arguments(AsyncOutboxDispatcher, locals())
         super().__init__()
-        wrapped: Any
-        if isinstance(senders, GeoSender):
-            wrapped = _Threaded(senders, owned=False)
-        elif callable(senders):
-            factory = senders
-
-            async def make(entity: str) -> _Threaded:
-                return _Threaded(await anyio.to_thread.run_sync(factory, entity), owned=True)
-
-            wrapped = make
-        else:
-            wrapped = [_Threaded(s, owned=False) for s in senders]
+        kwargs["senders"] = _threaded(senders)
         try:
-            self._core: AsyncOutboxDispatcher = self._call(_open, outbox, wrapped, options)
+            self._core: AsyncOutboxDispatcher = self._call(_open, kwargs)
         except BaseException:
             self._close_portal(_noop)
             raise
@@ -96,8 +106,22 @@ class OutboxDispatcher(PortalDriver):
         self._close_portal(self._core.aclose)
 
 
-async def _open(outbox: Outbox, senders: Any, options: dict[str, Any]) -> AsyncOutboxDispatcher:
-    return AsyncOutboxDispatcher(outbox, senders, **options)
+def _threaded(senders: GeoSender | Iterable[GeoSender] | Callable[[str], GeoSender]) -> Any:
+    """The senders as the async core takes them: each call in a worker thread."""
+    if isinstance(senders, GeoSender):
+        return _Threaded(senders, owned=False)
+    if callable(senders):
+        factory = senders
+
+        async def make(entity: str) -> _Threaded:
+            return _Threaded(await anyio.to_thread.run_sync(factory, entity), owned=True)
+
+        return make
+    return [_Threaded(s, owned=False) for s in senders]
+
+
+async def _open(kwargs: dict[str, Any]) -> AsyncOutboxDispatcher:
+    return AsyncOutboxDispatcher(**kwargs)
 
 
 async def _noop() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from gateway.consumer import BalanceSettings, PartitionContext
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.transports.base import Transport
-from replication import TransportError
+from replication import StoreUnavailable, TransportError
 
 __all__ = ["ErrorCallback", "NamespaceOutages"]
 
@@ -49,7 +49,7 @@ class NamespaceOutages:
             if namespace not in self._watches and not self._stopping.is_set():
                 self._watches[namespace] = asyncio.get_running_loop().create_task(
                     self._watch(namespace))
-        else:
+        elif not isinstance(exc, StoreUnavailable):  # a store reports its outage itself
             logger.error("%s: %s", ctx or namespace, exc, exc_info=exc)
         if self._on_error is not None:
             await self._on_error(ctx, exc)

@@ -54,6 +54,7 @@ reports and probes the namespaces that are down.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -80,7 +81,7 @@ from gateway.geo._tracing import find_tracer, messaging_system
 from gateway.geo.partitions._dedup import DedupDelivery, InboxHandler, PartitionHandler
 from gateway.geo.partitions._outages import ErrorCallback, NamespaceOutages
 from gateway.geo.receiver import StopFlag, check_inbox
-from gateway.stores import DedupTarget, is_dsn, open_dedup_store
+from gateway.stores import DedupTarget, StoreOutages, is_dsn, open_dedup_store
 from gateway.transports.base import PartitionEvent, Transport
 from replication import (
     ConfigError,
@@ -203,6 +204,9 @@ class AsyncGeoPartitionReceiver(NamespaceOutages):
         else:
             self._store = _open_checkpoint_store(checkpoint_store)
             self._owned.append(self._store)
+        outages = getattr(self._store, "outages", None)
+        if isinstance(outages, StoreOutages):  # a shared store's outages are hooks too
+            outages.listen(functools.partial(self._checkpoint_store_outage, outages.name))
         dedup = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
         self._dedup = Deduplicator(dedup, window=dedup_window, lease=dedup_lease)
         self.consumer_group = consumer_group
@@ -368,6 +372,13 @@ class AsyncGeoPartitionReceiver(NamespaceOutages):
             logger.warning("closing the %s: %s", self._store_watch.store, exc)
 
     # -- processing -----------------------------------------------------------------
+
+    def _checkpoint_store_outage(self, store: str, available: bool,
+                                 error: BaseException | None) -> None:
+        if available:
+            emit(self._hooks, "on_store_up", store=store)
+        else:
+            emit(self._hooks, "on_store_down", store=store, error=error)
 
     async def _store_error(self, exc: BaseException) -> None:
         if self._on_error is not None:

@@ -7,12 +7,14 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo.sender._recovery import ReplayReport
+    from gateway.geo.sender._roles import RolesTarget
     from gateway.geo.sender._sender import AsyncGeoSender, MessageLike, SendResult
 
 _LAZY = {
     "AsyncGeoSender": "gateway.geo.sender._sender",
     "MessageLike": "gateway.geo.sender._sender",
     "ReplayReport": "gateway.geo.sender._recovery",
+    "RolesTarget": "gateway.geo.sender._roles",
     "SendResult": "gateway.geo.sender._sender",
 }
 
@@ -23,5 +25,6 @@ __all__ = [
     "AsyncGeoSender",
     "MessageLike",
     "ReplayReport",
+    "RolesTarget",
     "SendResult",
 ]

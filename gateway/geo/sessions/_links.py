@@ -83,6 +83,11 @@ class NamespaceSession:
         self.down = False
         #: When a receive here first answered (None: none has yet), monotonic.
         self.answered: float | None = None
+        # Since when the pump has been asking for messages without getting any (None:
+        # it has not asked since its last delivery), and when its settlements last
+        # ended: the session is idle only once both are old enough (``quiet_since``).
+        self._asking: float | None = None
+        self._settled_at = 0.0
         #: Since when another receiver holds the session here (None: it does not).
         self.busy_since: float | None = None
         self._prefetch, self._poll_wait = prefetch, poll_wait
@@ -105,6 +110,16 @@ class NamespaceSession:
     @property
     def held(self) -> bool:
         return self.receiver is not None
+
+    def quiet_since(self) -> float | None:
+        """Since when this namespace has had nothing to give (monotonic): its pump has
+        asked for messages since its last delivery and its settlements are over (an SDK
+        receiver's next receive waits for them, so their time is no sign of an idle
+        session). ``None`` while that is not so, or before a first receive answered (a
+        first receive can take longer than the idle time)."""
+        if self.answered is None or self._settling or self._asking is None:
+            return None
+        return max(self._asking, self._settled_at)
 
     @property
     def busy(self) -> bool:
@@ -173,12 +188,15 @@ class NamespaceSession:
             self._settled.clear()
             with anyio.move_on_after(self._poll_wait):
                 await self._settled.wait()
+        if self._asking is None:
+            self._asking = time.monotonic()
         got = await self._call("receive", Operation.RECEIVE, lambda: receiver.receive(
             max_messages=self._prefetch, max_wait=self._poll_wait), wait=self._poll_wait)
         if self.answered is None:
             self.answered = time.monotonic()
         self._mark_up()
         if got:
+            self._asking = None
             self._on_received(self, got)
 
     async def _drop(self, exc: GatewayError) -> None:
@@ -221,6 +239,7 @@ class NamespaceSession:
         finally:
             self._settling -= 1
             if not self._settling:
+                self._settled_at = time.monotonic()
                 self._settled.set()
 
     async def read_state(self) -> SessionState | None:

@@ -358,13 +358,14 @@ class AsyncGeoSessionReceiver(HandOver):
 
     def _quiet(self) -> float | None:
         """Seconds nothing came, counted once every namespace holding the session has
-        answered a receive (a first receive can take longer than the idle time, and a
-        session given up then would have its messages delivered for nothing)."""
+        asked for more since its last delivery, with that delivery settled
+        (``NamespaceSession.quiet_since``): slow settlements or a slow first receive
+        would otherwise give a busy session up between two of its batches."""
         held = [link for link in self._links if link.held]
-        if not held or any(link.answered is None for link in held):
+        marks = [link.quiet_since() for link in held]
+        if not held or None in marks:
             return None
-        since = max(self._last_arrival, *(link.answered or 0.0 for link in held))
-        return time.monotonic() - since
+        return time.monotonic() - max(self._last_arrival, *(m or 0.0 for m in marks))
 
     def _may_hand_over(self) -> bool | None:
         """Whether messages may be handed over now: only while no other receiver holds

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from gateway._support.portal import PortalDriver
+from gateway._support.portal import PortalDriver, twin_arguments
+from gateway.geo._factory import NamespaceLike
+from gateway.geo._hooks import GatewayHooks
 from gateway.geo.receiver import StopFlag
 from gateway.geo.sessions._receiver import AsyncGeoSessionReceiver, SessionReceiverStats
 from gateway.transports.base import ReceivedMessage
+from replication import DeadlinePolicy, DedupStore, DedupWindow
 
 __all__ = ["GeoSessionReceiver"]
 
@@ -22,14 +27,40 @@ async def _noop() -> None:
 
 
 class GeoSessionReceiver(PortalDriver):
-    """Sync session receiver; takes the same arguments as
-    :class:`gateway.aio.AsyncGeoSessionReceiver`.
+    """Sync session receiver: :class:`gateway.aio.AsyncGeoSessionReceiver` driven
+    from a thread of its own.
 
     The handler of :meth:`run` runs in a worker thread and may call :meth:`get_state`
     and :meth:`set_state` for the session it is handling.
+
+    Args:
+        primary, secondary: the namespaces (``local://NAME``, a connection string, a
+            ``NamespaceConfig`` or a ``Transport``); the queue must be session-enabled
+            in both.
+        entity: the queue.
+        dedup_store: a path (a persistent SQLite window) or a ``DedupStore``.
+        session_id: the one session to receive; ``None``: the next available one,
+            then the next, ...
+        gap_timeout: seconds a missing position is waited for before it is reported
+            and skipped (make it longer than the outages it should ride out).
+        state_dir: where the first position not handed over of each session is kept
+            (``session-cursors-PRIMARY-SECONDARY.db``); default ``$GEOGATEWAY_STATE_DIR``.
+        prefetch: messages each namespace's pump receives at a time.
+        max_buffered: messages held for their turn before the pumps wait.
+        hooks: ``on_session_gap``, ``on_session_late``, ``on_namespace_down`` ...
+        deadlines: how long a call on a namespace may take beyond its own wait
+            (default ``replication.RECEIVE_DEADLINES``).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, primary: NamespaceLike, secondary: NamespaceLike, entity: str,
+                 dedup_store: str | os.PathLike[str] | DedupStore, session_id: str | None = None,
+                 gap_timeout: float = 30.0, state_dir: str | os.PathLike[str] | None = None,
+                 dedup_window: DedupWindow | None = None, prefetch: int = 100,
+                 max_buffered: int = 10_000, hooks: GatewayHooks | Iterable[GatewayHooks] = (),
+                 data_dir: str | os.PathLike[str] | None = None, poll_wait: float = 0.25,
+                 deadlines: DeadlinePolicy | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        kwargs = twin_arguments(AsyncGeoSessionReceiver, locals())
         super().__init__()
         try:
             self._core = self._call(_open, kwargs)

@@ -88,7 +88,6 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import anyio
-from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.credentials_async import AsyncTokenCredential
 from azure.eventhub import parse_connection_string
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
@@ -99,6 +98,8 @@ from gateway.transports.eventhubs._errors import map_error as _map
 from gateway.transports.eventhubs._reading import EventHubsReading
 from gateway.transports.eventhubs._sending import EventHubsSending
 from gateway.transports.sdk import (
+    Credential,
+    check_credential,
     check_entity,
     check_namespace_host,
     connection_string_parts,
@@ -110,7 +111,6 @@ from replication import ConfigError, MessageRejected, NamespaceUnavailable, Tran
 __all__ = ["EventHubsOptions", "EventHubsTransport"]
 
 logger = logging.getLogger(__name__)
-Credential = AsyncTokenCredential | AzureSasCredential | AzureNamedKeyCredential
 
 
 # Sending and reading share only the options and the producers (EventHubsBase), so each
@@ -121,8 +121,11 @@ class EventHubsTransport(EventHubsSending, EventHubsReading):
     Args:
         fully_qualified_namespace: ``NAME.servicebus.windows.net``.
         credential: an Azure credential; default ``DefaultAzureCredential()`` from
-            azure-identity (created here, closed by :meth:`aclose`).
+            azure-identity (created here, closed by :meth:`aclose`). One passed in is
+            its owner's to close.
         name: the namespace's name in the gateway; default the host name.
+        use_development_emulator: connect without TLS, to the host's own port, as
+            ``UseDevelopmentEmulator=true`` in a connection string does (an emulator).
         **options: :class:`EventHubsOptions` fields: ``retry_total=0``,
             ``retry_backoff_factor=0.0``, ``retry_backoff_max=0.5``,
             ``retry_mode="exponential"``, ``operation_timeout=2.0``,
@@ -130,7 +133,8 @@ class EventHubsTransport(EventHubsSending, EventHubsReading):
             ``buffer_size=1000``, ``idle_check_interval=1.0``.
 
     Raises:
-        ConfigError: an unknown option or bad value; azure-identity is missing.
+        ConfigError: an unknown option or bad value; a credential the async SDK
+            cannot use (a sync one); azure-identity is missing.
     """
 
     #: Event Hubs: 1 MB an event (basic tier: 256 KB).
@@ -138,13 +142,16 @@ class EventHubsTransport(EventHubsSending, EventHubsReading):
     _owned_credential: AsyncTokenCredential | None = None
 
     def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,
-                 name: str | None = None, **options: Any) -> None:
+                 name: str | None = None, use_development_emulator: bool = False,
+                 **options: Any) -> None:
         opts = EventHubsOptions.from_options(options, what="EventHubsTransport")
         check_namespace_host(fully_qualified_namespace)
         owned = (cast(AsyncTokenCredential, default_credential("Event Hubs"))
                  if credential is None else None)
-        cred = cast(Credential, owned if owned is not None else credential)
+        cred = owned if owned is not None else check_credential(credential)
         kwargs = opts.client_kwargs()
+        if use_development_emulator:
+            kwargs["use_tls"] = False  # what the SDK's own UseDevelopmentEmulator=true sets
 
         def producer(entity: str) -> EventHubProducerClient:
             return EventHubProducerClient(fully_qualified_namespace, entity, cred, **kwargs)

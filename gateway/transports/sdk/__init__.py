@@ -24,6 +24,7 @@ if _TYPE_CHECKING:
         starting_position,
         text_or_none,
     )
+    from gateway.transports.sdk._credentials import Credential, check_credential
     from gateway.transports.sdk._errors import (
         Outcome,
         build_error,
@@ -40,11 +41,13 @@ _LAZY = {
     "body_bytes": "gateway.transports.sdk._convert",
     "build_error": "gateway.transports.sdk._errors",
     "builtin_outcome": "gateway.transports.sdk._errors",
+    "check_credential": "gateway.transports.sdk._credentials",
     "check_entity": "gateway.transports.sdk._transport",
     "check_namespace_host": "gateway.transports.sdk._config",
     "CLOSE_TIMEOUT": "gateway.transports.sdk._transport",
     "condition_outcome": "gateway.transports.sdk._errors",
     "connection_string_parts": "gateway.transports.sdk._config",
+    "Credential": "gateway.transports.sdk._credentials",
     "default_credential": "gateway.transports.sdk._config",
     "epoch_seconds": "gateway.transports.sdk._convert",
     "find_status_code": "gateway.transports.sdk._errors",
@@ -67,6 +70,7 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 __all__ = [
     "CLOSE_TIMEOUT",
     "GRACE",
+    "Credential",
     "Outcome",
     "SdkOptions",
     "SdkTransport",
@@ -74,6 +78,7 @@ __all__ = [
     "body_bytes",
     "build_error",
     "builtin_outcome",
+    "check_credential",
     "check_entity",
     "check_namespace_host",
     "condition_outcome",

@@ -97,8 +97,13 @@ class SdkTransport(Transport):
             "the outcome is unknown, a retry may deliver a duplicate", namespace=self.namespace)
 
     async def _close(self, what: str, handler: _Closable) -> None:
-        """Close an SDK handler we are dropping, within ``CLOSE_TIMEOUT``."""
-        with anyio.move_on_after(CLOSE_TIMEOUT):
+        """Close an SDK handler we are dropping, within ``CLOSE_TIMEOUT``.
+
+        Shielded from the caller's cancellation: a close that runs because the caller
+        gave up (a probe at its deadline while the namespace hangs) must still run, or
+        the connection the handler opened stays open, one per probe round.
+        """
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + CLOSE_TIMEOUT):
             try:
                 await handler.close()
             except Exception as exc:  # the handler is dropped either way; say why it failed

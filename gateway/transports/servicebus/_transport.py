@@ -101,12 +101,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.credentials_async import AsyncTokenCredential
 from azure.servicebus.aio import ServiceBusClient
 
 from gateway.transports.base import EventPosition, PartitionEvent
 from gateway.transports.sdk import (
+    Credential,
+    check_credential,
     check_namespace_host,
     connection_string_parts,
     default_credential,
@@ -120,7 +121,6 @@ from replication import ConfigError, MessageRejected, NamespaceUnavailable, Tran
 __all__ = ["ServiceBusOptions", "ServiceBusTransport"]
 
 logger = logging.getLogger(__name__)
-Credential = AsyncTokenCredential | AzureSasCredential | AzureNamedKeyCredential
 
 
 # Sending and receiving share only the options and the SDK client (ServiceBusBase), so
@@ -131,8 +131,11 @@ class ServiceBusTransport(ServiceBusSending, ServiceBusReceiving):
     Args:
         fully_qualified_namespace: ``NAME.servicebus.windows.net``.
         credential: an Azure credential; default ``DefaultAzureCredential()`` from
-            azure-identity (created here, closed by :meth:`aclose`).
+            azure-identity (created here, closed by :meth:`aclose`). One passed in is
+            its owner's to close.
         name: the namespace's name in the gateway; default the host name.
+        use_development_emulator: connect without TLS, to the host's own port, as
+            ``UseDevelopmentEmulator=true`` in a connection string does (an emulator).
         **options: :class:`ServiceBusOptions` fields: ``retry_total=0``,
             ``retry_backoff_factor=0.0``, ``retry_backoff_max=0.5``,
             ``retry_mode="exponential"``, ``operation_timeout=2.0``,
@@ -140,7 +143,8 @@ class ServiceBusTransport(ServiceBusSending, ServiceBusReceiving):
             ``max_lock_renewal_duration=300.0``, ``prefetch_count=0``.
 
     Raises:
-        ConfigError: an unknown option or bad value; azure-identity is missing.
+        ConfigError: an unknown option or bad value; a credential the async SDK
+            cannot use (a sync one); azure-identity is missing.
     """
 
     #: Service Bus standard tier: 256 KB a message (premium takes 1 MB and more).
@@ -148,13 +152,16 @@ class ServiceBusTransport(ServiceBusSending, ServiceBusReceiving):
     _owned_credential: AsyncTokenCredential | None = None
 
     def __init__(self, fully_qualified_namespace: str, credential: Credential | None = None, *,
-                 name: str | None = None, **options: Any) -> None:
+                 name: str | None = None, use_development_emulator: bool = False,
+                 **options: Any) -> None:
         opts = ServiceBusOptions.from_options(options, what="ServiceBusTransport")
         check_namespace_host(fully_qualified_namespace)
         owned = (cast(AsyncTokenCredential, default_credential("Service Bus"))
                  if credential is None else None)
-        cred = cast(Credential, owned if owned is not None else credential)
+        cred = owned if owned is not None else check_credential(credential)
         kwargs = self._client_kwargs(opts)
+        if use_development_emulator:
+            kwargs["use_tls"] = False  # what the SDK's own UseDevelopmentEmulator=true sets
 
         def factory() -> ServiceBusClient:
             return ServiceBusClient(fully_qualified_namespace, cred, **kwargs)

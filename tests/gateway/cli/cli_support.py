@@ -92,3 +92,39 @@ def ok_json(result: Result) -> Any:
     code, out, _ = result
     assert code == 0, result
     return json.loads(out)
+
+
+#: Run first in a child interpreter (as ``sitecustomize``, after site-packages and the
+#: editable install are set up): every site-packages directory on ``sys.path`` is
+#: replaced by its view without the hidden distributions.
+_HIDING = """
+import json, os, sys
+views = json.loads(os.environ["GEOGATEWAY_TEST_SITE_VIEWS"])
+sys.path[:] = [views.get(entry, entry) for entry in sys.path]
+"""
+
+
+def without_modules(tmp: Path, *names: str) -> dict[str, str]:
+    """The environment of a child interpreter in which the top-level packages ``names``
+    (and their ``.libs``, ``.dist-info``) are not installed, as after a plain
+    ``pip install geogateway``: ``import`` raises ``ModuleNotFoundError`` and
+    ``importlib.util.find_spec`` returns None, as they would."""
+    import site
+    import tempfile
+
+    hidden = {name.lower() for name in names}
+    views = {}
+    hook = Path(tempfile.mkdtemp(prefix="without-", dir=tmp))
+    (hook / "sitecustomize.py").write_text(_HIDING)
+    for number, directory in enumerate(site.getsitepackages()):
+        if not os.path.isdir(directory):
+            continue
+        view = hook / f"site-packages-{number}"
+        view.mkdir()
+        for entry in os.listdir(directory):
+            if entry.split("-")[0].split(".")[0].lower() not in hidden:
+                (view / entry).symlink_to(os.path.join(directory, entry))
+        views[directory] = str(view)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook),
+                                                        os.environ.get("PYTHONPATH")])),
+            "GEOGATEWAY_TEST_SITE_VIEWS": json.dumps(views)}

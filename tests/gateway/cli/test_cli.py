@@ -76,7 +76,7 @@ def test_namespace_data_dir_option_beats_env(run: Run, dirs: dict[str, Path]) ->
 
 
 def test_namespace_unknown_name_changes_nothing(run: Run, dirs: dict[str, Path]) -> None:
-    expect_one_line_error(run("namespace", "down", "nosuch"), 1, "nosuch")
+    expect_one_line_error(run("namespace", "down", "nosuch"), 2, "nosuch")
     assert not (dirs["data"] / "nosuch.control.json").exists()
     assert not (dirs["data"] / "nosuch.db").exists()
 
@@ -88,7 +88,7 @@ def test_the_receivers_dedup_file_is_not_taken_for_a_namespace(
     assert run("receive", "-e", "orders", "--wait", "0")[0] == 0
     assert (dirs["data"] / "dedup.db").exists()
     # When "dedup" is taken down / Then it is an unknown namespace, and nothing is written
-    line = expect_one_line_error(run("namespace", "down", "dedup"), 1, "'dedup'")
+    line = expect_one_line_error(run("namespace", "down", "dedup"), 2, "'dedup'")
     assert "known namespaces: primary, secondary (" in line
     assert not (dirs["data"] / "dedup.control.json").exists()
 
@@ -100,7 +100,7 @@ def test_namespace_new_and_then_existing_names(run: Run, dirs: dict[str, Path]) 
     # Then it exists, so it is known without --new, and listed among the known names
     assert run("namespace", "up", "eu")[0] == 0
     assert ok_json(run("namespace", "status", "eu", "--json"))[0]["up"] is True
-    line = expect_one_line_error(run("namespace", "down", "us"), 1)
+    line = expect_one_line_error(run("namespace", "down", "us"), 2)
     assert "eu, primary, secondary" in line
 
 
@@ -114,7 +114,7 @@ def test_namespace_configured_names_are_known(run: Run, dirs: dict[str, Path],
     # Then they may be taken down before they exist; others still may not
     assert run("namespace", "down", "east")[0] == 0
     assert run("namespace", "down", "south")[0] == 0
-    line = expect_one_line_error(run("namespace", "down", "west"), 1)
+    line = expect_one_line_error(run("namespace", "down", "west"), 2)
     assert "east" in line and "south" in line
 
 
@@ -367,15 +367,15 @@ def test_drill_table_and_json_file(run: Run, dirs: dict[str, Path]) -> None:
         (["queue", "replay", "-q", "/nonexistent.db"], 1, ["/nonexistent.db"]),
         (["queue", "frobnicate"], 2, ["frobnicate"]),
         (["namespace", "down", "a/b"], 2, ["a/b"]),
-        (["namespace", "status", "bad name"], 1, ["bad name"]),
+        (["namespace", "status", "bad name"], 2, ["bad name"]),
         (["namespace", "faults", "primary", "--lost-replies", "2"], 2, ["--lost-replies"]),
         # A name that is not primary, secondary, configured or existing: a typo would
         # take down a namespace nobody uses and leave the real one up.
-        (["namespace", "down", "nosuch"], 1, ["'nosuch'", "known namespaces: primary, "
+        (["namespace", "down", "nosuch"], 2, ["'nosuch'", "known namespaces: primary, "
                                               "secondary", "--new"]),
-        (["namespace", "up", "nosuch"], 1, ["'nosuch'", "primary, secondary"]),
-        (["namespace", "faults", "nosuch", "--latency", "1"], 1, ["'nosuch'"]),
-        (["namespace", "status", "primary", "nosuch"], 1, ["'nosuch'"]),
+        (["namespace", "up", "nosuch"], 2, ["'nosuch'", "primary, secondary"]),
+        (["namespace", "faults", "nosuch", "--latency", "1"], 2, ["'nosuch'"]),
+        (["namespace", "status", "primary", "nosuch"], 2, ["'nosuch'"]),
         # Text that is not valid Unicode (what Python makes of argv bytes that are not
         # UTF-8) and endpoints that are not host[:port].
         (["send", "-e", "orders", "--message-id", "id\udcff", "a"], 1, ["message_id"]),
@@ -495,7 +495,7 @@ def test_process_happy_path(dirs: dict[str, Path]) -> None:
         (["drill", "--mode", "bogus"], 2),
         (["queue", "stats", "-q", "/nonexistent.db"], 1),
         (["send", "-e", "orders"], 2),
-        (["namespace", "down", "nosuch"], 1),
+        (["namespace", "down", "nosuch"], 2),
         # A command-line byte that is not UTF-8 (0xff) in a message id and in a body.
         (["send", "-e", "orders", "--message-id", "id\udcff", "a"], 1),
         (["send", "-e", "orders", "caf\udce9"], 1),

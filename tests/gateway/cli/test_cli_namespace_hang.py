@@ -52,7 +52,7 @@ def test_no_hang_clears_it(run: Run) -> None:
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [
-    (["namespace", "faults", "nosuch", "--hang"], 1, ["'nosuch'", "--new"]),
+    (["namespace", "faults", "nosuch", "--hang"], 2, ["'nosuch'", "--new"]),
     (["namespace", "faults", "primary", "--hang=yes"], 2, ["--hang"]),
 ])
 def test_bad_hang_input_is_one_line_and_changes_nothing(

@@ -5,12 +5,20 @@ partitions are kept only while the ownership is valid, and everything resumes)."
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
-from gateway.consumer import PostgresCheckpointStore
+from gateway.consumer import (
+    AsyncPartitionProcessor,
+    BalanceSettings,
+    CloseReason,
+    PostgresCheckpointStore,
+    ProcessorSettings,
+)
 from gateway.consumer._partition import PartitionContext
 from gateway.transports import LocalNamespace, LocalTransport
 from replication import StoreUnavailable
@@ -91,4 +99,58 @@ async def test_a_server_restart_reaches_on_error_drops_partitions_and_resumes(
                       for c in await store.list_checkpoints(proc.group)}
         assert proc_marks == {p: max(seq) for p, seq in recorder.order.items()}
     finally:
+        await asyncio.shield(store.aclose())
+
+
+async def test_a_short_restart_keeps_every_partition_and_is_two_log_lines(
+    hub: LocalTransport, pg_server_factory, caplog: pytest.LogCaptureFixture,
+):
+    # Given a processor with the default balancing on a server of its own, owning all
+    server = pg_server_factory()
+    store = PostgresCheckpointStore(server.dsn)
+    recorder = Recorder()
+    proc = AsyncPartitionProcessor(
+        transport=hub, entity=HUB, store=store, on_event=recorder.handler("a"),
+        on_partition_close=recorder.on_close, instance_id="a",
+        settings=ProcessorSettings(poll_wait=0.05, checkpoint_every_events=5,
+                                   checkpoint_every_seconds=None))
+    first = await send(hub, 0, 20)
+    await proc.start()
+    fewest = [4]
+
+    async def watch_owned() -> None:
+        while True:
+            fewest[0] = min(fewest[0], len(proc.owned))
+            await asyncio.sleep(0.05)
+
+    try:
+        await until(lambda: set(recorder.seen) >= set(first) and len(proc.owned) == 4,
+                    within=30)
+        await until(lambda: proc.manager.idle, within=30)
+        watcher = asyncio.get_running_loop().create_task(watch_owned())
+        caplog.clear()
+        caplog.set_level(logging.DEBUG)
+        # When the server restarts, away for 2.5 s (shorter than the heartbeat window),
+        # while events keep coming
+        await anyio.to_thread.run_sync(lambda: server.stop(mode="fast"))
+        during = await send(hub, 20, 10)
+        await asyncio.sleep(2.5)
+        await anyio.to_thread.run_sync(server.start)
+        after = await send(hub, 30, 10)
+        # Then every event is handled, and the processor kept every partition throughout
+        # (no ownership lost, none read again from an older checkpoint)
+        await until(lambda: set(recorder.seen) >= set(first + during + after), within=30)
+        await asyncio.sleep(BalanceSettings().heartbeat_expiry)
+        watcher.cancel()
+        assert fewest[0] == 4
+        assert not any(reason is CloseReason.OWNERSHIP_LOST for _, reason in recorder.closed)
+        # And the outage was one warning when the store went away and one when it was
+        # back: no traceback, nothing from the pool
+        loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.getMessage().split(" (")[0] for r in loud] == [
+            f"checkpoint store at {store.where} is unavailable",
+            f"checkpoint store at {store.where} is back"], [r.getMessage() for r in loud]
+        assert not any(r.exc_info for r in loud)
+    finally:
+        await proc.stop()
         await asyncio.shield(store.aclose())

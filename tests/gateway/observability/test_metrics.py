@@ -21,7 +21,7 @@ from gateway.errors import MessageRejected
 from gateway.observability import PrometheusMetrics, render_metrics
 from gateway.relay import GeoRelayClient, RelayEndpoint
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
-from replication import Message
+from replication import Message, StoreUnavailable
 from tests.gateway.conftest import (
     ENTITY,
     Namespaces,
@@ -304,3 +304,17 @@ def test_a_plain_partition_processor_reports_through_its_callback(
                                                  lag_events=0, oldest_unsaved_at=None))
     # Then the gauges follow
     assert value(registry, "geogateway_partitions_owned", **labels) == 0
+
+
+def test_a_shared_store_outage_is_counted_and_its_state_kept() -> None:
+    # Given metrics on a registry of their own
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry=registry)
+    store = "dedup store at db:5432/orders as app"
+    # When the store goes away, comes back and goes away again
+    metrics.on_store_down(store=store, error=StoreUnavailable("away"))
+    metrics.on_store_up(store=store)
+    metrics.on_store_down(store=store, error=StoreUnavailable("away"))
+    # Then two outages are counted, and it is down now
+    assert value(registry, "geogateway_store_outages_total", store=store) == 2
+    assert value(registry, "geogateway_store_up", store=store) == 0

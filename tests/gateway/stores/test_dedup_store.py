@@ -84,6 +84,17 @@ def test_claim_hold_done_release(store: DedupStore) -> None:
     assert store.claim(["m2"], owner="c", now=17.5, lease=10) == [DELIVER]
 
 
+def test_a_claim_asked_again_by_its_claimant_is_its_own(store: DedupStore) -> None:
+    # Given a claim by "a" whose answer "a" never got (the connection broke after the
+    # commit), so "a" asks again for the same id
+    assert store.claim(["m1"], owner="a", now=0, lease=60) == [DELIVER]
+    # When "a" asks again, Then it is "a"'s own claim: delivered, not held for the lease
+    assert store.claim(["m1", "m1"], owner="a", now=1, lease=60) == [DELIVER, HOLD]
+    # And the lease runs from the new claim; everyone else is still held
+    assert store.claim(["m1"], owner="b", now=60.5, lease=60) == [HOLD]
+    assert store.claim(["m1"], owner="b", now=61.5, lease=60) == [DELIVER]
+
+
 def test_time_window_applies_before_pruning(store: DedupStore) -> None:
     store.claim(["m1"], owner="a", now=0, lease=10)
     store.finish("m1", owner="a", succeeded=True, now=1)

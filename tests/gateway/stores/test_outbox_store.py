@@ -63,6 +63,30 @@ def test_the_message_id_is_fixed_when_added_and_the_message_kept_whole(outbox_ap
     outbox_app.outbox.release(claim)
 
 
+def test_a_session_message_keeps_its_session_id(outbox_app: App):
+    # Given messages of a session, one with properties, added to the outbox
+    plain = Message(b"first", message_id="s1", session_id="order-7")
+    stamped = Message(b"second", message_id="s2", session_id="order-7", properties={"n": 1})
+    with outbox_app.transaction() as conn:
+        outbox_app.outbox.add_many(conn, [plain, stamped], entity="orders")
+    # When a dispatcher reads them back
+    claim = outbox_app.outbox.claim("orders", 10, owner="test")
+    # Then each is whole, its session id included (else a session queue refuses it), and
+    # the session id is not one of its application properties
+    assert [row.message for row in claim.rows] == [plain, stamped]
+    assert [row.message.session_id for row in claim.rows] == ["order-7", "order-7"]
+    assert dict(claim.rows[1].message.properties) == {"n": 1}
+    outbox_app.outbox.release(claim)
+
+
+def test_rows_are_rebuilt_without_checking_again_while_message_keeps_its_shape():
+    # The dispatcher's per-row cost: a field added to Message must be added to the
+    # outbox's rows too, or they fall back to the checking constructor (and lose it).
+    from gateway.stores import _outbox_core
+
+    assert _outbox_core._FAST
+
+
 def test_a_claimed_destination_is_not_claimed_by_another_dispatcher(outbox_app: App):
     # Given rows for two destinations, and a second dispatcher's store on the same tables
     outbox_app.order("a", "for a", entity="dest-a")

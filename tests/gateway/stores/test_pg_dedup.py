@@ -18,7 +18,14 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from gateway.stores import PostgresDedupStore
-from replication import ConfigError, Deduplicator, DedupWindow, GatewayError, Verdict
+from replication import (
+    ConfigError,
+    Deduplicator,
+    DedupWindow,
+    GatewayError,
+    StoreUnavailable,
+    Verdict,
+)
 from tests.postgres import Pg
 
 DELIVER, DUPLICATE, HOLD = Verdict.DELIVER, Verdict.DUPLICATE, Verdict.HOLD
@@ -278,3 +285,28 @@ def test_the_rights_the_store_needs(pg: Pg) -> None:
             assert store.claim(["m1"], owner="a", now=0, lease=10) == [DELIVER]
         finally:
             store.close()
+
+
+def test_a_claim_whose_answer_was_lost_is_taken_again_by_its_receiver(
+        store: PostgresDedupStore) -> None:
+    # Given a receiver whose claim of m1 committed but whose answer was lost (the
+    # connection broke on the way back), so the receiver has no record of it
+    lost = True
+    real = store.claim
+
+    def claim_then_break(ids: Any, **kwargs: Any) -> list[Verdict]:
+        nonlocal lost
+        verdicts = real(ids, **kwargs)
+        if lost:
+            lost = False
+            raise StoreUnavailable("the connection broke after the commit")
+        return verdicts
+
+    store.claim = claim_then_break  # type: ignore[method-assign]
+    dedup = Deduplicator(store, lease=60)
+    with pytest.raises(StoreUnavailable):
+        dedup.check_many(["m1"])
+    # When it asks again for the same copy, Then it is delivered now, not after the lease
+    assert dedup.check_many(["m1"]) == [DELIVER]
+    # And another receiver is still held by that claim
+    assert Deduplicator(store, lease=60).check_many(["m1"]) == [HOLD]

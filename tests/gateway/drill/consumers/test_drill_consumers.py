@@ -75,6 +75,28 @@ async def test_consumer_crash(tmp_path: Path) -> None:
     assert sum(len(t) for ns, t in timeline.sent.items() if ns != REPLAYED) == 2 * MESSAGES
     assert [(a, w) for _, a, w in timeline.events()] == [("kill", "w2")]
     assert len(timeline.duplicates) > 0
+    # And the report names the worker killed, the partitions it left, and how long
+    # they went unread: w2's partitions are taken once its 2 s heartbeat expired
+    (killed,) = report.worker_actions
+    assert (killed.worker, killed.action) == ("w2", "killed") and killed.at > 0
+    moved = report.partitions_moved
+    assert "w2" in {m.from_worker for m in moved}, moved
+    assert {m.to_worker for m in moved} <= {"w1", "w3"}
+    assert all(m.at >= killed.at for m in moved)
+    longest = report.longest_unread
+    assert longest is not None and 1.0 <= (longest.unread_seconds or 0) < 20, moved
+    # And its rows are the consumer drill's own: no failover rows, no "-"
+    rows = dict(report.rows())
+    assert rows["worker killed"] == f"w2 at {killed.at:.2f} s"
+    assert rows["partitions moved"].startswith(f"{len(moved)} (")
+    assert rows["longest unread"].startswith(f"{longest.unread_seconds:.3f} s (")
+    assert not {"failovers", "failover time", "role swaps"} & set(rows), rows
+    assert "-" not in rows.values() and ("replay time" in rows) == (report.replayed > 0)
+    # And the JSON carries the same facts
+    data = report.to_dict()
+    assert data["worker_actions"] == [{"worker": "w2", "action": "killed", "at": killed.at}]
+    assert len(data["partitions_moved"]) == len(moved)
+    assert data["longest_unread_seconds"] == longest.unread_seconds
 
 
 async def test_consumer_scale(tmp_path: Path) -> None:
@@ -85,6 +107,16 @@ async def test_consumer_scale(tmp_path: Path) -> None:
     # And every second copy was suppressed: all workers' counters are in the report
     assert report.duplicates_suppressed == MESSAGES
     assert set(deliveries(root).values()) == {1}
+    # And the report says who joined and who left, and what moved after each: w1's
+    # partitions at least, handed over to the others (w3 may or may not have taken
+    # some from w1 and w2 before that, as the balancing's timing goes)
+    assert [(a.worker, a.action) for a in report.worker_actions] == [
+        ("w3", "started"), ("w1", "stopped")]
+    moves = report.partitions_moved
+    assert "w1" in {m.from_worker for m in moves}, moves
+    assert {m.to_worker for m in moves} <= {"w2", "w3"}, moves
+    rows = dict(report.rows())
+    assert {"worker started", "worker stopped", "partitions moved"} <= set(rows), rows
 
 
 def test_cli_consumer_scale_passive(tmp_path: Path) -> None:

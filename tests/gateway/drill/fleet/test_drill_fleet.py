@@ -38,6 +38,14 @@ async def test_the_fleet_on_postgresql_loses_nothing_and_duplicates_no_effect(
     assert report.duplicates_delivered == 0, report
     assert report.duplicates_suppressed > 0, report  # the second copies, removed
     assert report.buffered > 0, report  # the primary's copies while it was down
+    # And the report has its own facts: the machine killed, the replay and its time
+    assert [(a.worker, a.action) for a in report.worker_actions] == [("w2", "killed")]
+    assert report.replayed > 0 and report.replay_seconds is not None, report
+    rows = dict(report.rows())
+    assert rows["replay time"] == f"{report.replay_seconds:.3f} s"
+    assert rows["worker killed"].startswith("w2 at ")
+    assert "failover time" not in rows and "-" not in rows.values(), rows
+    assert report.to_dict()["replay_seconds"] == report.replay_seconds
     assert report.passed and report.state_dir is None
     assert {"sent", "delivered"} <= phases
     # And the schema it made in the server it was given is dropped once it passed

@@ -5,15 +5,18 @@ DSN share the partitions of both namespaces, and checkpoint each namespace apart
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
 from gateway.aio import AsyncGeoPartitionReceiver
 from gateway.consumer import ConsumerGroupRef, PostgresCheckpointStore
+from gateway.stores import EmbeddedPostgres
 from gateway.transports import LocalNamespace
-from tests.gateway.conftest import wait_for
+from replication import StoreUnavailable
+from tests.gateway.conftest import Recorder, wait_for
 from tests.postgres import Pg
 
 from .test_partitions import (
@@ -80,3 +83,37 @@ async def test_two_receivers_given_a_dsn_share_partitions_and_checkpoint_per_nam
             marks = {c.partition_id: c.sequence_number
                      for c in await store.list_checkpoints(group)}
             assert marks == await last_sequences(tmp_path, ns)
+
+
+async def test_a_checkpoint_store_outage_is_reported_once_by_hooks(
+    tmp_path: Path, hubs: dict[str, LocalNamespace],
+    pg_server_factory: Callable[[], EmbeddedPostgres],
+) -> None:
+    # Given a partition receiver whose checkpoints are on a server of its own, reading
+    server = pg_server_factory()
+    sent = ids(0, 20)
+    await send(tmp_path, sent)
+    handled = Handled()
+    hooks = Recorder()
+    receiver = AsyncGeoPartitionReceiver(
+        primary="local://primary", secondary="local://secondary", entity=HUB,
+        data_dir=tmp_path, balance=FAST, handler_retry=QUICK, settings=SETTINGS,
+        checkpoint_store=server.dsn, dedup_store=tmp_path / "dedup.db", hooks=hooks)
+    running = Running(receiver, handled.handler("x"))
+    try:
+        await wait_for(lambda: set(handled.seen) == set(sent))
+        # When the server restarts
+        await anyio.to_thread.run_sync(lambda: server.stop(mode="fast"))
+        await wait_for(lambda: bool(hooks.named("on_store_down")), within=20)
+        await anyio.to_thread.run_sync(server.start)
+        await wait_for(lambda: bool(hooks.named("on_store_up")), within=20)
+    finally:
+        await running.finish()
+        await receiver.aclose()
+    # Then it was one on_store_down, naming the checkpoint store without the password,
+    # and one on_store_up
+    [down] = hooks.named("on_store_down")
+    assert down["store"].startswith("checkpoint store at 127.0.0.1:")
+    assert server.dsn.split(":")[2].split("@")[0] not in down["store"]
+    assert isinstance(down["error"], StoreUnavailable)
+    assert len(hooks.named("on_store_up")) == 1

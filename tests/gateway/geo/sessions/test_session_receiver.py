@@ -338,3 +338,49 @@ async def test_the_primarys_holder_takes_the_session_over_from_the_secondarys(
     await asyncio.gather(first_run, second_run)
     assert handled.of("a") == [0, 1, 2, 3, 4, 5]
     await cut_off.aclose()
+
+
+class OneLink(FaultyTransport):
+    """A namespace whose session receiver does one thing at a time, as an SDK receiver
+    does (a settlement and a receive take turns on its link), each settlement taking
+    ``settle_delay`` seconds."""
+
+    def __init__(self, inner: LocalTransport, settle_delay: float) -> None:
+        super().__init__(inner)
+        self.settle_delay = settle_delay
+        self.link = asyncio.Lock()
+
+    async def complete(self, received: ReceivedMessage) -> None:
+        async with self.link:
+            await asyncio.sleep(self.settle_delay)
+            await super().complete(received)
+
+    async def accept_session(self, entity: str, session_id: str | None = None, *,
+                             max_wait: float = 0.0) -> Any:
+        got = await super().accept_session(entity, session_id, max_wait=max_wait)
+        if got is not None:
+            receive, link = got.receive, self.link
+
+            async def one_at_a_time(**kw: Any) -> list[ReceivedMessage]:
+                async with link:
+                    return await receive(**kw)
+
+            got.receive = one_at_a_time  # type: ignore[method-assign]
+        return got
+
+
+async def test_a_session_is_not_given_up_while_its_settlements_hold_the_next_receive(
+        sessions: Sessions, make: Factory) -> None:
+    # Given a session of three batches, in a namespace whose settlements of one batch
+    # take longer than the session's idle time and hold its next receive back
+    await sessions.put("primary", "long", *range(15))
+    primary = OneLink(LocalTransport("primary", data_dir=sessions.data_dir), 0.12)
+    receiver = make(primary=primary, prefetch=5)
+    handled = Handled()
+    # When it is received with an idle time shorter than one batch's settlements
+    await run_until(receiver, handled, lambda: len(handled.seen) == 15,
+                    session_idle_timeout=0.3)
+    # Then the session was held throughout: locked once, not given up between batches
+    assert handled.of("long") == list(range(15))
+    assert receiver.stats.sessions == 1
+    await primary.aclose()
