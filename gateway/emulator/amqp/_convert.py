@@ -17,8 +17,8 @@ property and every application property back with its AMQP type. A body that is 
 data sections (an amqp-value, amqp-sequence sections) is kept there too, and a
 message sent without a body is marked so (annotation :data:`NO_BODY`, never sent
 back): both come back as they were sent. ``local://`` readers see such a body as its
-bytes when it is an amqp-value of binary or text, and as empty otherwise. Its scheduled
-enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
+bytes when it is an amqp-value of binary or text, and as empty otherwise. A message's
+scheduled enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
 (``header.ttl``) are applied by the queue. Events keep what ``local://`` keeps.
 """
 
