@@ -7,8 +7,10 @@ load on the shared machine hits every command alike), and prints the median, min
 max wall time, and the median over the reference in the same run: ``python -c pass``
 on the same interpreter, the floor no Python command can go under. Rows:
 
-* ``geogateway --help`` and ``geogateway namespace down|up primary`` (in a temporary
-  data directory): the target is <= 0.25 s of wall time each;
+* ``geogateway --help``: the target is <= 0.1 s over ``python -c pass`` (median over
+  median, issue 21); ``geogateway namespace down|up primary`` (in a temporary data
+  directory): <= 0.25 s of wall time each;
+* ``python -c "import click"``: the floor of any click command, for scale;
 * ``python -c "import gateway"`` and ``import gateway.cli``;
 * for scale, what the command cost when every subcommand's module was imported at
   start-up (as before the lazy imports): ``import gateway.cli`` plus loading every
@@ -32,37 +34,45 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-TARGET_S = 0.25
+TARGET_S = 0.25  # namespace down|up: wall time
+HELP_OVER_S = 0.1  # --help: over python -c pass
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def commands(data_dir: str, before: Path | None) -> dict[str, tuple[list[str], bool]]:
-    """name -> (argv, held to the target)."""
+# What a row is held to: None, TARGET_S of wall time ("abs"), or HELP_OVER_S over the
+# reference ("over").
+Held = str | None
+
+
+def commands(data_dir: str, before: Path | None) -> dict[str, tuple[list[str], Held]]:
+    """name -> (argv, the target it is held to)."""
     python = sys.executable
     script = Path(python).with_name("geogateway")
     geogateway = [str(script)] if script.exists() else [python, "-m", "gateway.cli"]
-    old: dict[str, tuple[list[str], bool]] = {}
+    old: dict[str, tuple[list[str], Held]] = {}
     if before is not None:
         # -c with sys.path first: that tree's packages, not this installation's.
         run_old = [python, "-c", f"import sys; sys.path.insert(0, {str(before)!r}); "
                    "from gateway.cli import main; sys.exit(main())"]
         old = {
-            "before: geogateway --help": ([*run_old, "--help"], True),
+            "before: geogateway --help": ([*run_old, "--help"], "over"),
             "before: geogateway namespace down primary": (
-                [*run_old, "namespace", "down", "primary", "--data-dir", data_dir], True),
+                [*run_old, "namespace", "down", "primary", "--data-dir", data_dir], "abs"),
         }
     return {
-        "python -c pass (reference)": ([python, "-c", "pass"], False),
-        "geogateway --help": ([*geogateway, "--help"], True),
+        "python -c pass (reference)": ([python, "-c", "pass"], None),
+        'python -c "import click" (floor of a click command)': (
+            [python, "-c", "import click"], None),
+        "geogateway --help": ([*geogateway, "--help"], "over"),
         "geogateway namespace down primary": (
-            [*geogateway, "namespace", "down", "primary", "--data-dir", data_dir], True),
+            [*geogateway, "namespace", "down", "primary", "--data-dir", data_dir], "abs"),
         "geogateway namespace up primary": (
-            [*geogateway, "namespace", "up", "primary", "--data-dir", data_dir], True),
-        'python -c "import gateway"': ([python, "-c", "import gateway"], False),
-        'python -c "import gateway.cli"': ([python, "-c", "import gateway.cli"], False),
+            [*geogateway, "namespace", "up", "primary", "--data-dir", data_dir], "abs"),
+        'python -c "import gateway"': ([python, "-c", "import gateway"], None),
+        'python -c "import gateway.cli"': ([python, "-c", "import gateway.cli"], None),
         "every subcommand imported (the eager start-up)": (
             [python, "-c", "from gateway.cli import COMMANDS, cli\n"
-             "for name in COMMANDS: cli.get_command(None, name)"], False),
+             "for name in COMMANDS: cli.get_command(None, name)"], None),
         **old,
     }
 
@@ -93,19 +103,27 @@ def main() -> None:
     report(times, {name: held for name, (_, held) in table.items()}, args.runs)
 
 
-def report(times: dict[str, list[float]], held: dict[str, bool], runs: int) -> None:
+def verdict(held: Held, median: float, over: float) -> str:
+    """The target a row is held to, and whether it met it."""
+    if held is None:
+        return "-"
+    if held == "over":
+        return f"+<= {HELP_OVER_S:.2f} s: " + ("PASS" if over <= HELP_OVER_S else "FAIL")
+    return f"<= {TARGET_S:.2f} s: " + ("PASS" if median <= TARGET_S else "FAIL")
+
+
+def report(times: dict[str, list[float]], held: dict[str, Held], runs: int) -> None:
     reference = statistics.median(times["python -c pass (reference)"])
     out = Table(title=f"geogateway start-up, median of {runs} runs "
                 f"(python {sys.version.split()[0]})", title_justify="left")
     for column in ("command", "median", "min", "max", "over python -c pass", "x python",
-                   f"target <= {TARGET_S:.2f} s"):
+                   "target"):
         out.add_column(column, justify="left" if column == "command" else "right")
     for name, values in times.items():
         median = statistics.median(values)
-        verdict = ("PASS" if median <= TARGET_S else "FAIL") if held[name] else "-"
         out.add_row(name, f"{median * 1000:.0f} ms", f"{min(values) * 1000:.0f} ms",
                     f"{max(values) * 1000:.0f} ms", f"+{(median - reference) * 1000:.0f} ms",
-                    f"{median / reference:.1f}x", verdict)
+                    f"{median / reference:.1f}x", verdict(held[name], median, median - reference))
     Console(width=140).print(out)
 
 

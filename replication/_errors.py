@@ -6,6 +6,8 @@ the boundary where they occur (``raise Mapped(...) from exc``)::
     GatewayError
     ├── TransportError(namespace)      transient: retry, then fail over or buffer
     │   ├── NamespaceUnavailable       the namespace cannot be reached or is down
+    │   │   └── NamespaceRefused       it refused at once (connection refused, taken down):
+    │   │                              final for this send, fail over without retrying it
     │   └── OperationTimeout           the outcome is unknown: the message may have arrived
     ├── MessageRejected                permanent: too large, unauthorized, no such entity
     │   ├── MessageTooLarge            a message (or a batch) over the namespace's size limit
@@ -29,6 +31,7 @@ __all__ = [
     "GatewayError",
     "MessageRejected",
     "MessageTooLarge",
+    "NamespaceRefused",
     "NamespaceUnavailable",
     "OperationTimeout",
     "OwnershipLost",
@@ -70,6 +73,15 @@ def _rebuild_transport_error(
 
 class NamespaceUnavailable(TransportError):
     """The namespace is down or cannot be reached; nothing was sent."""
+
+
+class NamespaceRefused(NamespaceUnavailable):
+    """The namespace refused the operation at once: nothing was sent, and it said so.
+
+    A connection refused, or a namespace that is taken down. Unlike a dropped
+    connection (which its immediate retry may fix), a refusal is final for this send:
+    the sender fails over at once instead of retrying the namespace that said no.
+    """
 
 
 class OperationTimeout(TransportError):

@@ -37,7 +37,10 @@ class RetryPolicy:
 
     The defaults keep failover under a second: at most ``attempts`` tries, waiting a
     random exponential backoff between ``initial_backoff`` and ``max_backoff``, and
-    never longer than ``max_delay`` in all.
+    never longer than ``max_delay`` in all. A sender's send makes its first retry at
+    once instead (it reopens a dropped connection: a single blip costs one round trip)
+    and backs off before the later ones; a namespace that refuses
+    (``NamespaceRefused``) is not retried at all (``retry_in_namespace``).
 
     Args:
         attempts: tries per namespace and operation, the first included (>= 1).

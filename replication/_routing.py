@@ -14,7 +14,12 @@ import enum
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from replication._errors import MessageRejected, OperationTimeout, TransportError
+from replication._errors import (
+    MessageRejected,
+    NamespaceRefused,
+    OperationTimeout,
+    TransportError,
+)
 from replication._policy import Mode
 from replication._roles import RoleState
 
@@ -27,6 +32,7 @@ __all__ = [
     "parse_destination",
     "plan_send",
     "replayable",
+    "retry_in_namespace",
     "should_fail_back",
 ]
 
@@ -38,6 +44,9 @@ class Failure(enum.Enum):
 
     #: The namespace is unreachable: retry, then fail over or buffer.
     TRANSIENT = "transient"
+    #: The namespace refused at once (connection refused, taken down): nothing was
+    #: sent, and retrying it only delays the failover; fail over or buffer now.
+    REFUSED = "refused"
     #: The outcome is unknown (the message may have landed): like TRANSIENT, and
     #: the receive side's de-duplication removes a copy that landed twice.
     UNKNOWN_OUTCOME = "unknown_outcome"
@@ -51,11 +60,23 @@ def classify(exc: BaseException) -> Failure:
     """Map an exception onto what routing does with it."""
     if isinstance(exc, OperationTimeout):
         return Failure.UNKNOWN_OUTCOME
+    if isinstance(exc, NamespaceRefused):
+        return Failure.REFUSED
     if isinstance(exc, TransportError):
         return Failure.TRANSIENT
     if isinstance(exc, MessageRejected):
         return Failure.PERMANENT
     return Failure.OTHER
+
+
+def retry_in_namespace(exc: BaseException) -> bool:
+    """Whether a send that failed with ``exc`` is retried on the same namespace.
+
+    A transient failure (a dropped connection, a lost reply) is retried there, so a
+    single blip neither fails over nor swaps the roles. A refusal is not: the namespace
+    already said no, and the send goes to the other one in the same round trip.
+    """
+    return classify(exc) in (Failure.TRANSIENT, Failure.UNKNOWN_OUTCOME)
 
 
 def destination(namespace: str, entity: str) -> str:

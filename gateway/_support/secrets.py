@@ -1,11 +1,14 @@
-"""Keeping connection strings, keys and tokens out of logs, reprs and errors."""
+"""Keeping connection strings, keys and tokens out of logs, reprs and errors.
+
+The log formatter that applies :func:`redact` is in :mod:`gateway._support.logs`, so
+that what only redacts (the CLI's one-line errors) does not import :mod:`logging`.
+"""
 
 from __future__ import annotations
 
-import logging
 import re
 
-__all__ = ["RedactingFormatter", "redact"]
+__all__ = ["redact"]
 
 # Key=value pairs of Azure connection strings and SAS tokens that are secret.
 _SECRET_PAIRS = re.compile(
@@ -21,11 +24,3 @@ def redact(text: str) -> str:
     text = _SECRET_PAIRS.sub(lambda m: f"{m.group(1)}=***", text)
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}***@", text)
 
-
-class RedactingFormatter(logging.Formatter):
-    """A log formatter that passes every formatted record, tracebacks included, through
-    :func:`redact`, so a library that logs a connection string or a SAS token (the Azure
-    SDKs do at debug level) cannot put it on the terminal."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))

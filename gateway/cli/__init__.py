@@ -8,12 +8,13 @@ imported only when that subcommand runs; ``--help`` imports none of them.
 from __future__ import annotations
 
 import importlib
-import logging
+import os
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
-from gateway._support.secrets import RedactingFormatter
 from gateway.cli._common import error_line, extra_of
 from replication import GatewayError
 
@@ -49,8 +50,37 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def help_width() -> int:
+    """The width of the help text: what click's ``HelpFormatter`` would choose.
+
+    Click asks ``shutil.get_terminal_size`` when no width is given, and importing
+    :mod:`shutil` (with ``bz2``, ``lzma`` and ``zlib``) costs ``--help`` more than
+    printing it; the same answer from :func:`os.get_terminal_size`.
+    """
+    forced = click.formatting.FORCED_WIDTH  # click's test runner sets it
+    if forced is not None:
+        return forced
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return max(min(columns or 80, 80) - 2, 50)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported when they run (see :data:`COMMANDS`)."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # The subcommands' contexts inherit the width from this one.
+        if parent is None:
+            extra.setdefault("terminal_width", help_width())
+        return super().make_context(info_name, args, parent, **extra)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *COMMANDS})
@@ -77,6 +107,12 @@ class LazyGroup(click.Group):
               help="Log more (-v info, -vv debug, -vvv the Azure SDKs' debug too).")
 def cli(verbose: int) -> None:
     """Keep sending and receiving while a whole namespace is down."""
+    # Imported here, not at the top: `--help` and `--version` never get this far, and
+    # logging is a fifth of what they would import.
+    import logging
+
+    from gateway._support.logs import RedactingFormatter
+
     level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))

@@ -151,7 +151,7 @@ def _log_to(kinds: tuple[str, ...], data_dir: Path | None) -> None:
     """Send the emulator's log lines where the official file's ``Logging.Type`` says."""
     if not kinds:
         return
-    from gateway._support.secrets import RedactingFormatter
+    from gateway._support.logs import RedactingFormatter
     from gateway.transports import default_data_dir
 
     log = logging.getLogger("gateway.emulator")

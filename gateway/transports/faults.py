@@ -4,7 +4,7 @@ All of its state is on the instance, so two wrapped namespaces in one test never
 affect each other::
 
     primary = FaultyTransport(LocalTransport("primary", data_dir=tmp_path))
-    primary.go_down()                  # every operation raises NamespaceUnavailable
+    primary.go_down()                  # every operation raises NamespaceRefused
     primary.fail_next(2, OperationTimeout)
     primary.lose_replies(1)            # the next send lands, then raises OperationTimeout
     primary.latency = 0.2
@@ -29,7 +29,13 @@ from gateway.transports.base import (
     SessionReceiver,
     Transport,
 )
-from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
+from replication import (
+    ConfigError,
+    Message,
+    NamespaceRefused,
+    NamespaceUnavailable,
+    OperationTimeout,
+)
 
 __all__ = ["FaultyTransport"]
 
@@ -84,7 +90,8 @@ class FaultyTransport(Transport):
     # -- fault controls ---------------------------------------------------------
 
     def go_down(self) -> None:
-        """Make every operation raise ``NamespaceUnavailable`` until :meth:`come_up`."""
+        """Make every operation raise ``NamespaceRefused`` (a ``NamespaceUnavailable``)
+        until :meth:`come_up`, as a namespace that is down does."""
         self.down_since = self._clock()
         if self._down_event is not None:
             self._down_event.set()
@@ -143,8 +150,8 @@ class FaultyTransport(Transport):
 
     # -- plumbing ---------------------------------------------------------------
 
-    def _down_error(self) -> NamespaceUnavailable:
-        return NamespaceUnavailable(
+    def _down_error(self) -> NamespaceRefused:
+        return NamespaceRefused(
             f"namespace {self.namespace!r} is down (injected by FaultyTransport.go_down); "
             "call come_up() to restore it",
             namespace=self.namespace,
@@ -171,7 +178,7 @@ class FaultyTransport(Transport):
             raise self._failure(self._failures.popleft(), name)
 
     async def _until_down(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op``, but raise ``NamespaceUnavailable`` as soon as we go down."""
+        """Run ``op``, but raise ``NamespaceRefused`` as soon as we go down."""
         if self._down_event is None:
             self._down_event = anyio.Event()
         down = self._down_event

@@ -13,8 +13,12 @@ maps, described values).
 A queue message sent by an AMQP client keeps everything else beside it
 (:func:`to_queued`): its header, message annotations, properties, application
 properties and footer, encoded as they came, so that an AMQP receiver gets every
-property and every application property back with its AMQP type. Its scheduled
-enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
+property and every application property back with its AMQP type. A body that is not
+data sections (an amqp-value, amqp-sequence sections) is kept there too, and a
+message sent without a body is marked so (annotation :data:`NO_BODY`, never sent
+back): both come back as they were sent. ``local://`` readers see such a body as its
+bytes when it is an amqp-value of binary or text, and as empty otherwise. A message's
+scheduled enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
 (``header.ttl``) are applied by the queue. Events keep what ``local://`` keeps.
 """
 
@@ -44,8 +48,8 @@ from gateway.transports import Queued
 from gateway.transports.base import PartitionEvent, ReceivedMessage
 from replication import Message, PropertyValue
 
-__all__ = ["event_message", "lock_tag", "queue_message", "queue_payload", "tag_token",
-           "to_local", "to_queued"]
+__all__ = ["DEFERRED", "NO_BODY", "SCHEDULED_STATE", "event_message", "lock_tag",
+           "queue_message", "queue_payload", "tag_token", "to_local", "to_queued"]
 
 _SEQUENCE = Symbol("x-opt-sequence-number")
 _ENQUEUED = Symbol("x-opt-enqueued-time")
@@ -55,14 +59,21 @@ _PARTITION_KEY = Symbol("x-opt-partition-key")
 _DEAD_LETTER_SOURCE = Symbol("x-opt-deadletter-source")
 SCHEDULED = Symbol("x-opt-scheduled-enqueue-time")
 _STATE = Symbol("x-opt-message-state")
+_LOCK_TOKEN = Symbol("x-opt-lock-token")
+#: The stored mark of a message sent without a body (a data section of no bytes is a
+#: body); the emulator's own, removed before the message is sent on.
+NO_BODY = Symbol("x-geogateway-no-body")
 # The sections a queue keeps beside the body: header, message annotations, properties,
-# application properties, footer (delivery annotations are for one hop only).
-_KEPT = frozenset((0x70, 0x72, 0x73, 0x74, 0x78))
+# application properties, footer (delivery annotations are for one hop only), and a
+# body that is not data sections.
+_KEPT = frozenset((0x70, 0x72, 0x73, 0x74, 0x76, 0x77, 0x78))
 _HEADER, _ANNOTATIONS, _FOOTER = 0x70, 0x72, 0x78
+_BODY_SECTIONS = frozenset((0x76, 0x77))
 #: The application properties a queue adds to a message (when it dead-letters it).
 _ADDED = ("DeadLetterReason", "DeadLetterErrorDescription")
-#: ``x-opt-message-state`` of a message waiting for its scheduled time (0 is active).
-_STATE_SCHEDULED = Int(2)
+#: ``x-opt-message-state``: 0 active (left out, as the service does), 1 deferred,
+#: 2 scheduled (a message waiting for its scheduled time).
+DEFERRED, SCHEDULED_STATE = Int(1), Int(2)
 _UTC = timezone.utc
 
 
@@ -87,6 +98,16 @@ def to_local(msg: AmqpMessage, *, key: str | None = None) -> Message:
     Raises:
         TypeError: the body is an amqp-sequence or an amqp-value that is not binary or text.
     """
+    return _local(msg, key, body_bytes(msg))
+
+
+def _kept_body(msg: AmqpMessage) -> bytes:
+    """What ``local://`` readers see of a body kept in the sections (module docstring)."""
+    return msg.value if isinstance(msg.value, bytes) else (
+        msg.value.encode() if isinstance(msg.value, str) else b"")
+
+
+def _local(msg: AmqpMessage, key: str | None, body: bytes) -> Message:
     props = msg.properties
     mid = props.message_id if props is not None else None
     group = props.group_id if props is not None else None
@@ -100,7 +121,7 @@ def to_local(msg: AmqpMessage, *, key: str | None = None) -> Message:
         if isinstance(k, str) and not isinstance(value, Described):
             properties[str.__str__(k)] = value
     return Message(
-        body=body_bytes(msg),
+        body=body,
         message_id=None if mid is None else _text(mid),
         partition_key=found if isinstance(found, str) else None,
         properties=properties,
@@ -121,18 +142,25 @@ def to_queued(payload: bytes) -> Queued:
     """
     msg, spans = decode_spans(payload)
     kept = [(code, start, end) for code, start, end in spans if code in _KEPT]
-    if len({code for code, _, _ in kept}) == len(kept) and all(
+    no_body = msg.data is None and msg.sequence is None and not msg.has_value
+    # Copied as they came when each is there once (amqp-sequence sections may repeat).
+    single = [code for code, _, _ in kept if code != 0x76]
+    if not no_body and len(set(single)) == len(single) and all(
             payload[start + 1] == 0x53 for _, start, _ in kept):
         sections = b"".join(payload[start:end] for _, start, end in kept)
     else:
+        annotations = msg.message_annotations
+        if no_body:
+            annotations = {**(annotations or {}), NO_BODY: True}
         sections = encode_message(AmqpMessage(
-            header=msg.header, message_annotations=msg.message_annotations,
+            header=msg.header, message_annotations=annotations,
             properties=msg.properties, application_properties=msg.application_properties,
-            footer=msg.footer))
+            sequence=msg.sequence, value=msg.value, footer=msg.footer))
     scheduled = (msg.message_annotations or {}).get(SCHEDULED)
     ttl = msg.header.ttl if msg.header is not None else None
+    body = body_bytes(msg) if msg.data is not None else _kept_body(msg)
     return Queued(
-        message=to_local(msg), sections=sections,
+        message=_local(msg, None, body), sections=sections,
         scheduled_time=scheduled / 1000 if isinstance(scheduled, int) and not isinstance(
             scheduled, bool) else None,
         time_to_live=ttl / 1000 if ttl else None)
@@ -159,12 +187,15 @@ def _ms(seconds: float) -> Timestamp:
 
 
 def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
-                  dead_letter_source: str | None = None, scheduled: bool = False) -> AmqpMessage:
+                  dead_letter_source: str | None = None, state: Int | None = None,
+                  delivered: bool = False) -> AmqpMessage:
     """The wire form of a message received from a queue (or peeked: no lock).
 
     ``sections`` are the message's own (see :func:`to_queued`); the broker's
-    annotations and delivery count are written over them. ``scheduled``: a peeked
-    message still waiting for its scheduled time.
+    annotations and delivery count are written over them. ``state``: the message's
+    ``x-opt-message-state`` when it is not active (:data:`DEFERRED`,
+    :data:`SCHEDULED_STATE`). ``delivered``: a transfer on a receiver link, whose
+    delivery annotations carry the lock token (beside the delivery tag) as the service's do.
     """
     annotations: dict[Any, Any] = {
         _SEQUENCE: Long(r.sequence_number),
@@ -176,13 +207,15 @@ def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
         annotations[_PARTITION_KEY] = r.message.partition_key
     if dead_letter_source is not None:
         annotations[_DEAD_LETTER_SOURCE] = dead_letter_source
-    if scheduled:
-        annotations[_STATE] = _STATE_SCHEDULED
+    if state is not None:
+        annotations[_STATE] = state
     # Service Bus counts deliveries from 1; the AMQP header counts failed ones.
     failed = max(0, r.delivery_count - 1)
+    delivery = ({_LOCK_TOKEN: uuid.UUID(hex=r.lock_token)}
+                if delivered and r.lock_token is not None else None)
     if sections is None:
         return AmqpMessage(
-            header=Header(delivery_count=failed),
+            header=Header(delivery_count=failed), delivery_annotations=delivery,
             message_annotations=annotations,
             properties=Properties(message_id=r.message_id, group_id=r.message.session_id),
             application_properties=dict(r.message.properties) or None,
@@ -191,35 +224,45 @@ def queue_message(r: ReceivedMessage, *, sections: bytes | None = None,
     sent = decode_message(sections)
     header = sent.header or Header()
     header.delivery_count = failed
+    own = dict(sent.message_annotations or {})
+    kept_body = own.pop(NO_BODY, None) is not None or sent.has_value or (
+        sent.sequence is not None)
     return AmqpMessage(
-        header=header,
-        message_annotations={**(sent.message_annotations or {}), **annotations},
+        header=header, delivery_annotations=delivery,
+        message_annotations={**own, **annotations},
         properties=sent.properties,
         application_properties=_merged(sent.application_properties, r.message.properties),
-        data=[r.message.body],
+        data=None if kept_body else [r.message.body],
+        sequence=sent.sequence, value=sent.value,
         footer=sent.footer,
     )
 
 
 def queue_payload(r: ReceivedMessage, *, sections: bytes | None = None,
-                  dead_letter_source: str | None = None, scheduled: bool = False) -> bytes:
+                  dead_letter_source: str | None = None, state: Int | None = None,
+                  delivered: bool = False) -> bytes:
     """``encode_message(queue_message(...))``, quicker: the message's own properties,
     application properties and footer are copied as stored, not decoded and encoded."""
     parts = split_sections(sections) if sections is not None else None
     if parts is None or (any(k in r.message.properties for k in _ADDED)):
-        return encode_message(queue_message(r, sections=sections, scheduled=scheduled,
-                                            dead_letter_source=dead_letter_source))
+        return encode_message(queue_message(r, sections=sections, state=state,
+                                            dead_letter_source=dead_letter_source,
+                                            delivered=delivered))
     own = decode_message(b"".join(raw for code, raw in parts if code in (_HEADER, _ANNOTATIONS)))
-    wire = queue_message(r, dead_letter_source=dead_letter_source, scheduled=scheduled)
+    wire = queue_message(r, dead_letter_source=dead_letter_source, state=state,
+                         delivered=delivered)
     assert wire.header is not None and wire.message_annotations is not None
     header = own.header or Header()
     header.delivery_count = wire.header.delivery_count
-    head = AmqpMessage(header=header, message_annotations={
-        **(own.message_annotations or {}), **wire.message_annotations})
+    annotations = own.message_annotations or {}
+    no_body = annotations.pop(NO_BODY, None) is not None
+    head = AmqpMessage(header=header, delivery_annotations=wire.delivery_annotations,
+                       message_annotations={**annotations, **wire.message_annotations})
     middle = [raw for code, raw in parts if code not in (_HEADER, _ANNOTATIONS, _FOOTER)]
     footer = [raw for code, raw in parts if code == _FOOTER]
-    return b"".join((encode_message(head), *middle,
-                     encode_message(AmqpMessage(data=[r.message.body])), *footer))
+    body = b"" if no_body or any(code in _BODY_SECTIONS for code, _ in parts) else (
+        encode_message(AmqpMessage(data=[r.message.body])))
+    return b"".join((encode_message(head), *middle, body, *footer))
 
 
 def _merged(sent: dict[Any, Any] | None,

@@ -8,9 +8,11 @@ ticks). A named session another receiver holds is refused at once with
 ``com.microsoft:session-cannot-be-locked``; for the next available session the attach
 waits, up to the link's ``com.microsoft:timeout`` (milliseconds; 60 s without one),
 for a session with a message, then is refused with ``com.microsoft:timeout`` (the SDK
-raises ``OperationTimeoutError``). The link delivers only that session's messages,
-oldest first, each locked as long as the session; when the lock is lost (it expired
-and another receiver took the session) the link is detached with
+raises ``OperationTimeoutError``). A filter that is not a string (``session_id=1``) is
+refused with ``com.microsoft:argument-error`` (a ``ServiceBusError``). The link
+delivers only that session's messages, oldest first, each locked as long as the
+session; when the lock is lost (it expired and another receiver took the session) the
+link is detached with
 ``com.microsoft:session-lock-lost``. Detaching the link gives the session up.
 
 The lock is the connection's: the ``$management`` operations on a session
@@ -41,6 +43,7 @@ SESSION_FILTER = "com.microsoft:session-filter"
 _LOCKED_UNTIL = "com.microsoft:locked-until-utc"
 _TIMEOUT = "com.microsoft:timeout"
 _CANNOT_LOCK = "com.microsoft:session-cannot-be-locked"
+_ARGUMENT_ERROR = "com.microsoft:argument-error"
 #: .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 _TICKS_AT_EPOCH = 621_355_968_000_000_000
 #: How long a next-available attach waits when the client gives no timeout.
@@ -74,15 +77,20 @@ class SessionLocks:
         return self._tokens.get((id(connection), entity.lower(), session_id))
 
 
-def session_filter(link: Link) -> tuple[bool, str | None]:
-    """Whether ``link`` asks for a session, and which one (``None``: the next available)."""
+def _raw_filter(link: Link) -> tuple[bool, object]:
     filters = link.source.filter if link.source is not None else None
     for key, value in (filters or {}).items():
         if str(key) == SESSION_FILTER:
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            return True, None if value is None else str(value)
+            return True, value
     return False, None
+
+
+def session_filter(link: Link) -> tuple[bool, str | None]:
+    """Whether ``link`` asks for a session, and which one (``None``: the next available)."""
+    found, value = _raw_filter(link)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return found, None if value is None else str(value)
 
 
 class SessionReader(QueueReader):
@@ -119,6 +127,14 @@ async def _release(namespace: NodeNamespace, entity: str, session_id: str, token
 async def attach_session_reader(namespace: NodeNamespace, link: OutgoingLink, entity: str,
                                 max_message_size: int, locks: SessionLocks) -> None:
     """Lock the session ``link`` asks for, then accept it; or refuse it (module docstring)."""
+    _, raw = _raw_filter(link)
+    if raw is not None and not isinstance(raw, str | bytes):
+        # A session id is a string. What the service answers is not documented; an
+        # argument error is how it answers other malformed requests (the SDK raises a
+        # ServiceBusError), and the filter is never matched against a string session id.
+        link.refuse(_ARGUMENT_ERROR, f"the session filter must be a string session id, not "
+                    f"{raw!r} ({type(raw).__name__})")
+        return
     _, wanted = session_filter(link)
     token = uuid.uuid4().hex
     timeout = link.properties.get(_TIMEOUT)

@@ -229,7 +229,8 @@ class QueueReader(Terminus):
                 assert r.lock_token is not None
                 unsent.append((r.lock_token, "release", "", ""))
                 continue
-            payload = queue_payload(r, sections=sections, dead_letter_source=self._dlq_source)
+            payload = queue_payload(r, sections=sections, dead_letter_source=self._dlq_source,
+                                    delivered=True)
             # A 16-byte tag either way: the SDK reads any tag as a UUID.
             tag = lock_tag(r.lock_token) if r.lock_token else r.sequence_number.to_bytes(16, "big")
             link.send(tag, payload, settled=not peek, token=r.lock_token)

@@ -16,7 +16,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import AmqpMessage, Array, DecodeError, Long, Timestamp
-from gateway.emulator.amqp._convert import queue_payload, tag_token, to_queued
+from gateway.emulator.amqp._convert import (
+    DEFERRED,
+    SCHEDULED_STATE,
+    queue_payload,
+    tag_token,
+    to_queued,
+)
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._session_management import (
@@ -87,9 +93,12 @@ async def _peek(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> 
     if not peeked:
         return Reply(properties=status(204, "No messages"))
     now = time.time()
+    deferred = await namespace.run(namespace.store.sessions.deferred, entity,
+                                   [r.sequence_number for r, _ in peeked])
     # A scheduled message is enqueued at its scheduled time: until then it is "scheduled".
-    messages = [{"message": queue_payload(r, sections=sections, scheduled=r.enqueued_time > now)}
-                for r, sections in peeked]
+    messages = [{"message": queue_payload(r, sections=sections, state=(
+        DEFERRED if r.sequence_number in deferred else
+        SCHEDULED_STATE if r.enqueued_time > now else None))} for r, sections in peeked]
     return Reply(properties=status(200, "OK"), value={"messages": messages})
 
 

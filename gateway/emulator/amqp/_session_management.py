@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.amqp import Array, Timestamp
-from gateway.emulator.amqp._convert import queue_payload
+from gateway.emulator.amqp._convert import DEFERRED, queue_payload
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._management import Reply, status
 from gateway.transports.base import ReceiveMode
@@ -96,7 +96,7 @@ async def _by_sequence(namespace: NodeNamespace, entity: str, args: dict[str, An
         return Reply(properties=status(404, str(exc), _NOT_FOUND))
     messages = []
     for r, sections in got:
-        item: dict[str, Any] = {"message": queue_payload(r, sections=sections)}
+        item: dict[str, Any] = {"message": queue_payload(r, sections=sections, state=DEFERRED)}
         if r.lock_token is not None:
             item["lock-token"] = uuid.UUID(hex=r.lock_token)
         messages.append(item)

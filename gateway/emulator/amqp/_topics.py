@@ -74,7 +74,8 @@ class AmqpSections:
         app.update(user_set)
         return encode_message(AmqpMessage(
             header=msg.header, message_annotations=annotations or None, properties=props,
-            application_properties=app or None, footer=msg.footer))
+            application_properties=app or None, sequence=msg.sequence, value=msg.value,
+            footer=msg.footer))
 
 
 async def refuse_topic_operation(_: IncomingLink, request: AmqpMessage) -> Reply:

@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 import os
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 import anyio
 from tenacity import (
     AsyncRetrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_random_exponential,
@@ -36,6 +35,7 @@ from replication import (
     RetryPolicy,
     RoleState,
     TransportError,
+    retry_in_namespace,
 )
 
 __all__ = ["NamespacePair", "SendOutcome"]
@@ -166,8 +166,11 @@ class NamespacePair:
 
     async def _send_retried(self, namespace: str, batch: Sequence[Message]) -> None:
         """Send with the retry policy: ``attempts`` tries at most, none begun after
-        ``max_delay``, a random exponential backoff between them. Each success's
-        latency goes to the namespace's deadline estimator."""
+        ``max_delay``, the second at once and a random exponential backoff before each
+        later one. A refusal
+        (``NamespaceRefused``) is not retried: the namespace said no, and the send goes
+        on to the other one at once (``replication.retry_in_namespace``). Each
+        success's latency goes to the namespace's deadline estimator."""
         transport = self.transports[namespace]
         retry = self._retry
         started = time.monotonic()
@@ -175,18 +178,19 @@ class NamespacePair:
             # Most sends succeed at once: only one that failed pays for tenacity.
             await self._timed_send(transport, batch)
             return
-        except TransportError:
-            if retry.attempts <= 1 or time.monotonic() - started >= retry.max_delay:
+        except TransportError as exc:
+            if (retry.attempts <= 1 or not retry_in_namespace(exc)
+                    or time.monotonic() - started >= retry.max_delay):
                 raise
-        # The first backoff here, the later ones tenacity's: initial * 2**(n-1) before
-        # attempt n + 1, as one AsyncRetrying over all the attempts would wait.
-        await self._sleep(random.uniform(0, min(retry.initial_backoff, retry.max_backoff)))
+        # The first retry goes at once: a dropped connection is reopened by it, and a
+        # single blip costs one round trip (no failover, no role swap). Tenacity backs
+        # off before the later ones: random up to initial * 2**(n-1) before attempt n + 1.
         left = retry.max_delay - (time.monotonic() - started)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(retry.attempts - 1) | stop_after_delay(max(0.0, left)),
             wait=wait_random_exponential(multiplier=2 * retry.initial_backoff,
                                          max=retry.max_backoff),
-            retry=retry_if_exception_type(TransportError),
+            retry=retry_if_exception(retry_in_namespace),
             reraise=True,
             sleep=self._sleep,
         )
@@ -290,4 +294,5 @@ class NamespacePair:
                 task.cancel()
         for transport in self._owned:
             await transport.aclose()
+        await self.role_keeper.flush()
         self.role_keeper.close()

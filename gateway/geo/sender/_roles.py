@@ -102,6 +102,7 @@ class RoleKeeper:
         self._next_refresh = time.monotonic() + self._refresh_interval()
         self._failing: str | None = None  # the store's error, logged once per outage
         self._lock: asyncio.Lock | None = None  # made on the sender's loop
+        self._writing: asyncio.Task[None] | None = None  # a change written behind
 
     async def fail_over_to(self, namespace: str) -> bool:
         """Make ``namespace`` active (it took a send the active one did not).
@@ -145,9 +146,19 @@ class RoleKeeper:
             if stored != before:
                 self._adopt(before, stored, ours=base is not None and stored == before)
 
+    async def flush(self) -> None:
+        """Wait for a role change being written behind, and write one still unsaved."""
+        if self._writing is not None:
+            await asyncio.shield(self._writing)
+        await self.sync()
+
     def close(self) -> None:
         if self._owned:
             self.store.close()
+
+    def _write_behind(self) -> None:
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.get_running_loop().create_task(self.sync())
 
     # -- the pieces ---------------------------------------------------------------------
 
@@ -156,6 +167,15 @@ class RoleKeeper:
         if self._unsaved is not None:
             # Not written yet: stay local until sync() writes the pending change.
             self._adopt(before, new, ours=True)
+            return self.state.active != before.active
+        if not self.store.shared:
+            # One process's file: what this sender holds is the truth, so the send that
+            # failed over need not wait for the write (an fsync: tens of ms on a busy
+            # disk, all of it on the failover's path). Written behind, in a thread, as
+            # a compare-and-swap from the state it was made from; close() waits for it.
+            self._unsaved = before
+            self._adopt(before, new, ours=True)
+            self._write_behind()
             return self.state.active != before.active
         try:
             stored = await self._io(self.store.swap, before, new)
@@ -193,8 +213,8 @@ class RoleKeeper:
         return float(getattr(self.store, "refresh_interval", 0.0) or 0.0)
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
-        if not self.store.shared:
-            return fn(*args)  # a small local file, as before
+        if not self.store.shared and fn != self.store.swap:
+            return fn(*args)  # a small local file read: as quick as a thread switch
         return await anyio.to_thread.run_sync(fn, *args)
 
     def _locked(self) -> asyncio.Lock:

@@ -31,9 +31,9 @@ __all__ = ["Database"]
 T = TypeVar("T")
 
 # 2: owner_leases; 3: entity_options, seen_ids (topics, subscriptions); 4: sessions,
-# deferral. Every statement below is idempotent, so a file of any older version is
-# brought up through all of them at once.
-SCHEMA_VERSION = 4
+# deferral; 5: sequence numbers per entity. Every statement below is idempotent, so a
+# file of any older version is brought up through all of them at once.
+SCHEMA_VERSION = 5
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entities (
@@ -43,7 +43,8 @@ _SCHEMA = (
         dead_lettering_on_message_expiration INTEGER NOT NULL DEFAULT 0,
         requires_session INTEGER NOT NULL DEFAULT 0)""",
     # One table for every queue and dead-letter sub-queue: dead-lettering is an
-    # UPDATE of ``entity``, and ``seq`` (never reused) is the sequence number.
+    # UPDATE of ``entity``; ``seq`` (never reused) is a row's id, ``number`` its sequence
+    # number in its entity (``_local_queues``).
     """CREATE TABLE IF NOT EXISTS messages (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL,
         message_id TEXT NOT NULL, body BLOB NOT NULL, partition_key TEXT,
@@ -85,7 +86,16 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS sessions (
         entity TEXT NOT NULL, session_id TEXT NOT NULL, lock_token TEXT, locked_until REAL,
         state BLOB, PRIMARY KEY (entity, session_id))""",
+    # The last sequence number each queue or subscription gave (by lower-case name).
+    "CREATE TABLE IF NOT EXISTS sequences (entity TEXT PRIMARY KEY, last INTEGER NOT NULL)",
 )
+# A file from before schema 5 numbered messages across the namespace (messages.seq):
+# its entities count on from the highest number given, so that no new message takes
+# the number of one still kept (old rows keep theirs: messages.number is null).
+_NUMBER_FROM_OLD_FILE = (
+    "INSERT OR IGNORE INTO sequences (entity, last) SELECT lower(name), "
+    "(SELECT seq FROM sqlite_sequence WHERE name = 'messages') FROM entities "
+    "WHERE EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'messages')")
 # Created once the columns they index exist (an older file gets them added first).
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS messages_by_session ON messages (entity, session_id, seq)",
@@ -105,6 +115,7 @@ _ADDED_COLUMNS = (
     ("entities", "requires_session", "INTEGER NOT NULL DEFAULT 0"),
     ("messages", "session_id", "TEXT"),
     ("messages", "deferred", "INTEGER NOT NULL DEFAULT 0"),
+    ("messages", "number", "INTEGER"),
 )
 
 # sqlite3 exposes the primary result code only from Python 3.11 on; the messages
@@ -220,6 +231,8 @@ class Database:
             )
         for statement in _SCHEMA:
             conn.execute(statement)
+        if version < 5:
+            conn.execute(_NUMBER_FROM_OLD_FILE)
         _add_columns(conn)
         for statement in _INDEXES:
             conn.execute(statement)

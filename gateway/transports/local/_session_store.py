@@ -193,3 +193,14 @@ class SessionStore:
                                session_id=session_id)
         return self.db.read(txn)
 
+    def deferred(self, entity: str, sequence_numbers: Sequence[int]) -> set[int]:
+        """Which of ``sequence_numbers`` name deferred messages of ``entity`` (for a peek)."""
+        wanted = list(dict.fromkeys(int(n) for n in sequence_numbers))
+        if not wanted:
+            return set()
+
+        def txn(conn: sqlite3.Connection) -> set[int]:
+            return {n for (n,) in conn.execute(
+                f"SELECT {queues.NUMBER} FROM messages WHERE entity = ? AND deferred = 1 "
+                f"AND {queues.NUMBER} IN ({', '.join('?' * len(wanted))})", (entity, *wanted))}
+        return self.db.read(txn)

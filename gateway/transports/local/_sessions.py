@@ -139,7 +139,7 @@ def receive_deferred(conn: sqlite3.Connection, entity: str, sequence_numbers: Se
     where, args = ("AND session_id = ? ", (session_id,)) if session_id is not None else ("", ())
     rows: dict[int, Any] = {row[0]: row for row in conn.execute(
         f"SELECT {queues.COLUMNS} FROM messages WHERE entity = ? {where}AND deferred = 1 "
-        f"AND (locked_until IS NULL OR locked_until <= ?) AND seq IN ({marks})",
+        f"AND (locked_until IS NULL OR locked_until <= ?) AND {queues.NUMBER} IN ({marks})",
         (entity, *args, now, *wanted))}
     missing = [seq for seq in wanted if seq not in rows]
     if missing:
@@ -153,8 +153,8 @@ def receive_deferred(conn: sqlite3.Connection, entity: str, sequence_numbers: Se
         conn.executemany(
             "UPDATE messages SET delivery_count = ?, lock_token = ?, locked_until = ? "
             "WHERE seq = ?",
-            [(r.delivery_count, r.lock_token, r.locked_until, r.sequence_number)
+            [(r.delivery_count, r.lock_token, r.locked_until, rows[r.sequence_number][-1])
              for r, _ in out])
     else:
-        conn.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq in wanted])
+        conn.executemany("DELETE FROM messages WHERE seq = ?", [(rows[n][-1],) for n in wanted])
     return out, []

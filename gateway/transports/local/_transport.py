@@ -9,8 +9,9 @@ may use one namespace at once; any of them may take it down::
     LocalNamespace("primary").down()   # what `geogateway namespace down primary` does
 
 Every operation of every :class:`LocalTransport` on it then raises
-:class:`~gateway.errors.NamespaceUnavailable` (a receive that is waiting too, at
-its next poll, within 50 ms) until ``up()``.
+:class:`~gateway.errors.NamespaceRefused` (a ``NamespaceUnavailable``: the namespace
+said no, so a sender fails over without retrying it; a receive that is waiting raises
+it too, at its next poll, within 50 ms) until ``up()``.
 
 ``LocalNamespace("primary").hang()`` is the gray failure: the namespace accepts and
 never answers. Every operation (send, receive, settle, partition reads and ids,
@@ -63,7 +64,12 @@ from gateway.transports.local._entities import EntityInfo, EntityKind
 from gateway.transports.local._namespace import LocalNamespace, NamespaceStatus, PartitionInfo
 from gateway.transports.local._session_receiver import LocalSessionReceiver, accept_session
 from gateway.transports.local._store import Store
-from replication import ConfigError, Message, NamespaceUnavailable, OperationTimeout
+from replication import (
+    ConfigError,
+    Message,
+    NamespaceRefused,
+    OperationTimeout,
+)
 
 __all__ = [
     "EntityInfo",
@@ -158,7 +164,7 @@ class LocalTransport(Transport):
     def _check(self) -> ControlState:
         state = self._control.read()
         if state.down:
-            raise NamespaceUnavailable(
+            raise NamespaceRefused(
                 f"namespace {self.namespace!r} (local://{self.namespace}) is down: bring it "
                 f"back with `geogateway namespace up {self.namespace}`",
                 namespace=self.namespace,

@@ -16,6 +16,7 @@ from replication import (
     GatewayError,
     MessageRejected,
     MessageTooLarge,
+    NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
     OwnershipLost,
@@ -160,6 +161,16 @@ def builtin_outcome(exc: BaseException) -> Outcome | None:
     return None
 
 
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is a connection the namespace refused.
+
+    Nothing was sent, and the namespace said no now: a sender fails over at once
+    instead of retrying it. A connection dropped or reset after it was open is not a
+    refusal (its immediate retry may well work).
+    """
+    return any(isinstance(item, ConnectionRefusedError) for item in walk(exc))
+
+
 def _detail(exc: BaseException, secrets: Iterable[str]) -> str:
     text = " ".join(str(exc).split()) or "no details"
     for secret in secrets:
@@ -184,6 +195,9 @@ def build_error(outcome: Outcome, exc: BaseException, *, namespace: str, action:
     """
     detail = _detail(exc, secrets)
     where = f"{action} on namespace {namespace!r}"
+    if outcome is Outcome.UNAVAILABLE and _refused(exc):
+        return NamespaceRefused(f"{where} failed: the namespace refused the connection "
+                                f"({detail})", namespace=namespace)
     if outcome is Outcome.UNAVAILABLE:
         return NamespaceUnavailable(f"{where} failed: the namespace is unavailable ({detail})",
                                     namespace=namespace)

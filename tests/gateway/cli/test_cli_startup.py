@@ -35,6 +35,16 @@ def loaded_after(body: str, tmp_path: Path) -> set[str]:
     return {name.split(".")[0] for name in json.loads(proc.stderr.strip().splitlines()[-1])}
 
 
+def modules_after(body: str, tmp_path: Path) -> set[str]:
+    """Every module (full dotted names) loaded once ``body`` ran in a fresh interpreter."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOGATEWAY_")}
+    env["GEOGATEWAY_DATA_DIR"] = str(tmp_path / "data")
+    proc = subprocess.run([sys.executable, "-c", LOADED.format(body=body)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
 def heavy(modules: set[str]) -> list[str]:
     return sorted(modules & set(HEAVY))
 
@@ -144,3 +154,33 @@ def test_help_lists_each_command_with_its_own_summary(tmp_path: Path) -> None:
     # Then both list the same commands with the same words
     assert "namespace" in lazy and "Take embedded namespaces down" in lazy
     assert lazy == loaded
+
+
+#: What `geogateway --help` once imported without needing it (``python -X importtime``):
+#: every module of ``replication`` (only its error tree is needed), and with them
+#: dataclasses, hashlib, hmac, random and base64; logging (only a subcommand that runs
+#: sets it up); shutil with bz2 and lzma (click asks shutil for the terminal's width).
+NOT_FOR_HELP = ("logging", "shutil", "bz2", "lzma", "dataclasses", "hashlib", "hmac",
+                "random", "base64", "replication._deadlines", "replication._dedup",
+                "replication._message", "replication._policy", "replication._sessions")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(cli_run("--help"), id="geogateway --help"),
+        pytest.param(cli_run("-h"), id="geogateway -h"),
+        pytest.param("import gateway.cli", id="import gateway.cli"),
+        pytest.param("import gateway", id="import gateway"),
+    ],
+)
+def test_help_imports_nothing_it_does_not_need(body: str, tmp_path: Path) -> None:
+    # Given what a bare interpreter loads (the site's own imports are not ours)
+    bare = modules_after("pass", tmp_path)
+    # When `geogateway --help` runs (or the imports it starts with)
+    loaded = modules_after(body, tmp_path) - bare
+    # Then none of what it once imported for nothing came in
+    assert sorted(loaded & set(NOT_FOR_HELP)) == []
+    # And of replication, only the error tree
+    assert sorted(m for m in loaded if m.startswith("replication")) == [
+        "replication", "replication._errors"]

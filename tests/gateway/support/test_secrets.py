@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from gateway._support.secrets import RedactingFormatter, redact
+from gateway._support.logs import RedactingFormatter
+from gateway._support.secrets import redact
 
 SECRET = "SECRETVALUE123"
 

@@ -56,6 +56,7 @@ from replication import (
     Message,
     MessageRejected,
     MessageTooLarge,
+    NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
     OwnershipLost,
@@ -88,6 +89,15 @@ def _raised_while(inner: BaseException, outer: BaseException) -> BaseException:
             raise outer from None
     except BaseException as exc:
         return exc
+
+
+def _refused_connect() -> Exception:
+    # As the SDK raises it: ConnectError from AMQPConnectionError from the refused socket.
+    amqp = AMQPConnectionError(ErrorCondition.SocketError, description="Connect call failed")
+    amqp.__cause__ = ConnectionRefusedError(111, "Connect call failed")
+    error = _sdk(amqp)
+    error.__cause__ = amqp
+    return error
 
 
 # The SDK's private AMQP layer is untyped; tests use it to build errors as the SDK does.
@@ -158,6 +168,10 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("socket error", lambda: _sdk(AMQPConnectionError(
         ErrorCondition.SocketError, description="Connect call failed")),
      NamespaceUnavailable, UNAVAILABLE),
+    # A refused connection is final for the send: the sender fails over without a retry.
+    ("connection refused", _refused_connect, NamespaceRefused, "refused the connection"),
+    ("builtin: connection refused", lambda: ConnectionRefusedError(111, "refused"),
+     NamespaceRefused, "refused the connection"),
     ("connection lost, timeout inside", lambda: _sdk(TimeoutError("read timed out")),
      NamespaceUnavailable, UNAVAILABLE),
     ("send refused: too large", lambda: _send_refused(

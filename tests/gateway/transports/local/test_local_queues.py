@@ -333,6 +333,50 @@ def test_a_file_from_before_the_new_columns_is_upgraded_in_place(tmp_path: Path)
     namespace.close()
 
 
+def test_each_queue_numbers_its_messages_from_one(tmp_path: Path) -> None:
+    # Given two queues of one namespace
+    store = _store(tmp_path)
+    # When messages are sent to one, then the other, then the first again
+    store.send("orders", [Message(b"a"), Message(b"b")], 1.0)
+    store.send("invoices", [Message(b"c")], 1.0)
+    store.send("orders", [Message(b"d")], 1.0)
+    got = store.receive("orders", max_messages=10, mode=ReceiveMode.PEEK_LOCK, now=2.0)
+    # Then each counts from 1, as Service Bus does, and a dead letter keeps its number
+    assert [r.sequence_number for r in got] == [1, 2, 3]
+    assert [r.sequence_number for r in store.peek("invoices", from_sequence=1,
+                                                  max_messages=5)] == [1]
+    store.settle(got[1], "dead_letter", 2.0)
+    assert [r.sequence_number for r in store.peek(DLQ, from_sequence=0, max_messages=5)] == [2]
+    store.close()
+
+
+def test_a_file_that_numbered_messages_across_the_namespace_counts_on_above_them(
+        tmp_path: Path) -> None:
+    # Given a schema 4 file, whose sequence numbers counted across its queues
+    store = _store(tmp_path)
+    store.send("invoices", [Message(b"x", message_id="x")] * 5, 1.0)
+    store.send("orders", [Message(b"old", message_id="old")], 1.0)
+    store.close()
+    with sqlite3.connect(tmp_path / "primary.db") as conn:
+        conn.execute("UPDATE messages SET number = NULL")
+        conn.execute("DROP TABLE sequences")
+        conn.execute("UPDATE sqlite_sequence SET seq = 6 WHERE name = 'messages'")
+        conn.execute("UPDATE messages SET seq = 6 WHERE message_id = 'old'")
+        conn.execute("PRAGMA user_version=4")
+    conn.close()
+    # When it is opened again and the queue takes a new message
+    store = _store(tmp_path)
+    store.send("orders", [Message(b"new", message_id="new")], 2.0)
+    store.send("fresh", [Message(b"f", message_id="f")], 2.0)
+    # Then the old message keeps its number, the new one counts on above it, and a new
+    # queue starts at 1
+    peeked = store.peek("orders", from_sequence=1, max_messages=5)
+    assert [(r.message_id, r.sequence_number) for r in peeked] == [("old", 6), ("new", 7)]
+    assert [r.sequence_number for r in store.peek("fresh", from_sequence=1,
+                                                  max_messages=5)] == [1]
+    store.close()
+
+
 _FIRST_SCHEMA = """
 CREATE TABLE entities (
     name TEXT PRIMARY KEY, kind TEXT NOT NULL, partitions INTEGER NOT NULL,

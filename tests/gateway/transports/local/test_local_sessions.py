@@ -205,4 +205,4 @@ async def test_a_schema_3_file_with_topics_is_upgraded_for_sessions(tmp_path: Pa
         await session.aclose()
     ns.close()
     with sqlite3.connect(tmp_path / "old.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)

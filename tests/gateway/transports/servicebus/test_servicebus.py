@@ -65,6 +65,7 @@ from replication import (
     Message,
     MessageRejected,
     MessageTooLarge,
+    NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
     SessionLockLost,
@@ -100,6 +101,12 @@ def _http_error(status: int) -> HttpResponseError:
 def _sdk(amqp_error: Exception) -> Exception:
     # The SDK's own conversion of an AMQP-level error into its public exception.
     return PyamqpTransport.create_servicebus_exception(log, amqp_error)
+
+
+def _caused(error: Exception, cause: BaseException) -> Exception:
+    # As the SDK raises it: ``raise AMQPConnectionError(...) from OSError(...)``.
+    error.__cause__ = cause
+    return error
 
 
 UNAVAILABLE, TIMEOUT, REFUSED, LOCK_LOST = (
@@ -171,8 +178,11 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("core: not found, no status", lambda: ResourceNotFoundError("gone"),
      NamespaceUnavailable, UNAVAILABLE),
     ("builtin: timeout", lambda: TimeoutError("slow"), OperationTimeout, TIMEOUT),
-    ("builtin: socket", lambda: ConnectionRefusedError(111, "refused"), NamespaceUnavailable,
+    ("builtin: socket", lambda: ConnectionResetError(104, "reset"), NamespaceUnavailable,
      UNAVAILABLE),
+    # A refused connection is final for the send: the sender fails over without a retry.
+    ("builtin: connection refused", lambda: ConnectionRefusedError(111, "refused"),
+     NamespaceRefused, "refused the connection"),
     ("builtin: validation", lambda: ValueError("bad argument"), MessageRejected, REFUSED),
     ("builtin: anything else", lambda: RuntimeError("odd"), NamespaceUnavailable,
      UNAVAILABLE),
@@ -180,6 +190,10 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("sdk: socket error", lambda: _sdk(AMQPConnectionError(
         ErrorCondition.SocketError, description="Connect call failed")),
      NamespaceUnavailable, UNAVAILABLE),
+    ("sdk: connection refused", lambda: _sdk(_caused(AMQPConnectionError(
+        ErrorCondition.SocketError, description="Connect call failed"),
+        ConnectionRefusedError(111, "Connect call failed"))),
+     NamespaceRefused, "refused the connection"),
     ("sdk: link not found", lambda: _sdk(AMQPLinkError(
         ErrorCondition.NotFound, description="The messaging entity could not be found")),
      MessageRejected, REFUSED),
