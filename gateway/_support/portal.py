@@ -37,10 +37,11 @@ D = TypeVar("D", bound="PortalDriver")
 
 
 class _LoopThread:
-    """An asyncio event loop running forever in a daemon thread."""
+    """An asyncio event loop running in a daemon thread until stopped."""
 
     def __init__(self, name: str, *, inline_io: bool = False) -> None:
         self.loop = asyncio.new_event_loop()
+        self._stopping: asyncio.Future[None] = self.loop.create_future()
         self._thread = DriverThread(target=self._run, name=name, daemon=True)
         self._thread.inline_io = inline_io
         self._thread.start()
@@ -48,7 +49,11 @@ class _LoopThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_forever()
+            # A root task for the loop's life, not run_forever(): anyio's worker
+            # threads belong to the root task, which it finds (and then remembers)
+            # only under run_until_complete; without one it searched every task of
+            # the loop on each hand-over to a worker thread.
+            self.loop.run_until_complete(self._main())
         finally:
             # Calls of other threads still running when the driver was closed end
             # with an error instead of blocking their callers forever.
@@ -72,9 +77,16 @@ class _LoopThread:
         caller.serve(handoff.cancel)
         return handoff.result()
 
+    async def _main(self) -> None:
+        await self._stopping
+
+    def _stop(self) -> None:
+        if not self._stopping.done():
+            self._stopping.set_result(None)
+
     def stop(self) -> None:
         if not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop.call_soon_threadsafe(self._stop)
             self._thread.join(timeout=10)
             if not self._thread.is_alive():
                 self.loop.close()

@@ -506,3 +506,4 @@ def test_ctrl_c_in_a_plain_handler_ends_run_and_reaches_the_caller(
     # And the message handled before it was completed; the receiver still closes
     assert receiver.stats.completed == 1
     receiver.close()
+

