@@ -27,8 +27,11 @@ Like is compared with like:
 
 The gateway is driven as an application would: ``receive(max_messages=batch)`` then
 ``await complete(m)`` for each, or ``run(handler)`` with a coroutine handler that
-does nothing (both judged, target <= 1.3x); the sync ``GeoReceiver.run`` with a
-plain handler (run in a worker thread, one message at a time) is shown as context.
+does nothing, or ``run(handler)`` with a plain (sync) handler that does nothing; and
+the sync ``GeoReceiver`` the same ways from a plain thread: ``receive`` + ``complete``,
+and ``run`` with a plain handler. Every row is judged: target <= 1.3x. A sync
+``GeoReceiver`` is made (untimed) for each drain, like the async receivers; it opens
+its own transports on its own loop thread.
 """
 
 from __future__ import annotations
@@ -122,11 +125,13 @@ class RawTwo(Raw):
 
 
 class Gateway(Runner):
-    """``AsyncGeoReceiver``: ``receive`` + ``complete`` each, or ``run(handler)``."""
+    """``AsyncGeoReceiver``: ``receive`` + ``complete`` each, or ``run(handler)`` (a
+    coroutine handler, or with ``plain`` a sync one)."""
 
-    def __init__(self, batch: int, *, use_run: bool, copies: int = 1) -> None:
+    def __init__(self, batch: int, *, use_run: bool, copies: int = 1,
+                 plain: bool = False) -> None:
         super().__init__(batch)
-        self.use_run, self.copies = use_run, copies
+        self.use_run, self.copies, self.plain = use_run, copies, plain
 
     async def setup(self, root: Path) -> None:
         await super().setup(root)
@@ -144,7 +149,8 @@ class Gateway(Runner):
         until = _Until(receiver, before, n, n * (self.copies - 1))
         started = time.perf_counter()
         if self.use_run:
-            await receiver.run(_noop, max_messages=self.batch, stop=until)
+            await receiver.run(_nothing if self.plain else _noop, max_messages=self.batch,
+                               stop=until)
         else:
             while not until.is_set():
                 for received in await receiver.receive(self.batch, max_wait=0.05):
@@ -185,22 +191,33 @@ class _Until:
                 >= self.duplicates)
 
 
-class SyncRun(Runner):
-    """``GeoReceiver.run`` with a plain handler, blocking (context). It opens its own
-    transports on its own loop thread, inside the timed part."""
+class SyncGateway(Runner):
+    """The sync ``GeoReceiver``, blocking: ``receive`` + ``complete`` each, or ``run``
+    with a plain handler. Made (untimed) before each drain; it opens its own transports
+    on its own loop thread."""
+
+    def __init__(self, batch: int, *, use_run: bool, copies: int = 1) -> None:
+        super().__init__(batch)
+        self.use_run, self.copies = use_run, copies
 
     async def drain(self, n: int) -> float:
         receiver = GeoReceiver(
             primary="local://primary", secondary="local://secondary", entity=ENTITY,
             data_dir=self.root, dedup_store=self.root / "dedup.db", poll_wait=0.05,
         )
+        until = _Until(receiver, receiver.stats, n, n * (self.copies - 1))
         started = time.perf_counter()
-        receiver.run(_nothing, max_messages=self.batch,
-                     stop=_Until(receiver, receiver.stats, n, 0))
+        if self.use_run:
+            receiver.run(_nothing, max_messages=self.batch, stop=until)
+        else:
+            while not until.is_set():
+                for received in receiver.receive(self.batch, max_wait=0.05):
+                    receiver.complete(received)
         elapsed = time.perf_counter() - started
-        completed = receiver.stats.completed
+        stats = receiver.stats
         receiver.close()
-        assert completed == n, "a message went missing"
+        assert stats.delivered == n, "a message went missing"
+        assert stats.completed == n, "a message was not completed"
         return elapsed
 
 
@@ -219,22 +236,33 @@ VARIANTS = [
     Variant("gateway receive() + complete(), 1 copy",
             lambda b: Gateway(b, use_run=False), RAW1),
     Variant("gateway run(async handler), 1 copy", lambda b: Gateway(b, use_run=True), RAW1),
-    Variant("sync GeoReceiver.run(handler), 1 copy", SyncRun, RAW1, judged=False),
+    Variant("gateway run(sync handler), 1 copy",
+            lambda b: Gateway(b, use_run=True, plain=True), RAW1),
+    Variant("sync GeoReceiver.receive() + complete(), 1 copy",
+            lambda b: SyncGateway(b, use_run=False), RAW1),
+    Variant("sync GeoReceiver.run(handler), 1 copy",
+            lambda b: SyncGateway(b, use_run=True), RAW1),
     Variant(RAW2, RawTwo, None),
     Variant("gateway receive() + complete(), 2 copies",
             lambda b: Gateway(b, use_run=False, copies=2), RAW2),
     Variant("gateway run(async handler), 2 copies",
             lambda b: Gateway(b, use_run=True, copies=2), RAW2),
+    Variant("gateway run(sync handler), 2 copies",
+            lambda b: Gateway(b, use_run=True, copies=2, plain=True), RAW2),
+    Variant("sync GeoReceiver.receive() + complete(), 2 copies",
+            lambda b: SyncGateway(b, use_run=False, copies=2), RAW2),
+    Variant("sync GeoReceiver.run(handler), 2 copies",
+            lambda b: SyncGateway(b, use_run=True, copies=2), RAW2),
 ]
 
 
-async def measure(root: Path, rounds: int, cycles: int, n: int, batch: int
-                  ) -> dict[str, list[float]]:
+async def measure(variants: list[Variant], root: Path, rounds: int, cycles: int, n: int,
+                  batch: int) -> dict[str, list[float]]:
     """Seconds per variant per round (the sum of its ``cycles`` drains)."""
-    runners = {v.name: v.runner(batch) for v in VARIANTS}
+    runners = {v.name: v.runner(batch) for v in variants}
     for i, runner in enumerate(runners.values()):
         await runner.setup(root / f"v{i}")
-    seconds: dict[str, list[float]] = {v.name: [] for v in VARIANTS}
+    seconds: dict[str, list[float]] = {v.name: [] for v in variants}
     names = list(runners)
     body = os.urandom(BODY)
     try:
@@ -255,14 +283,15 @@ async def measure(root: Path, rounds: int, cycles: int, n: int, batch: int
     return seconds
 
 
-def render(seconds: dict[str, list[float]], n: int, rounds: int, batch: int) -> Table:
+def render(variants: list[Variant], seconds: dict[str, list[float]], n: int, rounds: int,
+           batch: int) -> Table:
     table = Table(title=f"Receive path on local namespaces: {n:,} messages of {BODY} B per "
                   f"variant per round, receives of up to {batch}, median of {rounds} rounds")
     for column, justify in (("variant", "left"), ("msgs/s", "right"),
                             ("time vs reference [per round]", "right"),
                             ("target", "right"), ("", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for v in VARIANTS:
+    for v in variants:
         times = seconds[v.name]
         rate = statistics.median(n / t for t in times)
         if v.reference is None:
@@ -289,12 +318,18 @@ def main() -> None:
                         help="messages per variant per cycle")
     parser.add_argument("--batch", type=int, default=100,
                         help="max_messages of each receive (raw and gateway)")
+    parser.add_argument("--only", default="",
+                        help="run only the variants whose name has this text (and their "
+                             "references), e.g. 'sync' or '1 copy'")
     args = parser.parse_args()
+    chosen = [v for v in VARIANTS if args.only in v.name]
+    wanted = {v.reference for v in chosen}
+    variants = [v for v in VARIANTS if v in chosen or v.name in wanted]
     with tempfile.TemporaryDirectory(prefix="geogateway-bench-") as tmp:
-        seconds = asyncio.run(measure(Path(tmp), args.rounds, args.cycles, args.messages,
-                                      args.batch))
+        seconds = asyncio.run(measure(variants, Path(tmp), args.rounds, args.cycles,
+                                      args.messages, args.batch))
     per_round = args.cycles * args.messages
-    Console(width=120).print(render(seconds, per_round, args.rounds, args.batch))
+    Console(width=120).print(render(variants, seconds, per_round, args.rounds, args.batch))
     print("msgs/s counts ids delivered; the two-copy raw loop completes twice as many.")
 
 
