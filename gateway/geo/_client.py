@@ -135,7 +135,7 @@ class GeoReceiver(PortalDriver):
     def complete(self, message: ReceivedMessage) -> None:
         """The handler succeeded; see :meth:`AsyncGeoReceiver.complete`.
 
-        While this thread holds other messages of its receives, the completion is
+        While the caller holds other messages of its receives, the completion is
         handed to the receiver's loop with the others completed in the next few
         milliseconds (or with the next call), and this returns at once, as the async
         ``complete`` does then; completing the last message held returns once every
@@ -144,9 +144,11 @@ class GeoReceiver(PortalDriver):
 
         Raises:
             GatewayError: the dedup store failed to record this or an earlier completion.
+            RuntimeError: the receiver is closed.
         """
         completions = self._completions()
-        if not completions.later(message):
+        # Closed: no queueing, the call below says so.
+        if self._portal_closed or not completions.later(message):
             self._call(self._complete, completions, message)
 
     async def _complete(self, completions: _Completions, message: ReceivedMessage) -> None:

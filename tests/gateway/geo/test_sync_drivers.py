@@ -507,3 +507,20 @@ def test_ctrl_c_in_a_plain_handler_ends_run_and_reaches_the_caller(
     assert receiver.stats.completed == 1
     receiver.close()
 
+
+
+def test_completing_a_held_message_after_close_says_the_receiver_is_closed(
+    receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given two messages received, then the receiver closed
+    anyio.run(lambda: ns.put("primary", Message("a", message_id="m1"),
+                             Message("b", message_id="m2")))
+    receiver = GeoReceiver(**receiver_kw)
+    got: list[Any] = []
+    while len(got) < 2:
+        got += receiver.receive(max_messages=2, max_wait=5)
+    receiver.close()
+    # When one is completed, Then the error says so (and nothing was counted)
+    with pytest.raises(RuntimeError, match="this GeoReceiver is closed"):
+        receiver.complete(got[0])
+    assert receiver.stats.completed == 0
