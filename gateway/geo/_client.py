@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from durable_queue import DurableQueue
-from gateway._support.portal import PortalDriver, twin_arguments
+from gateway._support.mailbox import Mailbox
+from gateway._support.portal import CallerThread, PortalDriver, twin_arguments
 from gateway.geo._factory import NamespaceLike
 from gateway.geo._hooks import GatewayHooks
-from gateway.geo.receiver import AsyncGeoReceiver, MessageInboxHandler, ReceiverStats, StopFlag
+from gateway.geo.receiver import (
+    AsyncGeoReceiver,
+    MessageInboxHandler,
+    ReceiverStats,
+    StopFlag,
+    handlers_in,
+)
 from gateway.geo.sender import (
     AsyncGeoSender,
     MessageLike,
@@ -194,9 +203,23 @@ class GeoReceiver(PortalDriver):
             self._close_portal(_noop)
             raise
 
+    # Made on first use, under _MADE (the receiver may be shared by threads).
+    _completions_made: _Completions | None = None
+
+    def _completions(self) -> _Completions:
+        made = self._completions_made
+        if made is None:
+            with _MADE:
+                made = self._completions_made
+                if made is None:
+                    made = _Completions(self._core, self._loop_thread.loop)
+                    self._completions_made = made
+        return made
+
     @property
     def stats(self) -> ReceiverStats:
-        return self._core.stats
+        made = self._completions_made
+        return self._core.stats if made is None else made.stats()
 
     @property
     def down(self) -> frozenset[str]:
@@ -210,18 +233,57 @@ class GeoReceiver(PortalDriver):
 
     def receive(self, max_messages: int = 10, max_wait: float = 5.0) -> list[ReceivedMessage]:
         """First copies only; see :meth:`AsyncGeoReceiver.receive`."""
-        return self._call(self._core.receive, max_messages, max_wait)
+        return self._call(self._receive, self._completions(), max_messages, max_wait)
+
+    async def _receive(self, completions: _Completions, max_messages: int, max_wait: float
+                       ) -> list[ReceivedMessage]:
+        completions.mailbox.flush()
+        got = await self._core.receive(max_messages, max_wait)
+        completions.delivered(got)
+        return got
 
     def complete(self, message: ReceivedMessage) -> None:
-        self._call(self._core.complete, message)
+        """The handler succeeded; see :meth:`AsyncGeoReceiver.complete`.
+
+        While the caller holds other messages of its receives, the completion is
+        handed to the receiver's loop with the others completed in the next few
+        milliseconds (or with the next call), and this returns at once, as the async
+        ``complete`` does then; completing the last message held returns once every
+        mark is written and every copy settled. A mark that could not be written is
+        raised by that call or the next ``receive``.
+
+        Raises:
+            GatewayError: the dedup store failed to record this or an earlier completion.
+            RuntimeError: the receiver is closed.
+        """
+        completions = self._completions()
+        # Closed: no queueing, the call below says so.
+        if self._portal_closed or not completions.later(message):
+            self._call(self._complete, completions, message)
+
+    async def _complete(self, completions: _Completions, message: ReceivedMessage) -> None:
+        completions.mailbox.flush()
+        await self._core.complete(message)
 
     def abandon(self, message: ReceivedMessage) -> None:
-        self._call(self._core.abandon, message)
+        """The handler failed; see :meth:`AsyncGeoReceiver.abandon`."""
+        completions = self._completions()
+        completions.settled(message)
+        self._call(self._abandon, completions, message)
+
+    async def _abandon(self, completions: _Completions, message: ReceivedMessage) -> None:
+        completions.mailbox.flush()
+        await self._core.abandon(message)
 
     def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str = "") -> None:
-        self._call(self._dead_letter, message, reason, description)
+        """Dead-letter the message; see :meth:`AsyncGeoReceiver.dead_letter`."""
+        completions = self._completions()
+        completions.settled(message)
+        self._call(self._dead_letter, completions, message, reason, description)
 
-    async def _dead_letter(self, message: ReceivedMessage, reason: str, description: str) -> None:
+    async def _dead_letter(self, completions: _Completions, message: ReceivedMessage,
+                           reason: str, description: str) -> None:
+        completions.mailbox.flush()
         await self._core.dead_letter(message, reason=reason, description=description)
 
     def run(
@@ -238,18 +300,22 @@ class GeoReceiver(PortalDriver):
 
         ``stop`` is a ``threading.Event`` or anything with ``is_set()``.
 
-        The handler runs in a worker thread, ``concurrency`` messages at a time (one by
-        default); one that returns completes its message, one that raises abandons it
-        (delivered again). With ``transactional`` it is an inbox handler
-        ``(message, conn)`` whose writes through ``conn`` commit with the done mark.
+        One at a time (the default), the handler runs in this thread, a received batch
+        per hand-over from the receiver's loop; with ``concurrency`` > 1, in worker
+        threads, that many messages at a time. A call that returns completes its
+        message, one that raises abandons it (delivered again). With ``transactional``
+        it is an inbox handler ``(message, conn)``, run in a worker thread, whose writes
+        through ``conn`` commit with the done mark.
         Outages of both namespaces, and of the dedup store, are waited out, not raised.
         See :meth:`AsyncGeoReceiver.run`.
         """
-        self._call(self._run, handler, max_messages, stop, idle_timeout, transactional,
-                   concurrency)
+        self._lend(self._run, self._completions(), handler, max_messages, stop, idle_timeout,
+                   transactional, concurrency)
 
     async def _run(
         self,
+        caller: CallerThread,
+        completions: _Completions,
         handler: Callable[[ReceivedMessage], None] | MessageInboxHandler,
         max_messages: int,
         stop: StopFlag | None,
@@ -257,14 +323,73 @@ class GeoReceiver(PortalDriver):
         transactional: bool,
         concurrency: int,
     ) -> None:
-        await self._core.run(
-            handler, max_messages=max_messages, stop=stop, idle_timeout=idle_timeout,
-            transactional=transactional, concurrency=concurrency,
-        )
+        completions.mailbox.flush()
+        with handlers_in(caller):
+            await self._core.run(
+                handler, max_messages=max_messages, stop=stop, idle_timeout=idle_timeout,
+                transactional=transactional, concurrency=concurrency,
+            )
 
     def close(self) -> None:
-        self._close_portal(self._core.aclose)
+        self._close_portal(self._aclose)
+
+    async def _aclose(self) -> None:
+        made = self._completions_made
+        if made is not None:
+            made.mailbox.flush()
+        await self._core.aclose()
 
 
 async def _noop() -> None:
     return None
+
+
+_MADE = threading.Lock()
+
+
+class _Completions:
+    """The sync receiver's completions on their way to its loop.
+
+    A completion while the caller holds other messages of its receives does not wait
+    for its mark (see :meth:`AsyncGeoReceiver.complete`), so it need not cross to the
+    loop by itself: it is queued (:class:`Mailbox`) and handed over with the others of
+    the next few milliseconds, or first thing in the next call that crosses. Which
+    messages the caller holds is kept here, in the caller's terms.
+    """
+
+    def __init__(self, core: AsyncGeoReceiver, loop: Any) -> None:
+        self._core = core
+        self._lock = threading.Lock()
+        self._held: set[str] = set()  # ids delivered by receive() and not settled since
+        self._queued = 0
+        self.mailbox: Mailbox[ReceivedMessage] = Mailbox(loop, self._deliver)
+
+    def delivered(self, messages: list[ReceivedMessage]) -> None:
+        with self._lock:
+            self._held.update(m.message_id for m in messages)
+
+    def settled(self, message: ReceivedMessage) -> None:
+        with self._lock:
+            self._held.discard(message.message_id)
+
+    def later(self, message: ReceivedMessage) -> bool:
+        """Queue the completion if the caller holds other messages; else False."""
+        with self._lock:
+            queue = message.message_id in self._held and len(self._held) > 1
+            self._held.discard(message.message_id)
+            if queue:
+                self._queued += 1
+                self.mailbox.put(message)
+            return queue
+
+    def stats(self) -> ReceiverStats:
+        with self._lock:  # not while a group is being handed over
+            stats = self._core.stats
+            return dataclasses.replace(stats, completed=stats.completed + self._queued)
+
+    def _deliver(self, messages: list[ReceivedMessage]) -> None:
+        # On the loop: as the async complete() of each, which would not wait.
+        with self._lock:
+            for message in messages:
+                self._core.complete_nowait(message)
+            self._queued -= len(messages)

@@ -7,12 +7,21 @@ from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
     from gateway.geo.receiver._receiver import AsyncGeoReceiver, ReceiverStats
-    from gateway.geo.receiver._run import Handler, MessageInboxHandler, StopFlag, check_inbox
+    from gateway.geo.receiver._run import (
+        Handler,
+        HandlerThread,
+        MessageInboxHandler,
+        StopFlag,
+        check_inbox,
+        handlers_in,
+    )
 
 _LAZY = {
     "AsyncGeoReceiver": "gateway.geo.receiver._receiver",
     "check_inbox": "gateway.geo.receiver._run",
     "Handler": "gateway.geo.receiver._run",
+    "HandlerThread": "gateway.geo.receiver._run",
+    "handlers_in": "gateway.geo.receiver._run",
     "MessageInboxHandler": "gateway.geo.receiver._run",
     "ReceiverStats": "gateway.geo.receiver._receiver",
     "StopFlag": "gateway.geo.receiver._run",
@@ -24,8 +33,10 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 __all__ = [
     "AsyncGeoReceiver",
     "Handler",
+    "HandlerThread",
     "MessageInboxHandler",
     "ReceiverStats",
     "StopFlag",
     "check_inbox",
+    "handlers_in",
 ]

@@ -320,8 +320,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             GatewayError: the dedup store failed to record this or an earlier
                 completion (those messages stay unsettled and come back).
         """
-        self._counts["completed"] += 1
-        self._queue_done(message, settle=True)
+        self.complete_nowait(message)
         if self._in_flight <= self._pending:  # the caller holds no other message
             await self._marks.wait()
         self._raise_mark_error()

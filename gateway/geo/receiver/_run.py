@@ -1,5 +1,13 @@
 """``AsyncGeoReceiver.run``: handling messages in a loop, one at a time or several at
-once, with plain handlers or inbox handlers (see :class:`Runner`)."""
+once, with plain handlers or inbox handlers (see :class:`Runner`).
+
+A plain (sync) handler, one at a time, is given a whole received batch per thread
+hand-over: a worker thread by default, the thread blocked on ``GeoReceiver.run`` for
+the sync driver (:func:`handlers_in`). Handing each message to a thread and back cost
+more than the rest of the receive path. The outcomes come back to the loop in groups
+(:class:`gateway._support.mailbox.Mailbox`) while the batch is still being handled, so a
+message's done mark and settlement still run beside the next handler calls.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +18,16 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 
+from gateway._support.mailbox import Mailbox
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._store_watch import StoreWatch
 from gateway.geo._tracing import MessageTracer
@@ -24,7 +35,17 @@ from gateway.geo.receiver._marks import DoneMarks
 from gateway.transports.base import ReceivedMessage
 from replication import ConfigError, Deduplicator, NamespaceUnavailable, StoreUnavailable
 
-__all__ = ["Handler", "MessageInboxHandler", "Runner", "StopFlag", "check_inbox"]
+__all__ = [
+    "Handler",
+    "HandlerThread",
+    "MessageInboxHandler",
+    "Runner",
+    "StopFlag",
+    "check_inbox",
+    "handlers_in",
+]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("geogateway")
 
@@ -47,6 +68,47 @@ class StopFlag(Protocol):
     """What ``run(stop=...)`` polls: ``asyncio.Event`` and ``threading.Event`` both fit."""
 
     def is_set(self) -> bool: ...
+
+
+class HandlerThread(Protocol):
+    """Where ``run`` calls a plain handler: the loop hands it a batch at a time."""
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in the thread; awaited on the loop."""
+        ...
+
+    def wait_for(self, awaitable: Awaitable[T]) -> T:
+        """From the thread, inside ``run_sync``: await ``awaitable`` on the loop."""
+        ...
+
+
+class _WorkerThreads:
+    """The default: anyio's worker threads."""
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    def wait_for(self, awaitable: Awaitable[T]) -> T:
+        return anyio.from_thread.run(_awaited, awaitable)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+_WORKER_THREADS = _WorkerThreads()
+_HANDLER_THREAD: ContextVar[HandlerThread | None] = ContextVar(
+    "geogateway_handler_thread", default=None)
+
+
+@contextlib.contextmanager
+def handlers_in(thread: HandlerThread) -> Iterator[None]:
+    """Within this block, ``run`` calls plain handlers (one at a time) in ``thread``."""
+    token = _HANDLER_THREAD.set(thread)
+    try:
+        yield
+    finally:
+        _HANDLER_THREAD.reset(token)
 
 
 class Runner:
@@ -128,8 +190,13 @@ class Runner:
         call: _Call = (
             functools.partial(self._handle_inbox, handler, stopped) if transactional
             else functools.partial(self._handle, handler))
+        handle_batch: _Batch | None = None
+        if not transactional and concurrency == 1 and not inspect.iscoroutinefunction(handler):
+            thread = _HANDLER_THREAD.get() or _WORKER_THREADS
+            handle_batch = functools.partial(self._handle_batch, cast(Handler, handler),
+                                             thread, _Outcomes(self._handled))
         try:
-            await self._run(call, max_messages, stop, idle_timeout, concurrency)
+            await self._run(call, max_messages, stop, idle_timeout, concurrency, handle_batch)
         finally:
             # Return with this run's marks and settlements done (or given up on).
             with anyio.move_on_after(SETTLE_TIMEOUT):
@@ -138,7 +205,7 @@ class Runner:
 
     async def _run(self, call: _Call,
                    max_messages: int, stop: StopFlag | None, idle_timeout: float | None,
-                   concurrency: int) -> None:
+                   concurrency: int, handle_batch: _Batch | None) -> None:
         # A batch is received whole (its ids claimed in one store round trip) and handed
         # to the handlers as they free up; the next one is received once it is all
         # handed out. A batch received is handled before run() returns, as with one
@@ -151,7 +218,11 @@ class Runner:
         try:
             while ready or not (stop is not None and stop.is_set()):
                 if ready:
-                    if concurrency == 1:
+                    if handle_batch is not None:
+                        messages = list(ready)
+                        ready.clear()
+                        await handle_batch(messages)
+                    elif concurrency == 1:
                         await call(ready.popleft())
                     elif len(running) < concurrency:
                         task = loop.create_task(call(ready.popleft()))
@@ -207,6 +278,41 @@ class Runner:
             if len(self._pending) >= MAX_SETTLING:
                 await self._marks.wait()
 
+    async def _handle_batch(self, handler: Handler, thread: HandlerThread,
+                            outcomes: _Outcomes, batch: list[ReceivedMessage]) -> None:
+        # As _handle for each message in turn, the handler calls in one hand-over to
+        # the handler thread; the outcomes come back in groups (see _Outcomes).
+        try:
+            await thread.run_sync(self._call_each, handler, thread, outcomes, batch)
+        finally:
+            # Also when the hand-over was cancelled or a handler raised a BaseException:
+            # the messages handled so far are settled as they would have been.
+            outcomes.mailbox.flush()
+            for message in outcomes.take_failed():
+                await self.abandon(message)
+        if len(self._pending) >= MAX_SETTLING:
+            await self._marks.wait()
+
+    def _call_each(self, handler: Handler, thread: HandlerThread, outcomes: _Outcomes,
+                   batch: list[ReceivedMessage]) -> None:
+        # In the handler thread.
+        for message in batch:
+            try:
+                with self._span(message):
+                    result = handler(message)
+                    if inspect.isawaitable(result):
+                        thread.wait_for(result)
+            except Exception:
+                logger.exception("handler failed for message %s", message.message_id)
+                outcomes.mailbox.put((message, False))
+            else:
+                outcomes.mailbox.put((message, True))
+
+    def _handled(self, message: ReceivedMessage) -> None:
+        # A plain handler returned (on the loop): as in _handle.
+        self._counts["completed"] += 1
+        self._queue_done(message, settle=True)
+
     def _span(self, message: ReceivedMessage) -> AbstractContextManager[object]:
         # The handling of one message, traced when a hook traces.
         if self._tracer is None:
@@ -241,6 +347,32 @@ class Runner:
             self._in_flight.discard(message.message_id)
             await self._settle_duplicates(
                 [message, *self._held.pop(message.message_id, [])])
+
+
+class _Outcomes:
+    """A run's handler outcomes on their way from the handler thread to the loop: a
+    success is queued done when its group arrives (beside the next handler calls); a
+    failure is abandoned once its batch's hand-over returned."""
+
+    def __init__(self, handled: Callable[[ReceivedMessage], None]) -> None:
+        self._handled = handled
+        self._failed: list[ReceivedMessage] = []
+        self.mailbox: Mailbox[tuple[ReceivedMessage, bool]] = Mailbox(
+            asyncio.get_running_loop(), self._arrived)
+
+    def _arrived(self, outcomes: list[tuple[ReceivedMessage, bool]]) -> None:
+        for message, succeeded in outcomes:
+            if succeeded:
+                self._handled(message)
+            else:
+                self._failed.append(message)
+
+    def take_failed(self) -> list[ReceivedMessage]:
+        failed, self._failed = self._failed, []
+        return failed
+
+
+_Batch = Callable[[list[ReceivedMessage]], Coroutine[Any, Any, None]]
 
 
 def check_inbox(handler: object, dedup: Deduplicator, *, what: str = "message") -> None:

@@ -39,6 +39,16 @@ class Settler:
     _systems: dict[str, str]
     entity: str
 
+    def complete_nowait(self, message: ReceivedMessage) -> None:
+        """Record that the handler succeeded, without waiting: the done mark is written
+        and every copy settled in the background, with the marks of the messages
+        completed meanwhile (what :meth:`complete` does while the caller holds other
+        messages). A mark that cannot be written is raised by the next ``receive`` or
+        ``complete``; the message stays unsettled and comes back.
+        """
+        self._counts["completed"] += 1
+        self._queue_done(message, settle=True)
+
     def _queue_done(self, message: ReceivedMessage, *, settle: bool, marked: bool = False
                     ) -> asyncio.Future[None]:
         self._pending.add(message.message_id)

@@ -358,3 +358,169 @@ def test_a_call_in_flight_when_another_thread_closes_gets_an_error_not_a_hang(
     assert not waiter.is_alive(), "the call in flight was left blocked"
     [error] = outcome
     assert isinstance(error, RuntimeError) and "closed" in str(error)
+
+
+def _count_crossings(receiver: GeoReceiver) -> list[str]:
+    """Record each hand-over from this thread to the receiver's loop."""
+    me = threading.current_thread()
+    loop = receiver._loop_thread.loop
+    crossings: list[str] = []
+    original = loop.call_soon_threadsafe
+
+    def call_soon_threadsafe(callback: Any, *args: Any, **kw: Any) -> Any:
+        if threading.current_thread() is me:
+            crossings.append(getattr(callback, "__qualname__", repr(callback)))
+        return original(callback, *args, **kw)
+
+    loop.call_soon_threadsafe = call_soon_threadsafe  # type: ignore[method-assign]
+    return crossings
+
+
+def _count_batches(receiver: GeoReceiver) -> list[int]:
+    """The sizes of the batches the receiver's core delivered."""
+    sizes: list[int] = []
+    core = receiver._core
+    receive = core.receive
+
+    async def counted(*args: Any, **kw: Any) -> Any:
+        got = await receive(*args, **kw)
+        if got:
+            sizes.append(len(got))
+        return got
+
+    core.receive = counted  # type: ignore[method-assign]
+    return sizes
+
+
+def test_run_calls_a_plain_handler_in_the_callers_thread_a_batch_per_crossing(
+    receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given 300 messages in both namespaces
+    ids = [f"m{i:03d}" for i in range(300)]
+    for name in ("primary", "secondary"):
+        anyio.run(lambda n=name: ns.put(n, *(Message("x", message_id=i) for i in ids)))
+    threads: set[str] = set()
+    with GeoReceiver(**receiver_kw) as receiver:
+        crossings = _count_crossings(receiver)
+        batches = _count_batches(receiver)
+
+        def handler(message: Any) -> None:
+            threads.add(threading.current_thread().name)
+
+        class AllDone:
+            def is_set(self) -> bool:
+                stats = receiver.stats
+                return stats.completed == stats.duplicates_suppressed == 300
+
+        # When run() handles them with a plain handler, up to 100 per receive
+        receiver.run(handler, max_messages=100, stop=AllDone(), idle_timeout=30)
+        stats = receiver.stats
+    # Then the handler ran in this thread, the caller's
+    assert threads == {threading.current_thread().name}
+    # And this thread handed results back to the loop a few times per batch, not once
+    # per message
+    assert len(crossings) <= 3 * len(batches) + 2, (len(crossings), batches)
+    # And every id was completed once, every second copy settled as a duplicate (but
+    # those whose settlement timed out on a busy machine: they come back, are counted)
+    assert (stats.completed, stats.duplicates_suppressed, stats.abandoned) == (300, 300, 0)
+    assert ns.count("primary") + ns.count("secondary") == stats.unsettled
+
+
+def test_receive_and_complete_cross_a_few_times_per_batch_and_settle_before_returning(
+    receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given 300 messages in the primary
+    anyio.run(lambda: ns.put("primary", *(Message("x", message_id=f"m{i:03d}")
+                                          for i in range(300))))
+    with GeoReceiver(**receiver_kw) as receiver:
+        crossings = _count_crossings(receiver)
+        batches = 0
+        done = 0
+        # When the caller receives up to 100 at a time and completes each
+        while done < 300:
+            got = receiver.receive(max_messages=100, max_wait=5)
+            batches += 1
+            for received in got:
+                receiver.complete(received)
+            done += len(got)
+            # Then once the last message out is completed, every one is settled (or its
+            # settlement timed out on a busy machine, and is counted)
+            stats = receiver.stats
+            assert ns.count("primary") == 300 - done + stats.unsettled
+            assert stats.completed == done
+    # And the completions crossed to the loop a few times per batch, not once each
+    assert len(crossings) <= 4 * batches, (len(crossings), batches, crossings[:10])
+
+
+def test_a_completion_queued_while_other_messages_are_held_is_settled_soon(
+    receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given two messages received together
+    anyio.run(lambda: ns.put("primary", Message("a", message_id="m1"),
+                             Message("b", message_id="m2")))
+    with GeoReceiver(**receiver_kw) as receiver:
+        got: list[Any] = []
+        while len(got) < 2:
+            got += receiver.receive(max_messages=2, max_wait=5)
+        first, second = got
+        # When the first is completed while the second is still held (no more calls)
+        receiver.complete(first)
+        assert receiver.stats.completed == 1
+        # Then the first is marked done and settled within moments all the same
+        wait_for_sync(lambda: ns.count("primary") == 1, within=5)
+        receiver.complete(second)
+        assert ns.count("primary") == 0
+
+
+def test_ctrl_c_in_a_plain_handler_ends_run_and_reaches_the_caller(
+    receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given three messages and a handler that is interrupted (Ctrl-C) on the second
+    anyio.run(lambda: ns.put("primary", *(Message("x", message_id=f"m{i}")
+                                          for i in range(3))))
+    calls: list[str] = []
+
+    def handler(message: Any) -> None:
+        calls.append(message.message_id)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    outcome: list[BaseException | None] = []
+    receiver = GeoReceiver(**receiver_kw)
+
+    def run() -> None:
+        try:
+            receiver.run(handler, max_messages=3, idle_timeout=5)
+            outcome.append(None)
+        except BaseException as exc:  # recorded for the assertion below
+            outcome.append(exc)
+
+    # When run() is called (in a thread of its own, to see a hang as one)
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(timeout=30)
+    # Then the interrupt reached run()'s caller promptly
+    assert not caller.is_alive(), "run() hung after the interrupt"
+    [error] = outcome
+    assert isinstance(error, KeyboardInterrupt)
+    # And the message handled before it was completed; the receiver still closes
+    assert receiver.stats.completed == 1
+    receiver.close()
+
+
+
+def test_completing_a_held_message_after_close_says_the_receiver_is_closed(
+    receiver_kw: dict[str, Any], ns: Namespaces
+) -> None:
+    # Given two messages received, then the receiver closed
+    anyio.run(lambda: ns.put("primary", Message("a", message_id="m1"),
+                             Message("b", message_id="m2")))
+    receiver = GeoReceiver(**receiver_kw)
+    got: list[Any] = []
+    while len(got) < 2:
+        got += receiver.receive(max_messages=2, max_wait=5)
+    receiver.close()
+    # When one is completed, Then the error says so (and nothing was counted)
+    with pytest.raises(RuntimeError, match="this GeoReceiver is closed"):
+        receiver.complete(got[0])
+    assert receiver.stats.completed == 0

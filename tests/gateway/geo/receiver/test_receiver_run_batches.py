@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.to_thread
 import pytest
 
 from gateway import SqliteDedupStore
@@ -124,3 +127,100 @@ async def test_an_inbox_handler_does_not_wait_for_the_last_settlement(
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert sorted(r[0] for r in conn.execute("SELECT message_id FROM effects")) == [
             "m0", "m1", "m2"]
+
+
+def _count_hand_overs(monkeypatch: pytest.MonkeyPatch) -> threading.local:
+    """Number every hand-over to a worker thread; in the worker, ``tag.n`` says which."""
+    tag = threading.local()
+    counter = itertools.count()
+    original = anyio.to_thread.run_sync
+
+    async def run_sync(fn: Any, *args: Any, **kw: Any) -> Any:
+        n = next(counter)
+
+        def tagged(*a: Any) -> Any:
+            tag.n = n
+            try:
+                return fn(*a)
+            finally:
+                tag.n = None
+
+        return await original(tagged, *args, **kw)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", run_sync)
+    return tag
+
+
+async def test_a_sync_handler_is_handed_a_batch_per_thread_hand_over(
+    ns: Namespaces, make_receiver: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given 300 messages in both namespaces, and every hand-over to a worker thread
+    # numbered
+    ids = [f"m{i:03d}" for i in range(300)]
+    for name in ("primary", "secondary"):
+        await ns.put(name, *(Message("x", message_id=i) for i in ids))
+    tag = _count_hand_overs(monkeypatch)
+    receiver = await make_receiver()
+    hand_overs: list[int] = []
+    batches: list[int] = []
+    receive = receiver.receive
+
+    async def counted_receive(*args: Any, **kw: Any) -> list[ReceivedMessage]:
+        got = await receive(*args, **kw)
+        if got:
+            batches.append(len(got))
+        return got
+
+    monkeypatch.setattr(receiver, "receive", counted_receive)
+
+    def handler(message: ReceivedMessage) -> None:  # a plain (sync) handler
+        hand_overs.append(tag.n)
+
+    class AllDone:
+        def is_set(self) -> bool:
+            stats = receiver.stats
+            return stats.completed == stats.duplicates_suppressed == 300
+
+    # When run() handles them, receiving up to 100 at a time
+    await receiver.run(handler, max_messages=100, stop=AllDone(), idle_timeout=30)
+    # Then each id was handled once, and the handler calls of a received batch shared
+    # one hand-over to a thread: not one each
+    assert len(hand_overs) == 300 and None not in hand_overs
+    assert len(set(hand_overs)) <= len(batches), (len(set(hand_overs)), batches)
+    # And every id was completed and every copy settled (the second as a duplicate),
+    # but those whose settlement timed out on a busy machine (they come back, counted)
+    stats = receiver.stats
+    assert (stats.completed, stats.duplicates_suppressed, stats.abandoned) == (300, 300, 0)
+    assert ns.count("primary") + ns.count("secondary") == stats.unsettled
+
+
+async def test_a_sync_handler_that_fails_abandons_only_its_message(
+    ns: Namespaces, make_receiver: ReceiverFactory
+) -> None:
+    # Given five messages, and a plain handler that fails once on m2 and returns an
+    # awaitable for m3 (awaited on the loop, as a coroutine handler's would be)
+    ids = [f"m{i}" for i in range(5)]
+    await ns.put("primary", *(Message("x", message_id=i) for i in ids))
+    calls: list[str] = []
+    awaited: list[str] = []
+
+    async def later(message_id: str) -> None:
+        await anyio.sleep(0.001)
+        awaited.append(message_id)
+
+    def handler(message: ReceivedMessage) -> Any:
+        calls.append(message.message_id)
+        if message.message_id == "m2" and calls.count("m2") == 1:
+            raise RuntimeError("fails once")
+        if message.message_id == "m3":
+            return later("m3")
+        return None
+
+    receiver = await make_receiver()
+    # When run() handles them in one batch
+    await receiver.run(handler, max_messages=10, idle_timeout=0.5)
+    # Then m2 was abandoned and handled again, the others once, m3's awaitable awaited
+    assert sorted(calls) == sorted([*ids, "m2"]) and awaited == ["m3"]
+    stats = receiver.stats
+    assert (stats.completed, stats.abandoned) == (5, 1)
+    assert ns.count("primary") == 0
