@@ -346,23 +346,45 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
     ) -> None:
         """Move the message to its namespace's dead-letter sub-queue; the id counts as done.
 
+        The copy is dead-lettered first and its id marked done after: a dead-letter that
+        fails (or gets no answer) leaves the id undone and its claim released, so the
+        other copy, or this one when its lock expires, is delivered again and can be
+        dead-lettered then (at worst both copies are dead-lettered; none is lost).
+
         Raises:
             OperationTimeout: the namespace did not answer within its settle deadline
-                (the id is done; the copy comes back when its lock expires, and is then
-                suppressed as a duplicate).
-            GatewayError: the dead-lettering failed, or the done mark could not be written.
+                (the id is not done; the copy comes back when its lock expires).
+            GatewayError: the dead-lettering failed (the id is not done), or the done
+                mark could not be written (the copy is dead-lettered; the other one
+                may be delivered once its claim runs out).
         """
+        transport = self._transports[message.namespace]
+        try:
+            await within_deadline(
+                self._estimator, message.namespace, Operation.SETTLE,
+                lambda: transport.dead_letter(message, reason=reason,
+                                              description=description),
+                what=f"dead-letter {message.message_id!r}")
+        except GatewayError:
+            await self._release(message)
+            raise
         try:
             await asyncio.shield(self._queue_done(message, settle=False))
         except GatewayError:
             self._marks.take_error()  # reported here
             raise
-        transport = self._transports[message.namespace]
-        await within_deadline(
-            self._estimator, message.namespace, Operation.SETTLE,
-            lambda: transport.dead_letter(message, reason=reason, description=description),
-            what=f"dead-letter {message.message_id!r}")
         await self._settle_duplicates(self._held.pop(message.message_id, []))
+
+    async def _release(self, message: ReceivedMessage) -> None:
+        # Give the id's claim back and its held copies to the inbox (the copy itself is
+        # left as it is: its lock expires and it comes back).
+        with contextlib.suppress(StoreUnavailable):
+            await self._watch.once("releasing a claim", self._dedup.failed,
+                                   message.message_id, timed="release")
+        self._in_flight.discard(message.message_id)
+        for held in reversed(self._held.pop(message.message_id, [])):
+            self._inbox.appendleft(held)
+        self._arrived.set()
 
     async def aclose(self) -> None:
         """Wait for the marks and settlements in flight, stop the pumps, give back every
