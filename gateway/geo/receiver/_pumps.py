@@ -16,7 +16,6 @@ from gateway.geo._tracing import MessageTracer
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
     DeadlineEstimator,
-    GatewayError,
     MessageRejected,
     Operation,
     OperationTimeout,
@@ -44,7 +43,7 @@ class Pumps:
     _down: set[str]
     _read: set[str]
     _refused: dict[str, MessageRejected]
-    _fatal: GatewayError | None
+    _fatal: Exception | None
     _pumps: list[asyncio.Task[None]]
     _closing: bool
     _estimator: DeadlineEstimator
@@ -79,7 +78,7 @@ class Pumps:
         empty queue checks :attr:`refused` and :attr:`down` after this."""
         self._start_pumps()
         with anyio.move_on_after(within):
-            while len(self.answered) < len(self._transports):
+            while len(self.answered) < len(self._transports) and self._fatal is None:
                 self._answer.clear()
                 await self._answer.wait()
         return self.answered
@@ -125,6 +124,25 @@ class Pumps:
             namespace=namespace))
 
     async def _pump(self, namespace: str) -> None:
+        try:
+            await self._pump_loop(namespace)
+        except Exception as exc:
+            self._broke(namespace, exc)
+
+    def _broke(self, namespace: str, exc: Exception) -> None:
+        # Not in the error tree: a bug (in a transport, a hook, the pump itself). It is
+        # raised to the caller rather than retried: a pump restarted on a bug would fail
+        # again and again, while receive() went on returning the other namespace's
+        # messages or nothing, an outage that looks like an idle queue.
+        logger.error("the receiving pump of namespace %s for %r stopped on an "
+                     "unexpected error; receive() and run() raise it: %r",
+                     namespace, self.entity, exc, exc_info=exc)
+        if self._fatal is None:
+            self._fatal = exc
+        self._answer.set()
+        self._arrived.set()
+
+    async def _pump_loop(self, namespace: str) -> None:
         transport = self._transports[namespace]
         loop = asyncio.get_running_loop()
         estimator = self._estimator

@@ -179,7 +179,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         self._read: set[str] = set()
         self._refused: dict[str, MessageRejected] = {}
         self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
-        self._fatal: GatewayError | None = None
+        self._fatal: Exception | None = None  # raised by receive() from now on
         self._pumps: list[asyncio.Task[None]] = []
         self._counts = dict.fromkeys(
             ("received", "delivered", "duplicates_suppressed", "completed", "abandoned",
@@ -222,6 +222,8 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             MessageRejected: both namespaces refused to be read.
             StoreUnavailable: the dedup store does not answer (reported once to the
                 log and ``on_store_down``); the copies wait, nothing is delivered.
+            Exception: a pump stopped on an error outside the gateway's error tree
+                (a bug, logged once with its traceback); raised by every call after.
         """
         self._start_pumps()
         # Yield at least once per call: a caller that retries at once after

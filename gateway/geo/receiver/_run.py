@@ -178,6 +178,8 @@ class Runner:
             ConfigError: ``transactional`` with a coroutine handler or a store without
                 ``finish_with_effect``; ``concurrency`` < 1; a pool of the application's
                 too small for ``concurrency`` inbox handlers.
+            Exception: a pump stopped on an error outside the gateway's error tree
+                (a bug, logged once); ``run`` does not idle on as if the queue were empty.
         """
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, not {concurrency}")
