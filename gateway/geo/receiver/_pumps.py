@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 
 import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._tracing import MessageTracer
-from gateway.transports.base import ReceivedMessage, Transport
+from gateway.geo.receiver._deliveries import Deliveries
+from gateway.transports.base import Transport
 from replication import (
     DeadlineEstimator,
     MessageRejected,
@@ -33,7 +33,7 @@ class Pumps:
     entity: str
     _transports: dict[str, Transport]
     _hooks: list[GatewayHooks]
-    _inbox: deque[ReceivedMessage]
+    _deliveries: Deliveries
     _counts: dict[str, int]
     _prefetch: int
     _poll_wait: float
@@ -147,7 +147,7 @@ class Pumps:
         loop = asyncio.get_running_loop()
         estimator = self._estimator
         while not self._closing:
-            room = self._prefetch - len(self._inbox)
+            room = self._prefetch - self._deliveries.waiting
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
@@ -182,5 +182,4 @@ class Pumps:
                                           namespace=namespace, messages=batch,
                                           started_ns=began_ns)
                 self._counts["received"] += len(batch)
-                self._inbox.extend(batch)
-                self._arrived.set()
+                self._deliveries.received(batch)
