@@ -180,6 +180,6 @@ class DeliveriesMachine(RuleBasedStateMachine):
         assert self.state.caller_holds_none == (self.in_flight <= self.completing)
 
 
-DeliveriesMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25,
+DeliveriesMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=25,
                                                deadline=None)
 test_delivery_state_machine = DeliveriesMachine.TestCase
