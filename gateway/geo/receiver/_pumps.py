@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 
 import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._tracing import MessageTracer
-from gateway.transports.base import ReceivedMessage, Transport
+from gateway.geo.receiver._deliveries import Deliveries
+from gateway.transports.base import Transport
 from replication import (
     DeadlineEstimator,
-    GatewayError,
     MessageRejected,
     Operation,
     OperationTimeout,
@@ -34,7 +33,7 @@ class Pumps:
     entity: str
     _transports: dict[str, Transport]
     _hooks: list[GatewayHooks]
-    _inbox: deque[ReceivedMessage]
+    _deliveries: Deliveries
     _counts: dict[str, int]
     _prefetch: int
     _poll_wait: float
@@ -44,7 +43,7 @@ class Pumps:
     _down: set[str]
     _read: set[str]
     _refused: dict[str, MessageRejected]
-    _fatal: GatewayError | None
+    _fatal: Exception | None
     _pumps: list[asyncio.Task[None]]
     _closing: bool
     _estimator: DeadlineEstimator
@@ -79,7 +78,7 @@ class Pumps:
         empty queue checks :attr:`refused` and :attr:`down` after this."""
         self._start_pumps()
         with anyio.move_on_after(within):
-            while len(self.answered) < len(self._transports):
+            while len(self.answered) < len(self._transports) and self._fatal is None:
                 self._answer.clear()
                 await self._answer.wait()
         return self.answered
@@ -125,11 +124,30 @@ class Pumps:
             namespace=namespace))
 
     async def _pump(self, namespace: str) -> None:
+        try:
+            await self._pump_loop(namespace)
+        except Exception as exc:
+            self._broke(namespace, exc)
+
+    def _broke(self, namespace: str, exc: Exception) -> None:
+        # Not in the error tree: a bug (in a transport, a hook, the pump itself). It is
+        # raised to the caller rather than retried: a pump restarted on a bug would fail
+        # again and again, while receive() went on returning the other namespace's
+        # messages or nothing, an outage that looks like an idle queue.
+        logger.error("the receiving pump of namespace %s for %r stopped on an "
+                     "unexpected error; receive() and run() raise it: %r",
+                     namespace, self.entity, exc, exc_info=exc)
+        if self._fatal is None:
+            self._fatal = exc
+        self._answer.set()
+        self._arrived.set()
+
+    async def _pump_loop(self, namespace: str) -> None:
         transport = self._transports[namespace]
         loop = asyncio.get_running_loop()
         estimator = self._estimator
         while not self._closing:
-            room = self._prefetch - len(self._inbox)
+            room = self._prefetch - self._deliveries.waiting
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
@@ -164,5 +182,4 @@ class Pumps:
                                           namespace=namespace, messages=batch,
                                           started_ns=began_ns)
                 self._counts["received"] += len(batch)
-                self._inbox.extend(batch)
-                self._arrived.set()
+                self._deliveries.received(batch)

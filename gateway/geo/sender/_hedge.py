@@ -57,6 +57,15 @@ class HedgeOutcome:
         return next((e for e in self.errors.values() if isinstance(e, MessageRejected)), None)
 
     @property
+    def permanent(self) -> GatewayError | None:
+        """The first error that neither a retry nor the other namespace mends: a
+        refusal (``MessageRejected``) first, else any gateway error that is not a
+        ``TransportError`` (a ``ConfigError`` ...). The sender raises it as it raises a
+        refusal: never buffered (that would file it under "no namespace is up")."""
+        return self.rejected or next(
+            (e for e in self.errors.values() if not isinstance(e, TransportError)), None)
+
+    @property
     def last_error(self) -> TransportError | None:
         """The last transient error (an overdue namespace's ``OperationTimeout`` too)."""
         found = [e for e in self.errors.values() if isinstance(e, TransportError)]
@@ -186,10 +195,11 @@ async def run_attempts(
                 attempts[ns] = Attempt(ns, due=attempts[ns].due, state=state)
                 if error is not None:
                     errors[ns] = error
-                    # A passive send refused for good goes nowhere else (the other
+                    # A passive send refused for good (or failing for good: any
+                    # error but a transient one) goes nowhere else (the other
                     # namespace would refuse it too); a hedge already on its way is
                     # still waited for, within its deadline.
-                    refused = refused or (isinstance(error, MessageRejected)
+                    refused = refused or (not isinstance(error, TransportError)
                                           and mode is Mode.PASSIVE)
             step = next_hedge_step(order, attempts, now=clock(), mode=mode)
     except BaseException:

@@ -216,8 +216,8 @@ class Recovery:
                 sent = await pair.send_hedged(batch, order, mode=Mode.PASSIVE)
                 if sent.accepted:
                     return
-                if sent.outcome.rejected is not None:
-                    raise sent.outcome.rejected
+                if sent.outcome.permanent is not None:
+                    raise sent.outcome.permanent
                 raise sent.outcome.last_error or NamespaceUnavailable(
                     "no namespace is up", namespace=ANY_NAMESPACE
                 )

@@ -228,6 +228,9 @@ class AsyncGeoSender:
                 that the namespace took (0 when the message was found too large
                 before anything was sent).
             MessageRejected: a namespace refused them for good.
+            GatewayError: a namespace failed with an error that is neither transient
+                nor a refusal (a ``ConfigError`` ...): raised as a refusal is (in active
+                mode even when the other namespace took its copy), never buffered.
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
             GatewayError: messages of a session could not be stamped with their
@@ -344,8 +347,8 @@ class AsyncGeoSender:
                 failed_over=sent.failed_over, hedged=outcome.hedged,
                 unanswered=outcome.overdue,
             )
-        if outcome.rejected is not None:
-            raise outcome.rejected
+        if outcome.permanent is not None:
+            raise outcome.permanent
         dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
         # Planned to buffer only because of a backlog (nothing was attempted)? When
         # nothing was attempted because both namespaces are down and there is no
@@ -375,8 +378,8 @@ class AsyncGeoSender:
         # Each namespace within its deadline; a copy that is not answered in time is
         # buffered for its namespace like a failed one (the attempt goes on).
         outcome = (await self._namespaces.send_hedged(batch, attempt, mode=Mode.ACTIVE)).outcome
-        if outcome.rejected is not None:
-            raise outcome.rejected
+        if outcome.permanent is not None:
+            raise outcome.permanent
         accepted = outcome.accepted
         to_buffer = list(buffer)
         last = outcome.last_error
