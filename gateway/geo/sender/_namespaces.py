@@ -34,6 +34,7 @@ from replication import (
     Operation,
     RetryPolicy,
     RoleState,
+    SendProgress,
     TransportError,
     retry_in_namespace,
 )
@@ -90,6 +91,10 @@ class NamespacePair:
         self._retry = retry
         #: Each namespace's send deadline, from its recent latencies.
         self.estimator = DeadlineEstimator(deadlines)
+        #: Each namespace's recent answers to sends: a send queued behind others is
+        #: given the time the namespace took to answer them (a busy namespace is not
+        #: a hung one).
+        self.progress = SendProgress()
         self._hooks = hooks
         self._clock = clock
         self._sleep = sleep
@@ -141,7 +146,8 @@ class NamespacePair:
         planned = self.roles if planned is None else planned
         outcome = await run_attempts(
             order, lambda ns: self.send_to(ns, batch), mode=mode,
-            estimator=self.estimator, entity=self.entity, size=batch_bytes(batch))
+            estimator=self.estimator, progress=self.progress, entity=self.entity,
+            size=batch_bytes(batch))
         for ns, task in outcome.late.items():
             self._keep_late(ns, task)
         for ns, error in outcome.errors.items():
