@@ -49,7 +49,13 @@ if _TYPE_CHECKING:
         Verdict,
     )
     from replication._dedup_scope import ScopedDedupStore, scoped
-    from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
+    from replication._hedging import (
+        Attempt,
+        AttemptState,
+        HedgeStep,
+        SendProgress,
+        next_hedge_step,
+    )
     from replication._message import Message, PropertyValue, with_properties
     from replication._policy import Mode, ReplicationPolicy, RetryPolicy
     from replication._roles import RoleState
@@ -89,6 +95,7 @@ _LAZY = {
     "destination": "replication._routing",
     "Failure": "replication._routing",
     "HedgeStep": "replication._hedging",
+    "SendProgress": "replication._hedging",
     "InMemoryDedupStore": "replication._dedup",
     "LatencyWindow": "replication._deadlines",
     "Message": "replication._message",
@@ -172,6 +179,7 @@ __all__ = [
     "RoleState",
     "ScopedDedupStore",
     "SendPlan",
+    "SendProgress",
     "SessionGap",
     "SessionLockLost",
     "SessionOffer",

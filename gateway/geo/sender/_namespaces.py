@@ -34,6 +34,7 @@ from replication import (
     Operation,
     RetryPolicy,
     RoleState,
+    SendProgress,
     TransportError,
     retry_in_namespace,
 )
@@ -90,6 +91,10 @@ class NamespacePair:
         self._retry = retry
         #: Each namespace's send deadline, from its recent latencies.
         self.estimator = DeadlineEstimator(deadlines)
+        #: Each namespace's recent answers to sends: a send queued behind others is
+        #: given the time the namespace took to answer them (a busy namespace is not
+        #: a hung one).
+        self.progress = SendProgress()
         self._hooks = hooks
         self._clock = clock
         self._sleep = sleep
@@ -118,7 +123,8 @@ class NamespacePair:
     # -- sending --------------------------------------------------------------------
 
     async def send_hedged(
-        self, batch: Sequence[Message], order: Sequence[str], *, mode: Mode
+        self, batch: Sequence[Message], order: Sequence[str], *, mode: Mode,
+        planned: RoleState | None = None,
     ) -> SendOutcome:
         """Send ``batch`` to the namespaces of ``order`` with deadlines and hedging.
 
@@ -129,20 +135,29 @@ class NamespacePair:
         answered in time, is marked down (``on_namespace_down``), after the hedge
         succeeded.
 
+        The roles change only from ``planned``, the roles ``order`` was made from
+        (``roles`` now when not given): a send that lands on the namespace that was
+        active when it was planned never swaps them, whatever other sends did meanwhile
+        (:meth:`RoleKeeper.fail_over_to`).
+
         Raises:
             Exception: a bug in a transport (anything but a ``GatewayError``).
         """
+        planned = self.roles if planned is None else planned
         outcome = await run_attempts(
             order, lambda ns: self.send_to(ns, batch), mode=mode,
-            estimator=self.estimator, entity=self.entity, size=batch_bytes(batch))
+            estimator=self.estimator, progress=self.progress, entity=self.entity,
+            size=batch_bytes(batch))
         for ns, task in outcome.late.items():
             self._keep_late(ns, task)
         for ns, error in outcome.errors.items():
             if isinstance(error, TransportError):
                 self.mark_down(ns, error)
         failed_over = False
-        if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != self.roles.active:
-            failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0])
+        if (mode is Mode.PASSIVE and outcome.accepted
+                and outcome.accepted[0] != planned.active):
+            failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0],
+                                                              planned=planned)
         return SendOutcome(outcome, failed_over)
 
     async def send_within(self, namespace: str, batch: Sequence[Message]) -> None:

@@ -104,8 +104,18 @@ class RoleKeeper:
         self._lock: asyncio.Lock | None = None  # made on the sender's loop
         self._writing: asyncio.Task[None] | None = None  # a change written behind
 
-    async def fail_over_to(self, namespace: str) -> bool:
-        """Make ``namespace`` active (it took a send the active one did not).
+    async def fail_over_to(self, namespace: str, *, planned: RoleState) -> bool:
+        """Make ``namespace`` active (it took a send that ``planned``'s active one did
+        not), unless the roles changed since that send was planned.
+
+        A compare-and-swap from ``planned``: a send planned before another send's role
+        change (a slow one that lands on the old active namespace after a failover, or
+        one that fails over after a failback) changes nothing, so concurrent sends never
+        undo each other's change.
+
+        Args:
+            namespace: the namespace that took the send.
+            planned: the roles the send was planned with (``roles`` before it began).
 
         Returns:
             True when the active namespace changed (here, or by adopting a change
@@ -114,6 +124,8 @@ class RoleKeeper:
         async with self._locked():
             if self.state.active == namespace:
                 return False  # a send in flight at the same time did it already
+            if not _same_roles(self.state, planned):
+                return False  # changed since the send was planned: that change stands
             return await self._change(self.state.swap(self._clock()))
 
     async def fail_back(self) -> bool:
@@ -221,3 +233,8 @@ class RoleKeeper:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
+
+
+def _same_roles(state: RoleState, planned: RoleState) -> bool:
+    # The generation counts changes; the active one too, for a store that keeps none.
+    return (state.generation, state.active) == (planned.generation, planned.active)

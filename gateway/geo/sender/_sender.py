@@ -277,16 +277,21 @@ class AsyncGeoSender:
             batch = await run_blocking(functools.partial(self._stamper.stamp, batch),
                                        self._stamp_limiter)
         while True:
+            # The roles this send is planned with: a role change it leads to is made
+            # from them (not from the roles when it ends: other sends may have changed
+            # them meanwhile).
+            roles = self._namespaces.roles
             plan = plan_send(
                 mode=self.policy.mode,
-                roles=self._namespaces.roles,
+                roles=roles,
                 entity=self.entity,
                 down=self._namespaces.down,
                 backlog=self._buffer.pending,
             )
             try:
                 if self.policy.mode is Mode.PASSIVE:
-                    return await self._send_passive(batch, plan.attempt, plan.buffer)
+                    return await self._send_passive(batch, plan.attempt, plan.buffer,
+                                                    roles)
                 return await self._send_active(batch, plan.attempt, plan.buffer)
             except BacklogCleared:
                 continue  # the replayer caught up while we waited: plan again
@@ -336,10 +341,12 @@ class AsyncGeoSender:
     # -- sending --------------------------------------------------------------------
 
     async def _send_passive(
-        self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
+        self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str],
+        roles: RoleState,
     ) -> SendResult:
         ids = tuple(m.message_id for m in batch)
-        sent = await self._namespaces.send_hedged(batch, attempt, mode=Mode.PASSIVE)
+        sent = await self._namespaces.send_hedged(batch, attempt, mode=Mode.PASSIVE,
+                                                  planned=roles)
         outcome = sent.outcome
         if sent.accepted:
             return SendResult(
