@@ -85,9 +85,11 @@ class GeoSender(PortalDriver):
         recovery: run the background probe/replay/failback task.
     """
 
-    # Its loop only serves the callers it blocks: local namespaces' SQLite work runs
-    # on it directly (two thread switches fewer per send; see gateway._support.blocking).
-    _inline_io = True
+    # Local namespaces' SQLite work runs in worker threads, not inline on the loop
+    # thread (gateway._support.blocking): a namespace file another process holds
+    # locked, or a stalled disk, would stop the loop, and with it the deadline that
+    # hedges the send to the other namespace.
+    _inline_io = False
 
     def __init__(
         self,
