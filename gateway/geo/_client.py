@@ -49,7 +49,13 @@ async def _open_sender(kwargs: dict[str, Any]) -> AsyncGeoSender:
 
 
 async def _open_receiver(kwargs: dict[str, Any]) -> AsyncGeoReceiver:
-    return AsyncGeoReceiver(**kwargs)
+    receiver = AsyncGeoReceiver(**kwargs)
+    try:
+        await receiver.open()  # a PostgreSQL store: connected here, off the loop
+    except BaseException:
+        await receiver.aclose()
+        raise
+    return receiver
 
 
 class GeoSender(PortalDriver):
