@@ -44,7 +44,11 @@ __all__ = ["GeoReceiver", "GeoSender"]
 
 async def _open_sender(kwargs: dict[str, Any]) -> AsyncGeoSender:
     sender = AsyncGeoSender(**kwargs)
-    await sender.start()
+    try:
+        await sender.start()  # a PostgreSQL roles store: connected here, off the loop
+    except BaseException:
+        await sender.aclose()
+        raise
     return sender
 
 
