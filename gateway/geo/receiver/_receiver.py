@@ -54,7 +54,12 @@ from gateway.geo.receiver._run import (
     StopFlag,
 )
 from gateway.geo.receiver._settle import Settler
-from gateway.stores import DedupTarget, open_dedup_store
+from gateway.stores import (
+    DedupTarget,
+    FallbackDedupStore,
+    PostgresDedupStore,
+    open_dedup_store,
+)
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
     RECEIVE_DEADLINES,
@@ -159,6 +164,9 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             if owned:
                 self._owned.append(transport)
         store = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
+        # A PostgreSQL store connects when the receiver is opened (or first used).
+        shared = store.shared if isinstance(store, FallbackDedupStore) else store
+        self._connect = shared.open if isinstance(shared, PostgresDedupStore) else None
         if _SUBSCRIPTION in self.entity.lower():
             # The topic's copies in every subscription share their MessageIds: a store
             # shared by receivers of several subscriptions keeps one window for each.
@@ -192,7 +200,19 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         return ReceiverStats(held=self._deliveries.held, **self._counts)
 
     async def __aenter__(self) -> AsyncGeoReceiver:
+        await self.open()
         return self
+
+    async def open(self) -> None:
+        """Connect to a PostgreSQL dedup store and bring its tables up to date, in a
+        worker thread (``async with`` does it; otherwise the first store call does).
+
+        Raises:
+            ConfigError: the store's server is unreachable, refuses the credentials,
+                has no such database, or its tables cannot be made or are newer.
+        """
+        if self._connect is not None:
+            await anyio.to_thread.run_sync(self._connect)
 
     async def __aexit__(
         self,

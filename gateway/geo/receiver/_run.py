@@ -330,7 +330,8 @@ class Runner:
             # handler's own failure, nothing was kept and the message is abandoned.
             with self._span(message):
                 ran = await self._watch.call("the inbox", self._dedup.succeeded_with,
-                                             message.message_id, effect, give_up=stopped)
+                                             message.message_id, effect, give_up=stopped,
+                                             handler_work=True)
         except Exception:
             logger.exception("inbox handler failed for message %s", message.message_id)
             await self.abandon(message)

@@ -193,11 +193,18 @@ class AsyncGeoSender:
         await self.aclose()
 
     async def start(self) -> None:
-        """Start the background recovery task (probe, replay, failback), and open both
-        namespaces' connections in the background, so that a failover does not wait
-        for the standby's."""
+        """Read the roles from a shared (PostgreSQL) roles store, connecting to it off
+        the loop; start the background recovery task (probe, replay, failback), and
+        open both namespaces' connections in the background, so that a failover does
+        not wait for the standby's.
+
+        Raises:
+            ConfigError: the roles store cannot be reached or used (its server is
+                unreachable, refuses the credentials, ...).
+        """
         if self._closed:
             return
+        await self._namespaces.role_keeper.ready()
         loop = asyncio.get_running_loop()
         if self._recover and self._task is None:
             self._task = loop.create_task(self._recovery_loop())
@@ -242,6 +249,7 @@ class AsyncGeoSender:
         batch = [_coerce(m) for m in messages]
         if not batch:
             return SendResult(message_ids=(), namespaces=(), buffered=())
+        await self._namespaces.role_keeper.ready()  # without start(): the first send
         if not self._hooks:
             return await self._route(batch)
         return await self._observed(batch)
@@ -322,6 +330,7 @@ class AsyncGeoSender:
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
+        await self._namespaces.role_keeper.ready()
         return await self._recovery.round(progress, raise_errors=True)
 
     async def aclose(self) -> None:

@@ -93,7 +93,8 @@ async def test_a_stale_sender_does_not_roll_the_roles_back(fleet: Fleet) -> None
     # Given sender a failed over and failed back (generation 2, the primary active)
     a, a_primary = await fleet.sender(failback=True)
     b_hooks = Recorder()
-    b, b_primary = await fleet.sender(b_hooks)  # read generation 0, never refreshes
+    b, b_primary = await fleet.sender(b_hooks)
+    await b.start()  # read generation 0 (the roles are read at start), never refreshes
     a_primary.go_down()
     assert (await a.send(Message("a1"))).failed_over
     a_primary.come_up()
