@@ -31,6 +31,7 @@ from replication import (
     GatewayError,
     Message,
     Mode,
+    NamespaceMisconfigured,
     Operation,
     RetryPolicy,
     RoleState,
@@ -231,7 +232,13 @@ class NamespacePair:
         """Skip ``namespace`` until a probe finds it healthy (``on_namespace_down``)."""
         if namespace not in self.down:
             self.down[namespace] = self._clock()
-            logger.warning("namespace %s is down: %s", namespace, error)
+            if isinstance(error, NamespaceMisconfigured):
+                # Not an outage that passes: someone must fix the configuration. Said
+                # once, when it is marked down (a probe that fails keeps it down).
+                logger.error("namespace %s is unusable as configured (sends go to the "
+                             "other namespace or are buffered): %s", namespace, error)
+            else:
+                logger.warning("namespace %s is down: %s", namespace, error)
             emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)
 
     @property
@@ -274,6 +281,8 @@ class NamespacePair:
         async def one(ns: str) -> None:
             try:
                 await self.transports[ns].prepare_send(self.entity)
+            except NamespaceMisconfigured as exc:
+                self.mark_down(ns, exc)  # no send would get through: skip it now
             except GatewayError as exc:
                 logger.info("could not open %s ahead of a send: %s", ns, exc)
 
