@@ -12,9 +12,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gateway.aio import AsyncGeoSender
 from gateway.emulator import Emulator
+from gateway.observability import PrometheusMetrics
 from gateway.transports.base import Transport
 from gateway.transports.servicebus import ServiceBusTransport
 from replication import (
@@ -67,9 +69,11 @@ async def test_a_passive_sender_fails_over_from_a_namespace_it_cannot_use(
     assert callable(spoil)
     opened = pair(emulator, spoil(emulator.connection_string("primary")))
     caplog.set_level(logging.INFO, logger="geogateway")
+    registry = CollectorRegistry()
     try:
         async with AsyncGeoSender(primary=opened[0], secondary=opened[1], entity=QUEUE,
-                                  state_dir=tmp_path / "state") as sender:
+                                  state_dir=tmp_path / "state",
+                                  hooks=[PrometheusMetrics(registry=registry)]) as sender:
             # When a passive sender sends twice, the primary unusable
             with anyio.fail_after(10):
                 first = await sender.send(Message("a", message_id="m1"))
@@ -83,6 +87,10 @@ async def test_a_passive_sender_fails_over_from_a_namespace_it_cannot_use(
         assert len(logged) == 1, logged
         assert "primary" in logged[0] and f"check the {check}" in logged[0]
         assert WRONG_KEY not in caplog.text
+        # And the metrics flag it refused (not only down)
+        flagged = registry.get_sample_value("geogateway_namespace_refused",
+                                            {"namespace": "primary"})
+        assert flagged == 1
     finally:
         for transport in opened:
             await transport.aclose()
