@@ -50,7 +50,8 @@ _PREPARE_WAIT = 5.0
 @dataclass(frozen=True)
 class SendOutcome:
     """How :meth:`NamespacePair.send_hedged` ended: the attempts' outcome, and whether
-    the roles were swapped."""
+    it failed over (the roles were swapped, or the namespace that took it was not the
+    one active when it began)."""
 
     outcome: HedgeOutcome
     failed_over: bool
@@ -133,6 +134,7 @@ class NamespacePair:
         Raises:
             Exception: a bug in a transport (anything but a ``GatewayError``).
         """
+        active = self.roles.active
         outcome = await run_attempts(
             order, lambda ns: self.send_to(ns, batch), mode=mode,
             estimator=self.estimator, entity=self.entity, size=batch_bytes(batch))
@@ -144,6 +146,10 @@ class NamespacePair:
         failed_over = False
         if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != self.roles.active:
             failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0])
+        # It went elsewhere than the namespace active when it began: a failover, even
+        # when a send in flight at the same time swapped the roles first.
+        if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != active:
+            failed_over = True
         return SendOutcome(outcome, failed_over)
 
     async def send_within(self, namespace: str, batch: Sequence[Message]) -> None:

@@ -3,6 +3,7 @@ passive sender fails over to the other one and says once, at ERROR, what to chec
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import anyio
 import pytest
 
 from gateway.aio import AsyncGeoSender
-from gateway.transports import LocalTransport
+from gateway.transports import FaultyTransport, LocalTransport
 from replication import Message, NamespaceMisconfigured
+from tests.gateway.conftest import SenderFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -39,3 +41,18 @@ async def test_a_local_namespace_whose_file_cannot_be_opened_is_failed_over(
     errors = [r.getMessage() for r in caplog.records
               if r.levelno >= logging.ERROR and r.name == "geogateway"]
     assert len(errors) == 1 and "primary" in errors[0], errors
+
+
+async def test_every_send_that_went_elsewhere_than_the_active_namespace_failed_over(
+    make_sender: SenderFactory, primary: FaultyTransport
+) -> None:
+    # Given a passive sender whose active primary is down
+    sender = make_sender()
+    primary.go_down()
+    # When two sends run at once (one of them swaps the roles)
+    with anyio.fail_after(5):
+        results = await asyncio.gather(*(sender.send(Message(b, message_id=b))
+                                         for b in ("a", "b")))
+    # Then both went to the secondary, and both say they failed over
+    assert [r.namespaces for r in results] == [("secondary",), ("secondary",)]
+    assert [r.failed_over for r in results] == [True, True]
