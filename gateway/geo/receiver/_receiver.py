@@ -62,6 +62,7 @@ from replication import (
     DedupWindow,
     GatewayError,
     MessageRejected,
+    NamespaceMisconfigured,
     NamespaceUnavailable,
     Operation,
     StoreUnavailable,
@@ -177,7 +178,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         self._room = asyncio.Event()
         self._down: set[str] = set()
         self._read: set[str] = set()
-        self._refused: dict[str, MessageRejected] = {}
+        self._refused: dict[str, MessageRejected | NamespaceMisconfigured] = {}
         self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
         self._fatal: GatewayError | None = None
         self._pumps: list[asyncio.Task[None]] = []
