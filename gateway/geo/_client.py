@@ -35,6 +35,7 @@ from replication import (
     DedupWindow,
     MessageRejected,
     Mode,
+    NamespaceMisconfigured,
     ReplicationPolicy,
     RoleState,
 )
@@ -239,7 +240,7 @@ class GeoReceiver(PortalDriver):
         return self._core.down
 
     @property
-    def refused(self) -> dict[str, MessageRejected]:
+    def refused(self) -> dict[str, MessageRejected | NamespaceMisconfigured]:
         """Namespaces that refused to be read for good; see :attr:`AsyncGeoReceiver.refused`."""
         return self._core.refused
 

@@ -17,6 +17,7 @@ from gateway.transports.base import Transport
 from replication import (
     DeadlineEstimator,
     MessageRejected,
+    NamespaceMisconfigured,
     Operation,
     OperationTimeout,
     TransportError,
@@ -42,7 +43,7 @@ class Pumps:
     _answer: asyncio.Event
     _down: set[str]
     _read: set[str]
-    _refused: dict[str, MessageRejected]
+    _refused: dict[str, MessageRejected | NamespaceMisconfigured]
     _fatal: Exception | None
     _pumps: list[asyncio.Task[None]]
     _closing: bool
@@ -56,9 +57,10 @@ class Pumps:
         return frozenset(self._down)
 
     @property
-    def refused(self) -> dict[str, MessageRejected]:
-        """Namespaces that refused to be read for good (unauthorized, no such entity),
-        with their error. They are not read again; the other namespace still is."""
+    def refused(self) -> dict[str, MessageRejected | NamespaceMisconfigured]:
+        """Namespaces that refused to be read for good (no such entity; unusable as
+        configured: a wrong key, no rights, a host name that does not resolve), with
+        their error. They are not read again; the other namespace still is."""
         return dict(self._refused)
 
     @property
@@ -88,7 +90,7 @@ class Pumps:
             loop = asyncio.get_running_loop()
             self._pumps = [loop.create_task(self._pump(ns)) for ns in self._transports]
 
-    def _refuse(self, namespace: str, exc: MessageRejected) -> None:
+    def _refuse(self, namespace: str, exc: MessageRejected | NamespaceMisconfigured) -> None:
         # Reading this namespace again would fail the same way: report it and stop.
         self._refused[namespace] = exc
         self._down.add(namespace)
@@ -160,13 +162,15 @@ class Pumps:
                 batch = await transport.receive(
                     self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
                 )
+            except (MessageRejected, NamespaceMisconfigured) as exc:
+                # A namespace unusable as configured is read no better later: reported
+                # and left, as one that refuses the entity is.
+                self._refuse(namespace, exc)
+                return
             except TransportError as exc:
                 self._went_down(namespace, exc)
                 await anyio.sleep(self._poll_wait)
                 continue
-            except MessageRejected as exc:
-                self._refuse(namespace, exc)
-                return
             finally:
                 watchdog.cancel()
             estimator.observe(namespace, Operation.RECEIVE,

@@ -69,6 +69,7 @@ from replication import (
     DedupWindow,
     GatewayError,
     MessageRejected,
+    NamespaceMisconfigured,
     NamespaceUnavailable,
     Operation,
     StoreUnavailable,
@@ -184,7 +185,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         self._deliveries = Deliveries(arrived=self._arrived.set, room=self._room.set)
         self._down: set[str] = set()
         self._read: set[str] = set()
-        self._refused: dict[str, MessageRejected] = {}
+        self._refused: dict[str, MessageRejected | NamespaceMisconfigured] = {}
         self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
         self._fatal: Exception | None = None  # raised by receive() from now on
         self._pumps: list[asyncio.Task[None]] = []

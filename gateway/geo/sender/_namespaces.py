@@ -31,6 +31,7 @@ from replication import (
     GatewayError,
     Message,
     Mode,
+    NamespaceMisconfigured,
     Operation,
     RetryPolicy,
     RoleState,
@@ -50,7 +51,8 @@ _PREPARE_WAIT = 5.0
 @dataclass(frozen=True)
 class SendOutcome:
     """How :meth:`NamespacePair.send_hedged` ended: the attempts' outcome, and whether
-    the roles were swapped."""
+    it failed over (the roles were swapped, or the namespace that took it was not the
+    one active when it began)."""
 
     outcome: HedgeOutcome
     failed_over: bool
@@ -158,6 +160,10 @@ class NamespacePair:
                 and outcome.accepted[0] != planned.active):
             failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0],
                                                               planned=planned)
+        # It went elsewhere than the namespace active when it began: a failover, even
+        # when a send in flight at the same time swapped the roles first.
+        if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != planned.active:
+            failed_over = True
         return SendOutcome(outcome, failed_over)
 
     async def send_within(self, namespace: str, batch: Sequence[Message]) -> None:
@@ -246,7 +252,13 @@ class NamespacePair:
         """Skip ``namespace`` until a probe finds it healthy (``on_namespace_down``)."""
         if namespace not in self.down:
             self.down[namespace] = self._clock()
-            logger.warning("namespace %s is down: %s", namespace, error)
+            if isinstance(error, NamespaceMisconfigured):
+                # Not an outage that passes: someone must fix the configuration. Said
+                # once, when it is marked down (a probe that fails keeps it down).
+                logger.error("namespace %s is unusable as configured (sends go to the "
+                             "other namespace or are buffered): %s", namespace, error)
+            else:
+                logger.warning("namespace %s is down: %s", namespace, error)
             emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)
 
     @property
@@ -289,6 +301,8 @@ class NamespacePair:
         async def one(ns: str) -> None:
             try:
                 await self.transports[ns].prepare_send(self.entity)
+            except NamespaceMisconfigured as exc:
+                self.mark_down(ns, exc)  # no send would get through: skip it now
             except GatewayError as exc:
                 logger.info("could not open %s ahead of a send: %s", ns, exc)
 

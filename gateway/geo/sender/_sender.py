@@ -58,12 +58,13 @@ class SendResult:
 
     ``namespaces``: where the messages were accepted now. ``buffered``: durable queue
     destinations they were written to for later replay. Either may be empty, not both.
-    ``failed_over``: the roles were swapped (the active namespace failed, or did not
-    answer in time). ``hedged``: passive mode sent the batch to the other namespace
-    too, because the one before it had not answered within its deadline (both may
-    hold a copy; receivers remove the second). ``unanswered``: namespaces that had not
-    answered within their deadline when the send returned (the outcome there is
-    unknown: the copy may still land).
+    ``failed_over``: the messages went to a namespace other than the one active when
+    the send began (it failed, refused, is unusable, or did not answer in time); the
+    roles were swapped, by this send or by one at the same time. ``hedged``: passive
+    mode sent the batch to the other namespace too, because the one before it had not
+    answered within its deadline (both may hold a copy; receivers remove the second).
+    ``unanswered``: namespaces that had not answered within their deadline when the
+    send returned (the outcome there is unknown: the copy may still land).
     """
 
     message_ids: tuple[str, ...]
