@@ -27,7 +27,7 @@ from gateway.amqp import (
     decode_message,
     encode_message,
 )
-from gateway.emulator._auth import AuthError, check_token, entity_path
+from gateway.emulator._auth import AuthError, authorize, entity_path
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from replication import GatewayError
@@ -150,8 +150,8 @@ async def put_token(link: IncomingLink, request: AmqpMessage) -> Reply:
     if not isinstance(token, str) or not isinstance(audience, str):
         return Reply(properties=status(400, "put-token needs a string token and a 'name'"))
     try:
-        grant = check_token(token, audience=audience, key_name=namespace.key_name,
-                            key=namespace.key, now=time.time())
+        grant = authorize(token, audience=audience, policies=namespace.policies,
+                          now=time.time())
     except AuthError as exc:
         _LOG.info("namespace %s refused a token for %s: %s", namespace.name,
                   entity_path(audience) or "/", exc)

@@ -3,8 +3,10 @@ or one of its subscriptions (to receive: ``TOPIC/Subscriptions/SUB``), an event 
 
 Addresses may carry a scheme and host (``amqps://host:port/orders``); they are
 stripped, and entity names match case-insensitively, as on Service Bus. A link to
-an entity needs a token for it (put on ``$cbs`` first, as the SDKs do); an unknown
-entity is refused with ``amqp:not-found``.
+an entity needs a token for it (put on ``$cbs`` first, as the SDKs do), whose policy
+has the ``Send`` right for a sender link and ``Listen`` for a receiver link (refused
+with ``amqp:unauthorized-access`` otherwise); an unknown entity is refused with
+``amqp:not-found`` (clients that put a token learn it earlier, from ``$cbs``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from gateway.emulator._auth import Right
 from gateway.emulator.amqp._eventhubs import (
     STOLEN,
     HubWriter,
@@ -90,6 +93,12 @@ class Router:
         if not conn.authorized(path):
             link.refuse("amqp:unauthorized-access",
                         f"Unauthorized access to '{path}': put a token for it on $cbs first")
+            return
+        # The token's policy must hold the link's right, as the service's claims check.
+        right = Right.SEND if isinstance(link, IncomingLink) else Right.LISTEN
+        if not conn.authorized(path, right):
+            link.refuse("amqp:unauthorized-access", f"Unauthorized access. '{right.value}' "
+                        f"claim(s) are required to perform this operation. Resource: '{path}'.")
             return
         consumer = _CONSUMER.fullmatch(path) if isinstance(link, OutgoingLink) else None
         if consumer is not None:
