@@ -6,7 +6,7 @@ stripped, and entity names match case-insensitively, as on Service Bus. A link t
 an entity needs a token for it (put on ``$cbs`` first, as the SDKs do), whose policy
 has the ``Send`` right for a sender link and ``Listen`` for a receiver link (refused
 with ``amqp:unauthorized-access`` otherwise); an unknown entity is refused with
-``amqp:not-found`` (clients that put a token learn it earlier, from ``$cbs``).
+``amqp:not-found`` (clients that put a token learn it earlier, from ``$cbs``'s 404).
 """
 
 from __future__ import annotations
