@@ -27,7 +27,15 @@ from gateway.emulator.amqp._eventhubs import (
 )
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
-from gateway.emulator.amqp._management import Handler, Replies, Requests, put_token
+from gateway.emulator.amqp._management import (
+    Handler,
+    Replies,
+    Reply,
+    Requests,
+    app_property,
+    put_token,
+    status,
+)
 from gateway.emulator.amqp._message_sessions import (
     SessionLocks,
     attach_session_reader,
@@ -41,7 +49,6 @@ from replication import GatewayError
 
 if TYPE_CHECKING:
     from gateway.amqp import AmqpMessage
-    from gateway.emulator.amqp._management import Reply
 
 __all__ = ["Router"]
 
@@ -196,7 +203,13 @@ class Router:
             return
         ns = self.namespace
 
-        async def hub_op(_: IncomingLink, request: AmqpMessage) -> Reply:
+        async def hub_op(requests: IncomingLink, request: AmqpMessage) -> Reply:
+            # The credential first, as on the service: a hub no token covers is refused
+            # (401) whether it exists or not.
+            hub = str(app_property(request, "name") or "")
+            if not requests.session.connection.authorized(hub):
+                return Reply(properties=status(401, f"Unauthorized access to '{hub}': put a "
+                                               "token for it on $cbs first"))
             return await manage_hub(ns, request)
 
         self._node(link, hub_op)
