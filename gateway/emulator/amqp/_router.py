@@ -60,12 +60,25 @@ _MANAGEMENT = "$management"
 _EPOCH = "com.microsoft:epoch"
 #: The entities read as queues: queues and topics' subscriptions.
 _QUEUES = (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
+_SEND_OPERATIONS = ("com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message")
 
 
 def _path(address: str) -> str:
     if "://" in address:
         address = urlsplit(address).path
     return address.strip("/")
+
+
+def _claims(requests: IncomingLink, entity: str, request: AmqpMessage) -> Reply | None:
+    """The refusal of a queue's management request whose token lacks the right: Send to
+    schedule or cancel, Listen for the rest (peek, locks, settlement, sessions)."""
+    operation = str(app_property(request, "operation"))
+    right = Right.SEND if operation in _SEND_OPERATIONS else Right.LISTEN
+    if requests.session.connection.authorized(entity, right):
+        return None
+    return Reply(properties=status(
+        401, f"Unauthorized access. '{right.value}' claim(s) are required to perform this "
+        f"operation. Resource: '{entity}'.", "amqp:unauthorized-access"))
 
 
 class Router:
@@ -192,6 +205,9 @@ class Router:
             sessions = self.sessions
 
             async def queue_op(requests: IncomingLink, request: AmqpMessage) -> Reply:
+                refusal = _claims(requests, name, request)
+                if refusal is not None:
+                    return refusal
                 lookup = functools.partial(sessions.token, requests.session.connection, name)
                 return await manage_queue(ns, name, request, max_message_size=limit,
                                           sessions=lookup)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -90,6 +91,11 @@ async def test_a_listen_only_key_receives_but_cannot_send(emu: Emulator) -> None
 async def test_a_send_only_key_sends_but_cannot_receive(emu: Emulator) -> None:
     sender = emu.connection_string("primary", policy="sender")
     await send(sender)
+    # Scheduling (a $management operation) needs Send only.
+    async with sb(sender) as c, c.get_queue_sender(QUEUE, keep_alive=None) as s:
+        [seq] = await s.schedule_messages(ServiceBusMessage("later"), datetime.datetime.now(
+            datetime.timezone.utc) + datetime.timedelta(hours=1))
+        await s.cancel_scheduled_messages(seq)
     with pytest.raises(ServiceBusAuthorizationError, match="'Listen' claim"):
         await receive(sender)
     assert await receive(emu.connection_string("primary")) == ["m"]

@@ -239,7 +239,7 @@ async def read_hub(raw: Raw, hub: str, delivery_id: int) -> int:
                       message_format=0,
                       settled=False), channel=1, payload=encode_message(request))
     while not isinstance(transfer := await raw.next(), Frame) or not isinstance(
-            transfer.body, Transfer) or transfer.body.handle != 2:
+            transfer.body, Transfer):
         pass
     response = decode_message(transfer.payload)
     assert response.application_properties is not None
