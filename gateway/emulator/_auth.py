@@ -112,8 +112,8 @@ class Policy:
             raise ConfigError(f"policy {self.name!r} has an empty key")
         if not self.rights:
             raise ConfigError(f"policy {self.name!r} has no right (Listen, Send, Manage)")
-        if Right.MANAGE in self.rights:
-            object.__setattr__(self, "rights", ALL_RIGHTS)
+        rights = frozenset(self.rights)
+        object.__setattr__(self, "rights", ALL_RIGHTS if Right.MANAGE in rights else rights)
         if self.entity is not None:
             object.__setattr__(self, "entity", self.entity.strip("/").lower() or None)
 
@@ -135,7 +135,8 @@ def parse_policy(spec: str) -> Policy:
     head, sep, rest = spec.partition("=")
     key, colon, rights = rest.rpartition(":")
     if not sep or not colon or not key or not head:
-        raise ConfigError(f"bad policy {spec.split('=')[0]!r}=...: expected "
+        # Only what comes before "=" is quoted: the rest may be a key.
+        raise ConfigError(f"bad policy {head if sep else '...'!r}: expected "
                           "[ENTITY/]NAME=KEY:RIGHT[,RIGHT...], e.g. listener=KEY:Listen")
     entity, _, name = head.rpartition("/")
     return Policy(name=name, key=key, rights=parse_rights(rights.split(","), name),

@@ -24,10 +24,11 @@ def test_a_policy_spec_names_its_rights_and_maybe_its_entity() -> None:
         "app", "orders", frozenset({Right.SEND, Right.LISTEN}))
     # Manage implies Listen and Send, as on the service.
     assert parse_policy(f"admin={KEY}:Manage").rights == frozenset(Right)
+    assert Policy(name="p", key=KEY, rights={Right.SEND}).rights == frozenset({Right.SEND})
 
 
 @pytest.mark.parametrize("bad", [
-    "listener", f"listener={KEY}", f"={KEY}:Listen", "listener=:Listen",
+    "listener", KEY.rstrip("="), f"listener={KEY}", f"={KEY}:Listen", "listener=:Listen",
     f"listener={KEY}:Read", f"listener={KEY}:", "orders/=k:Send",
 ])
 def test_bad_policy_specs_are_refused_without_echoing_the_key(bad: str) -> None:
