@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from gateway.emulator._auth import Grant
+from gateway.emulator._auth import Grant, Policy, Right
 from gateway.transports import ControlState, Queued, Store
 from replication import GatewayError, Message
 
@@ -38,10 +38,7 @@ class NodeNamespace(Protocol):
     def name(self) -> str: ...
 
     @property
-    def key_name(self) -> str: ...
-
-    @property
-    def key(self) -> str: ...
+    def policies(self) -> tuple[Policy, ...]: ...
 
     @property
     def max_message_size(self) -> int: ...
@@ -91,7 +88,7 @@ class NodeConnection(Protocol):
     @property
     def stalled(self) -> bool: ...
 
-    def authorized(self, address: str) -> bool: ...
+    def authorized(self, address: str, right: Right | None = None) -> bool: ...
 
     async def drain(self) -> None: ...
 

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from gateway.emulator._auth import Policy
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._connection import Connection
@@ -80,7 +81,7 @@ class Namespace:
     """One namespace served on ``host:port`` (port 0: a free one, kept until closed)."""
 
     def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
-                 key_name: str, key: str, queues: Sequence[QueueSpec],
+                 policies: Sequence[Policy], queues: Sequence[QueueSpec],
                  event_hubs: Sequence[EventHubSpec],
                  max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE,
                  topics: Sequence[TopicSpec] = ()) -> None:
@@ -89,8 +90,8 @@ class Namespace:
         self.max_message_size = max_message_size
         self.host = host
         self.port = port
-        self.key_name = key_name
-        self.key = key
+        #: The shared access policies, the default one (every right) first.
+        self.policies = tuple(policies)
         self.db_path, control = namespace_files(name, data_dir)
         self.store = Store(self.db_path, namespace=name, auto_create=False,
                            codec=AmqpSections())
