@@ -172,9 +172,14 @@ const sb = new ServiceBusClient(cs, { retryOptions: { maxRetries: 0, timeoutInMs
 const steps = { basic, scheduled, deadLetter, deferred, receiveAndDelete, big, sessions, topic };
 let step = "";
 try {
-  for (const [name, run] of Object.entries(steps)) { step = name; await run(sb); }
-  step = "eventHubs";
-  await eventHubs();
+  const times = [];
+  for (const [name, run] of Object.entries({ ...steps, eventHubs: () => eventHubs() })) {
+    step = name;
+    const t0 = Date.now();
+    await run(sb);
+    times.push(`${name} ${Date.now() - t0} ms`);
+  }
+  console.error(times.join(", "));
   await sb.close();
   console.log("ok");
   process.exit(0);

@@ -54,4 +54,5 @@ async def test_the_javascript_sdks_pass_every_check(emulator: Emulator) -> None:
         await process.wait()
         pytest.fail("the node script did not finish within 60 s")
     assert process.returncode == 0, err.decode() + out.decode()
-    assert out.decode().strip() == "ok"
+    assert out.decode().strip() == "ok", err.decode()
+    print(err.decode())  # the time each step took, shown with -s
