@@ -57,7 +57,10 @@ def outcome(exc: BaseException) -> Outcome:
         too_large = condition_outcome(exc.error) is Outcome.TOO_LARGE
         return Outcome.TOO_LARGE if too_large else Outcome.REJECTED
     if isinstance(exc, AuthenticationError):
-        # A token refused or a credential that failed: the namespace is unusable.
+        # A token refused or a credential that failed: the namespace is unusable. A
+        # token refused with 404 names a hub that does not exist: refused for good.
+        if find_status_code(exc) == 404:
+            return Outcome.REJECTED
         refused = (status_outcome(find_status_code(exc)) in _NO_CREDENTIALS
                    or condition_outcome(exc.error) in _NO_CREDENTIALS
                    or any(isinstance(e, ClientAuthenticationError) for e in walk(exc)))

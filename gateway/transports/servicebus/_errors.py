@@ -97,7 +97,10 @@ def outcome(exc: BaseException) -> Outcome:
             return outcome
     if isinstance(exc, ServiceBusAuthenticationError):
         # A token refused (its status or condition) or a credential that failed: the
-        # namespace is unusable with these credentials, whatever the message.
+        # namespace is unusable with these credentials, whatever the message. A token
+        # refused with 404 names an entity that does not exist: refused for good.
+        if find_status_code(exc) == 404:
+            return Outcome.REJECTED
         refused = status_outcome(find_status_code(exc)) in _NO_CREDENTIALS
         if refused or _condition(exc) in _NO_CREDENTIALS or any(
                 isinstance(e, ClientAuthenticationError) for e in walk(exc)):
