@@ -30,6 +30,9 @@ HUB = "small-hub"
 HUB_LIMIT = 16 * 1024  # a small event hub limit keeps 128 full batches quick
 SB_LIMIT = 256 * 1024
 BODY = b"x" * 1024
+# MessageId lengths (a MessageId is at most 128 characters): each near an encoding
+# boundary of the id (str8), the batch's count, and the longest; a full 256 KB batch each
+ID_LENGTHS = (1, 2, 3, 4, 5, 9, 10, 31, 32, 33, 63, 64, 65, 100, 127, 128)
 
 
 def ids_of_length(n: int) -> Callable[[int], str]:
@@ -77,10 +80,10 @@ def counted(tmp_path: Path, entity: str) -> int:
         return next(e.active_count for e in ns.entities() if e.name == entity)
 
 
-async def test_service_bus_batches_packed_full_are_taken_with_ids_of_every_length(
+async def test_service_bus_batches_packed_full_are_taken_with_ids_short_and_long(
         sender: ServiceBusSender, tmp_path: Path) -> None:
     sent = 0
-    for n in range(1, 129):
+    for n in ID_LENGTHS:
         # Given an SDK batch packed until add_message refuses, with ids of n characters
         batch = await sender.create_message_batch()
         assert batch.max_size_in_bytes == SB_LIMIT
