@@ -39,12 +39,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import PgTarget, check_target, migrate, open_pool
+from gateway.stores._pg import LazyTarget, PgTarget, check_target, open_pool
 from replication import (
     DEFAULT_DEDUP_WINDOW,
     ConfigError,
@@ -184,12 +183,10 @@ class PostgresDedupStore(DedupStore):
         self._batch = prune_batch
         self._where = check_target(target, what="dedup store", schema=schema,
                                    connect_timeout=connect_timeout, call_timeout=call_timeout)
-        self._open = functools.partial(
+        self._conn = LazyTarget(functools.partial(
             open_pool, target, what="dedup store", schema=schema, max_size=max_connections,
-            connect_timeout=connect_timeout, call_timeout=call_timeout)
-        self._target: PgTarget | None = None
-        self._opening = threading.Lock()
-        self._closed = False
+            connect_timeout=connect_timeout, call_timeout=call_timeout),
+            "dedup", MIGRATIONS, "dedup store")
         if not lazy:
             self.open()
         self._sql = {name: text.format(schema=schema) for name, text in (
@@ -201,12 +198,12 @@ class PostgresDedupStore(DedupStore):
     @property
     def where(self) -> str:
         """``host:port/database as user`` (never the password)."""
-        if self._closed:
+        if self._conn.closed:
             raise RuntimeError("the dedup store is closed")
         return self._where
 
     def __repr__(self) -> str:
-        return f"PostgresDedupStore({'closed' if self._closed else self._where!r})"
+        return f"PostgresDedupStore({'closed' if self._conn.closed else self._where!r})"
 
     def open(self) -> None:
         """Connect and bring the tables up to date, unless done already (blocking: call
@@ -216,28 +213,12 @@ class PostgresDedupStore(DedupStore):
             ConfigError: as the constructor's (the server's answer).
             RuntimeError: the store is closed.
         """
-        with self._opening:
-            if self._closed:
-                raise RuntimeError("the dedup store is closed")
-            if self._target is not None:
-                return
-            target = self._open()
-            try:
-                migrate(target, "dedup", MIGRATIONS)
-            except BaseException:
-                target.close()
-                raise
-            self._target = target
+        self._conn.open()
 
     # -- connections ------------------------------------------------------------------
 
     def _live(self) -> PgTarget:
-        target = self._target
-        if target is None:
-            self.open()
-            target = self._target
-            assert target is not None
-        return target
+        return self._conn.open()
 
     def _connection(self, what: str, deadline: float, *, watch: bool = True
                     ) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
@@ -421,8 +402,4 @@ class PostgresDedupStore(DedupStore):
 
     def close(self) -> None:
         """Close the pool if this store opened it; idempotent."""
-        with self._opening:
-            self._closed = True
-            target, self._target = self._target, None
-        if target is not None:
-            target.close()
+        self._conn.close()

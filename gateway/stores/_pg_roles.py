@@ -17,11 +17,10 @@ The table (``<schema>.sender_roles``, created by the versioned migrations of
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import PgTarget, check_target, migrate, open_pool
+from gateway.stores._pg import LazyTarget, check_target, open_pool
 from replication import ConfigError, RoleState
 
 if TYPE_CHECKING:
@@ -86,13 +85,11 @@ class PostgresRoleStore:
         self.refresh_interval = float(refresh_interval)
         self.where = check_target(target, what="roles store", schema=schema,
                                   connect_timeout=connect_timeout, call_timeout=call_timeout)
-        self._open = functools.partial(
+        self._conn = LazyTarget(functools.partial(
             open_pool, target, what="roles store", schema=schema, max_size=2,
-            connect_timeout=connect_timeout, call_timeout=call_timeout)
+            connect_timeout=connect_timeout, call_timeout=call_timeout),
+            "roles", _STEPS, "roles store")
         self._table = f"{schema}.sender_roles"
-        self._target: PgTarget | None = None
-        self._opening = threading.Lock()
-        self._closed = False
         if not lazy:
             self.open()
 
@@ -104,18 +101,7 @@ class PostgresRoleStore:
             ConfigError: as the constructor's (the server's answer).
             RuntimeError: the store is closed.
         """
-        with self._opening:
-            if self._closed:
-                raise RuntimeError("the roles store is closed")
-            if self._target is not None:
-                return
-            target = self._open()
-            try:
-                migrate(target, "roles", _STEPS)
-            except BaseException:
-                target.close()
-                raise
-            self._target = target
+        self._conn.open()
 
     #: Other processes write the same state: senders re-read it (``refresh_interval``).
     shared = True
@@ -174,11 +160,7 @@ class PostgresRoleStore:
 
     def close(self) -> None:
         """Close the pool opened here (a pool passed in is left open). Safe twice."""
-        with self._opening:
-            self._closed = True
-            target, self._target = self._target, None
-        if target is not None:
-            target.close()
+        self._conn.close()
 
     def _read(self, conn: psycopg.Connection[Any], primary: str, secondary: str) -> RoleState:
         row = conn.execute(
@@ -196,13 +178,7 @@ class PostgresRoleStore:
                               "with the primary active") from None
 
     def _run(self, what: str, body: Callable[[psycopg.Connection[Any]], T]) -> T:
-        if self._target is None:
-            if self._closed:
-                raise RuntimeError(f"roles store {self.where} is closed")
-            self.open()
-        target = self._target
-        assert target is not None
-        return target.run(f"roles store: {what}", body)
+        return self._conn.open().run(f"roles store: {what}", body)
 
 
 def _row(state: RoleState) -> tuple[str, str, str, int, float]:
