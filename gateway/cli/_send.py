@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,10 +118,11 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
     # A bar for many messages only: one send is over before it would show.
     missed: dict[str, int] = {}
     down: set[str] = set()
-    with LiveProgress(enabled=not as_json and len(messages) > _ROWS) as bars:
+    with LiveProgress(enabled=not as_json and len(messages) > _ROWS) as bars, \
+            _unusable_said_once() as unusable:
         results = run(go(bars))
     for ns, n in sorted(missed.items()):
-        warning_line(_elsewhere(ns, n, results, down=ns in down))
+        warning_line(_elsewhere(ns, n, results, down=ns in down, why=unusable.get(ns)))
     if as_json:
         print_json(results)
         return
@@ -140,15 +143,46 @@ def _asked(sender: AsyncGeoSender) -> tuple[str, ...]:
     return (roles.preferred,)
 
 
+@contextlib.contextmanager
+def _unusable_said_once() -> Iterator[dict[str, str]]:
+    """The reasons namespaces are unusable as configured, as the sender logs them once at
+    ERROR (namespace -> reason, filled in while the command runs): the command's one
+    warning line says it. At the default log level the ERROR line itself is held back."""
+    import logging
+
+    from gateway.geo.sender._namespaces import UNUSABLE_LOG
+
+    found: dict[str, str] = {}
+
+    def hold(record: logging.LogRecord) -> bool:
+        if (record.levelno == logging.ERROR and record.msg == UNUSABLE_LOG
+                and isinstance(record.args, tuple)):
+            namespace, error = record.args
+            found[str(namespace)] = str(error)
+            return logger.getEffectiveLevel() < logging.ERROR  # said here only with -v
+        return True
+
+    logger = logging.getLogger("geogateway")
+    logger.addFilter(hold)
+    try:
+        yield found
+    finally:
+        logger.removeFilter(hold)
+
+
 def _elsewhere(namespace: str, count: int, results: list[dict[str, Any]], *,
-               down: bool) -> str:
+               down: bool, why: str | None = None) -> str:
     """One line: ``count`` messages were not accepted by ``namespace``, which was asked,
-    where they went instead, and why."""
+    where they went instead, and why (``why``: the reason it is unusable)."""
     went = sorted({ns for r in results for ns in r["namespaces"] if ns != namespace}
                   | {d for r in results for d in r["buffered"]})
-    why = ("it is down or unusable: see the error above, or run with -v" if down else
-           "the other namespace is active since an earlier failover: geogateway status "
-           "shows the roles")
+    if why is not None:
+        why = f"it is unusable as configured: {why}"
+    elif down:
+        why = "it is down: run with -v for why"
+    else:
+        why = ("the other namespace is active since an earlier failover: geogateway "
+               "status shows the roles")
     return (f"{count} of {len(results)} messages went to {', '.join(went) or 'nowhere'}, "
             f"not to {namespace} as asked ({why})")
 

@@ -44,6 +44,10 @@ __all__ = ["NamespacePair", "SendOutcome"]
 
 logger = logging.getLogger("geogateway")
 
+#: The ERROR line (namespace, error) said once when a namespace is unusable as configured.
+UNUSABLE_LOG = ("namespace %s is unusable as configured (sends go to the other namespace "
+                "or are buffered): %s")
+
 # How long aclose() waits for links being opened ahead of sends.
 _PREPARE_WAIT = 5.0
 
@@ -255,8 +259,7 @@ class NamespacePair:
             if isinstance(error, NamespaceMisconfigured):
                 # Not an outage that passes: someone must fix the configuration. Said
                 # once, when it is marked down (a probe that fails keeps it down).
-                logger.error("namespace %s is unusable as configured (sends go to the "
-                             "other namespace or are buffered): %s", namespace, error)
+                logger.error(UNUSABLE_LOG, namespace, error)
             else:
                 logger.warning("namespace %s is down: %s", namespace, error)
             emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)

@@ -127,9 +127,9 @@ def test_a_send_that_went_elsewhere_than_asked_says_so(run: Run) -> None:
         assert code == 0, err
         [row] = json.loads(out)
         assert row["namespaces"] == ["secondary"] and row["failed_over"] is True
-        lines = [line for line in err.splitlines() if "not to contoso-east" in line]
-        assert len(lines) == 1, err
-        assert "secondary" in lines[0]
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "not to contoso-east" in lines[0], err
+        assert "secondary" in lines[0] and "check the host name" in lines[0]
 
 
 def test_a_send_where_asked_prints_nothing_on_stderr(run: Run) -> None:
