@@ -25,6 +25,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from gateway._support.handlers import is_async_callable
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._store_watch import StoreWatch
 from gateway.geo._tracing import MessageTracer
@@ -199,7 +200,7 @@ class DedupDelivery:
     async def _call_handler(self, event: PartitionEvent) -> None:
         handler = cast(PartitionHandler, self._handler)
         assert handler is not None
-        if inspect.iscoroutinefunction(handler):
+        if is_async_callable(handler):
             await handler(event)
             return
         result = await anyio.to_thread.run_sync(handler, event)

@@ -27,6 +27,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from gateway._support.handlers import is_async_callable
 from gateway._support.mailbox import Mailbox
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._store_watch import StoreWatch
@@ -192,7 +193,7 @@ class Runner:
             functools.partial(self._handle_inbox, handler, stopped) if transactional
             else functools.partial(self._handle, handler))
         handle_batch: _Batch | None = None
-        if not transactional and concurrency == 1 and not inspect.iscoroutinefunction(handler):
+        if not transactional and concurrency == 1 and not is_async_callable(handler):
             thread = _HANDLER_THREAD.get() or _WORKER_THREADS
             handle_batch = functools.partial(self._handle_batch, cast(Handler, handler),
                                              thread, _Outcomes(self._handled))
@@ -259,7 +260,7 @@ class Runner:
         handler = cast(Handler, handler)
         try:
             with self._span(message):
-                if inspect.iscoroutinefunction(handler):
+                if is_async_callable(handler):
                     await handler(message)
                 else:
                     result = await anyio.to_thread.run_sync(handler, message)
@@ -382,7 +383,7 @@ def check_inbox(handler: object, dedup: Deduplicator, *, what: str = "message") 
     Raises:
         ConfigError: either.
     """
-    if inspect.iscoroutinefunction(handler):
+    if is_async_callable(handler):
         raise ConfigError("an inbox handler (transactional=True) is a plain function "
                           f"({what}, conn): it runs in a worker thread")
     if not dedup.transactional:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 
+from gateway._support.handlers import is_async_callable
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo.receiver import Handler
 from gateway.geo.sessions._links import NamespaceSession
@@ -49,6 +50,9 @@ class HandOver:
     _room: asyncio.Event
     _poll_wait: float
     _clock: Callable[[], float]
+    #: Threads of the dedup store's and cursors' calls: never anyio's default ones,
+    #: which plain handlers (this receiver's and others' in the process) fill.
+    _store_limiter: anyio.CapacityLimiter
 
     def _duplicate(self, copy: Copy) -> None:
         self._counts["duplicates_suppressed"] += 1
@@ -70,8 +74,8 @@ class HandOver:
         reached written together once the run ends (a handler that fails ends it)."""
         buffer = self._buffer
         assert buffer is not None
-        verdicts = await anyio.to_thread.run_sync(self._dedup.check_many,
-                                                  [r.message_id for _, r in run])
+        verdicts = await anyio.to_thread.run_sync(
+            self._dedup.check_many, [r.message_id for _, r in run], limiter=self._store_limiter)
         done: list[str] = []
         settle: list[Copy] = []
         unclaim: list[str] = []  # claimed but not handed over: released for later
@@ -99,7 +103,7 @@ class HandOver:
             others = buffer.done(r.message_id, self._clock())
             self._counts["duplicates_suppressed"] += len(others)
             settle += [copy, *others]
-        await anyio.to_thread.run_sync(self._record, done, unclaim)
+        await anyio.to_thread.run_sync(self._record, done, unclaim, limiter=self._store_limiter)
         self._settle(settle)
         if len(self._settling) >= _MAX_SETTLING:
             await self._settled()
@@ -117,7 +121,8 @@ class HandOver:
         """Run ``handler`` on a copy without a position, or of a gap given up on
         (``late``), unless its id is done."""
         link, r = copy
-        [verdict] = await anyio.to_thread.run_sync(self._dedup.check_many, [r.message_id])
+        [verdict] = await anyio.to_thread.run_sync(self._dedup.check_many, [r.message_id],
+                                                   limiter=self._store_limiter)
         if verdict is Verdict.HOLD:  # another process handles this id right now
             self._unordered.append((copy, late))
             await anyio.sleep(self._poll_wait)
@@ -128,11 +133,13 @@ class HandOver:
             self._settle([copy])
             return
         if not await call(handler, r):
-            await anyio.to_thread.run_sync(self._dedup.failed, r.message_id)
+            await anyio.to_thread.run_sync(self._dedup.failed, r.message_id,
+                                           limiter=self._store_limiter)
             self._counts["abandoned"] += 1
             await link.settle(r, "abandon")
             return
-        await anyio.to_thread.run_sync(self._dedup.succeeded, r.message_id)
+        await anyio.to_thread.run_sync(self._dedup.succeeded, r.message_id,
+                                       limiter=self._store_limiter)
         self._counts["delivered"] += 1
         if late:
             self._counts["late"] += 1
@@ -170,7 +177,7 @@ class HandOver:
 async def call(handler: Handler, message: ReceivedMessage) -> bool:
     """Run the handler; False (logged) when it raised."""
     try:
-        if inspect.iscoroutinefunction(handler):
+        if is_async_callable(handler):
             await handler(message)
         else:
             result = await anyio.to_thread.run_sync(handler, message)

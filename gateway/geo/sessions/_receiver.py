@@ -31,6 +31,7 @@ import anyio.to_thread
 
 from gateway.geo._factory import NamespaceLike, check_entity, default_state_dir, open_transport
 from gateway.geo._hooks import GatewayHooks
+from gateway.geo._store_watch import STORE_THREADS
 from gateway.geo.receiver import Handler, StopFlag
 from gateway.geo.sessions._accept import accept_both
 from gateway.geo.sessions._handover import Copy, HandOver
@@ -122,6 +123,7 @@ class AsyncGeoSessionReceiver(HandOver):
         self._cursors = SqliteSessionStore(
             Path(state_dir or default_state_dir()) / f"session-cursors-{names[0]}-{names[1]}.db",
             synchronous="NORMAL")
+        self._store_limiter = anyio.CapacityLimiter(STORE_THREADS)
         self._estimator = DeadlineEstimator(deadlines or RECEIVE_DEADLINES)
         self._links: list[NamespaceSession] = []
         self._buffer: ReorderBuffer[Copy] | None = None
@@ -191,7 +193,8 @@ class AsyncGeoSessionReceiver(HandOver):
         read = await asyncio.gather(*(link.read_state() for link in self._links))
         states = [s for s in read if s is not None]
         self._state = newest(states)
-        cursor = await anyio.to_thread.run_sync(self._cursors.next, self.entity, sid)
+        cursor = await anyio.to_thread.run_sync(self._cursors.next, self.entity, sid,
+                                            limiter=self._store_limiter)
         start = max(cursor or 0, self._state.next_position or 0)
         self._buffer = ReorderBuffer(sid, next_position=start, gap_timeout=self._gap_timeout)
         self.session_id = sid
@@ -382,7 +385,7 @@ class AsyncGeoSessionReceiver(HandOver):
         buffer = self._buffer
         assert buffer is not None and self.session_id is not None
         cursor = await anyio.to_thread.run_sync(self._cursors.next, self.entity,
-                                                self.session_id)
+                                                self.session_id, limiter=self._store_limiter)
         for copy in buffer.skip_to(cursor or 0):
             self._unordered.append((copy, True))
 

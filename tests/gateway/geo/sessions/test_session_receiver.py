@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from gateway import GeoSessionReceiver
@@ -384,3 +387,33 @@ async def test_a_session_is_not_given_up_while_its_settlements_hold_the_next_rec
     assert handled.of("long") == list(range(15))
     assert receiver.stats.sessions == 1
     await primary.aclose()
+
+
+async def test_store_calls_do_not_wait_behind_slow_sync_handlers(
+        sessions: Sessions, make: Factory) -> None:
+    # Given anyio's default worker threads all taken by slow sync handlers (40 of them,
+    # as other receivers' run(concurrency=40) in the same process would take them)
+    await sessions.put("primary", "a", 0, 1, 2)
+    handled = Handled()
+    receiver = make()
+    started, release = threading.Barrier(41), threading.Event()
+
+    def slow_handler() -> None:
+        started.wait(timeout=5)
+        release.wait(timeout=5)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(40):
+                tg.start_soon(anyio.to_thread.run_sync, slow_handler)
+            await anyio.to_thread.run_sync(started.wait, 5, limiter=anyio.CapacityLimiter(1))
+            # When the session receiver hands a session over with an async handler
+            began = time.monotonic()
+            await run_until(receiver, handled, lambda: len(handled.seen) == 3)
+            took = time.monotonic() - began
+            release.set()
+    finally:
+        release.set()
+    # Then its dedup and cursor calls did not wait for those threads
+    assert handled.of("a") == [0, 1, 2]
+    assert took < 2.5, took
