@@ -19,7 +19,8 @@ message sent without a body is marked so (annotation :data:`NO_BODY`, never sent
 back): both come back as they were sent. ``local://`` readers see such a body as its
 bytes when it is an amqp-value of binary or text, and as empty otherwise. A message's
 scheduled enqueue time (annotation ``x-opt-scheduled-enqueue-time``) and time to live
-(``header.ttl``) are applied by the queue. Events keep what ``local://`` keeps.
+(``header.ttl``) are applied by the queue. An event sent by an AMQP client keeps its
+sections the same way (:func:`event_message`).
 """
 
 from __future__ import annotations
@@ -276,8 +277,9 @@ def _merged(sent: dict[Any, Any] | None,
     return out or None
 
 
-def event_message(e: PartitionEvent) -> AmqpMessage:
-    """The wire form of an event read from a partition."""
+def event_message(e: PartitionEvent, sections: bytes | None = None) -> AmqpMessage:
+    """The wire form of an event read from a partition; ``sections``: the event's own
+    (see :func:`to_queued`), kept as sent, with the partition's annotations over them."""
     annotations: dict[Any, Any] = {
         _SEQUENCE: Long(e.sequence_number),
         _OFFSET: str(e.offset),
@@ -285,9 +287,21 @@ def event_message(e: PartitionEvent) -> AmqpMessage:
     }
     if e.message.partition_key is not None:
         annotations[_PARTITION_KEY] = e.message.partition_key
+    if sections is None:
+        return AmqpMessage(
+            message_annotations=annotations,
+            properties=Properties(message_id=e.message.message_id,
+                                  group_id=e.message.session_id),
+            application_properties=dict(e.message.properties) or None,
+            data=[e.message.body],
+        )
+    sent = decode_message(sections)
+    own = dict(sent.message_annotations or {})
+    kept_body = own.pop(NO_BODY, None) is not None or sent.has_value or (
+        sent.sequence is not None)
     return AmqpMessage(
-        message_annotations=annotations,
-        properties=Properties(message_id=e.message.message_id, group_id=e.message.session_id),
-        application_properties=dict(e.message.properties) or None,
-        data=[e.message.body],
+        header=sent.header, message_annotations={**own, **annotations},
+        properties=sent.properties, application_properties=sent.application_properties,
+        data=None if kept_body else [e.message.body],
+        sequence=sent.sequence, value=sent.value, footer=sent.footer,
     )

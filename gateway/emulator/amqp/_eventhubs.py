@@ -18,6 +18,7 @@ in each event's delivery annotations, read when the batch was.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -31,19 +32,17 @@ from gateway.amqp import (
     Int,
     Long,
     Timestamp,
-    decode_message,
     encode_message,
-    split_batch,
 )
-from gateway.emulator.amqp._convert import event_message, to_local
+from gateway.emulator.amqp._convert import event_message, to_queued
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._servicebus import QueueWriter
 from gateway.emulator.amqp._wait import stalled, wait_first
-from gateway.transports import LEASE, EntityKind
+from gateway.transports import LEASE, EntityKind, Queued
 from gateway.transports.base import EventPosition, PartitionEvent
-from replication import GatewayError, Message, MessageRejected, OwnershipLost
+from replication import GatewayError, MessageRejected, OwnershipLost
 
 __all__ = ["HubWriter", "PartitionReader", "manage_hub", "parse_position"]
 
@@ -97,14 +96,17 @@ class HubWriter(QueueWriter):
         # set before the batch is measured, and nothing is added after.
         return len(delivery.payload)
 
-    def convert(self, delivery: Delivery, outer: AmqpMessage | None) -> list[Message]:
+    def convert(self, delivery: Delivery, outer: AmqpMessage | None) -> list[Queued]:
+        # Each event keeps its AMQP sections (any body: data, amqp-value, amqp-sequence,
+        # none); the events of a batch take the envelope's partition key.
         if outer is None:
-            outer = decode_message(delivery.payload)
-            inner = [outer]
-        else:
-            inner = split_batch(outer)
+            return [to_queued(delivery.payload)]
         key = (outer.message_annotations or {}).get("x-opt-partition-key")
-        return [to_local(m, key=key if isinstance(key, str) else None) for m in inner]
+        events = [to_queued(chunk) for chunk in outer.data or ()]
+        if not isinstance(key, str):
+            return events
+        return [q if q.message.partition_key is not None else dataclasses.replace(
+            q, message=dataclasses.replace(q.message, partition_key=key)) for q in events]
 
 
 class PartitionReader(Terminus):
@@ -191,27 +193,28 @@ class PartitionReader(Terminus):
                     return
                 continue
             changed = ns.changed(self.hub)
-            events = await self._fenced(link, min(link.credit, _MAX_READ))
-            if events is None:
+            read = await self._fenced(link, min(link.credit, _MAX_READ))
+            if read is None:
                 return
             _LOG.debug("read %s/%s from %s: %d events", self.hub, self.partition_id,
-                       self.position, len(events))
-            if not events:
+                       self.position, len(read))
+            if not read:
                 link.drained()
                 self._wake.clear()
                 await wait_first([changed.wait(), self._wake.wait()], _IDLE_POLL)
                 continue
             await ns.delay()
             runtime = await self._runtime_info() if self._tracks(link) else None
-            for event in events:
+            for event, sections in read:
                 tag = event.sequence_number.to_bytes(8, "big")
-                message = event_message(event)
+                message = event_message(event, sections)
                 message.delivery_annotations = runtime
                 link.send(tag, encode_message(message), settled=True)
-            self.position = EventPosition(sequence_number=events[-1].sequence_number)
+            self.position = EventPosition(sequence_number=read[-1][0].sequence_number)
             await link.session.connection.drain()
 
-    async def _fenced(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent] | None:
+    async def _fenced(self, link: OutgoingLink, max_events: int,
+                      ) -> list[tuple[PartitionEvent, bytes | None]] | None:
         """Read (``max_events=0``: only hold the lease); None once the link is detached."""
         try:
             return await self._read(link, max_events)
@@ -221,11 +224,12 @@ class PartitionReader(Terminus):
             link.detach("amqp:internal-error", str(exc))
         return None
 
-    async def _read(self, link: OutgoingLink, max_events: int) -> list[PartitionEvent]:
+    async def _read(self, link: OutgoingLink, max_events: int,
+                    ) -> list[tuple[PartitionEvent, bytes | None]]:
         ns = self.namespace
         leased = self.epoch is not None
         found = await ns.run(
-            ns.store.read, self.hub, self.partition_id, position=self.position,
+            ns.store.read_sections, self.hub, self.partition_id, position=self.position,
             max_events=max_events, owner_level=self.epoch, consumer_group=self.group,
             reader=self.lease if leased else None, claim=not self._leased)
         if leased and link.state != "detached":

@@ -62,7 +62,7 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS events (
         entity TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL,
         "offset" INTEGER NOT NULL, message_id TEXT NOT NULL, body BLOB NOT NULL,
-        partition_key TEXT, properties TEXT, enqueued_time REAL NOT NULL,
+        partition_key TEXT, properties TEXT, enqueued_time REAL NOT NULL, sections BLOB,
         PRIMARY KEY (entity, partition, seq))""",
     'CREATE INDEX IF NOT EXISTS events_by_offset ON events (entity, partition, "offset")',
     """CREATE TABLE IF NOT EXISTS readers (
@@ -108,7 +108,8 @@ _INDEXES = (
 # ``sections`` holds the AMQP sections of a message sent through the emulator (all but
 # the body), ``visible_at`` a scheduled enqueue time, ``expires_at`` the end of its
 # time to live; ``session_id`` the message's session, ``deferred`` whether it waits to
-# be received by its sequence number; ``requires_session`` a session-enabled queue.
+# be received by its sequence number; ``requires_session`` a session-enabled queue;
+# ``events.sections`` an event's AMQP sections, as ``messages.sections``.
 _ADDED_COLUMNS = (
     ("entities", "dead_lettering_on_message_expiration", "INTEGER NOT NULL DEFAULT 0"),
     ("messages", "sections", "BLOB"),
@@ -118,6 +119,7 @@ _ADDED_COLUMNS = (
     ("messages", "session_id", "TEXT"),
     ("messages", "deferred", "INTEGER NOT NULL DEFAULT 0"),
     ("messages", "number", "INTEGER"),
+    ("events", "sections", "BLOB"),
 )
 
 # sqlite3 exposes the primary result code only from Python 3.11 on; the messages

@@ -45,9 +45,10 @@ __all__ = [
 
 _INSERT = (
     'INSERT INTO events (entity, partition, seq, "offset", message_id, body, '
-    "partition_key, properties, enqueued_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "partition_key, properties, enqueued_time, sections) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_COLUMNS = 'seq, "offset", message_id, body, partition_key, properties, enqueued_time'
+_COLUMNS = ('seq, "offset", message_id, body, partition_key, properties, enqueued_time, '
+            "sections")
 #: How long an owner level stays held without a read (seconds). Only open readers
 #: fence: a closed reader releases its level at once, a reader whose process died
 #: (seen from this host) as soon as that is noticed, any other after its lease.
@@ -68,11 +69,13 @@ def append(
     messages: Sequence[Message],
     now: float,
     next_round_robin: Callable[[], int],
+    sections: Sequence[bytes | None] | None = None,
 ) -> None:
-    """Append ``messages`` to their partitions (by key, else round robin)."""
+    """Append ``messages`` to their partitions (by key, else round robin); ``sections``:
+    each one's AMQP sections, when an AMQP client sent it (the emulator)."""
     state: dict[int, list[int]] = {}
     rows: list[tuple[Any, ...]] = []
-    for m in messages:
+    for m, kept in zip(messages, sections or [None] * len(messages), strict=True):
         if m.partition_key is not None:
             p = partition_for(m.partition_key, partitions)
         else:
@@ -85,7 +88,8 @@ def append(
             ).fetchone()
             st = state[p] = [row[0], row[1]]
         props = json.dumps(dict(m.properties)) if m.properties else None
-        rows.append((entity, p, st[0], st[1], m.message_id, m.body, m.partition_key, props, now))
+        rows.append((entity, p, st[0], st[1], m.message_id, m.body, m.partition_key, props, now,
+                     kept))
         st[0] += 1
         st[1] += max(1, len(m.body))
     conn.executemany(_INSERT, rows)
@@ -96,17 +100,18 @@ def append(
 
 
 def append_to(conn: sqlite3.Connection, entity: str, partition: int,
-              messages: Sequence[Message], now: float) -> None:
+              messages: Sequence[Message], now: float,
+              sections: Sequence[bytes | None] | None = None) -> None:
     """Append ``messages`` to one partition, whatever their keys (the emulator's
-    sends to a partition id)."""
+    sends to a partition id); ``sections`` as for :func:`append`."""
     seq, offset = conn.execute(
         "SELECT next_seq, next_offset FROM partitions WHERE entity = ? AND partition = ?",
         (entity, partition)).fetchone()
     rows: list[tuple[Any, ...]] = []
-    for m in messages:
+    for m, kept in zip(messages, sections or [None] * len(messages), strict=True):
         props = json.dumps(dict(m.properties)) if m.properties else None
         rows.append((entity, partition, seq, offset, m.message_id, m.body, m.partition_key,
-                     props, now))
+                     props, now, kept))
         seq, offset = seq + 1, offset + max(1, len(m.body))  # as append() does
     conn.executemany(_INSERT, rows)
     conn.execute("UPDATE partitions SET next_seq = ?, next_offset = ? "
@@ -170,8 +175,9 @@ def select(
     partition: int,
     position: EventPosition,
     max_events: int,
-) -> list[PartitionEvent]:
-    """Up to ``max_events`` events of the partition after ``position``, in order."""
+) -> list[tuple[PartitionEvent, bytes | None]]:
+    """Up to ``max_events`` events of the partition after ``position``, in order, each
+    with its AMQP sections (None: not sent by an AMQP client)."""
     where, value = _where(position)
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM events WHERE entity = ? AND partition = ? AND {where} "
@@ -180,7 +186,7 @@ def select(
     ).fetchall()
     pid = str(partition)
     return [
-        PartitionEvent(
+        (PartitionEvent(
             message=Message(
                 body=body,
                 message_id=message_id,
@@ -193,8 +199,8 @@ def select(
             sequence_number=seq,
             offset=offset,
             enqueued_time=enqueued,
-        )
-        for seq, offset, message_id, body, key, props, enqueued in rows
+        ), sections)
+        for seq, offset, message_id, body, key, props, enqueued, sections in rows
     ]
 
 

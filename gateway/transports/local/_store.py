@@ -56,6 +56,10 @@ def _message(item: Message | Queued) -> Message:
     return item.message if isinstance(item, Queued) else item
 
 
+def _sections(item: Message | Queued) -> bytes | None:
+    return item.sections if isinstance(item, Queued) else None
+
+
 def _check_sizes(e: Entity, entity: str, messages: Sequence[Message]) -> None:
     for m in messages:
         if m.size > e.max_message_size:
@@ -150,7 +154,8 @@ class Store:
         _check_sizes(e, entity, messages)
         if e.kind is not EntityKind.PARTITIONED:
             return self.topics.deliver(conn, e, entity, items, now)
-        events.append(conn, entity, e.partitions, messages, now, self._round_robin.__next__)
+        events.append(conn, entity, e.partitions, messages, now, self._round_robin.__next__,
+                      sections=[_sections(item) for item in items])
         return []
 
     def schedule(self, entity: str, messages: Sequence[Queued], now: float) -> list[int]:
@@ -257,7 +262,19 @@ class Store:
     def read(self, entity: str, partition_id: str, *, position: EventPosition,
              max_events: int, owner_level: int | None, consumer_group: str,
              reader: str | None = None, claim: bool = False) -> list[PartitionEvent]:
-        """Events after ``position``, fenced by ``owner_level`` when it is given.
+        """Events after ``position``, fenced by ``owner_level`` when it is given (as
+        :meth:`read_sections`, without the sections)."""
+        return [e for e, _ in self.read_sections(
+            entity, partition_id, position=position, max_events=max_events,
+            owner_level=owner_level, consumer_group=consumer_group, reader=reader,
+            claim=claim)]
+
+    def read_sections(self, entity: str, partition_id: str, *, position: EventPosition,
+                      max_events: int, owner_level: int | None, consumer_group: str,
+                      reader: str | None = None, claim: bool = False,
+                      ) -> list[tuple[PartitionEvent, bytes | None]]:
+        """Events after ``position``, fenced by ``owner_level`` when it is given, each
+        with its AMQP sections (None: not sent by an AMQP client).
 
         ``reader`` (with ``claim`` on its first read) names the reader holding the
         level; without it, this store's own readers are used (see ``events.Leases``).
@@ -307,7 +324,8 @@ class Store:
         return found  # type: ignore[return-value]
 
     def _select(self, conn: sqlite3.Connection, entity: str, partition_id: str,
-                position: EventPosition, max_events: int) -> list[PartitionEvent]:
+                position: EventPosition, max_events: int,
+                ) -> list[tuple[PartitionEvent, bytes | None]]:
         _, p = self._catalog.partitioned(conn, entity, partition_id)
         return events.select(conn, namespace=self.namespace, entity=entity, partition=p,
                              position=position, max_events=max_events)
@@ -368,8 +386,7 @@ class Store:
             if partition_id is None:
                 self._send(conn, entity, messages, now)
             else:
-                self._send_partition(conn, entity, partition_id,
-                                     [_message(m) for m in messages], now)
+                self._send_partition(conn, entity, partition_id, messages, now)
 
         def txn(conn: sqlite3.Connection) -> list[GatewayError | None]:
             results: list[GatewayError | None] = []
@@ -394,10 +411,12 @@ class Store:
         return self.db.write(txn)
 
     def _send_partition(self, conn: sqlite3.Connection, entity: str, partition_id: str,
-                        messages: Sequence[Message], now: float) -> None:
+                        items: Sequence[Message | Queued], now: float) -> None:
         e, p = self._catalog.partitioned(conn, entity, partition_id)
+        messages = [_message(item) for item in items]
         _check_sizes(e, entity, messages)
-        events.append_to(conn, entity, p, messages, now)
+        events.append_to(conn, entity, p, messages, now,
+                         sections=[_sections(item) for item in items])
 
     def partition_state(self, entity: str, partition_id: str) -> PartitionState:
         """The first and last events of one partition (one read)."""
