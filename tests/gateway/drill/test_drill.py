@@ -23,7 +23,7 @@ from gateway.drill import DrillReport, Scenario, WorkerAction, run_drill
 from replication import ConfigError
 from tests.gateway.cli.cli_support import expect_one_line_error, run_process
 
-MESSAGES = 400
+MESSAGES = 200
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from gateway.drill._timeline import REPLAYED
 from tests.gateway.cli.cli_support import ok_json, run_process
 from tests.gateway.drill.drill_support import kill_drill_midway
 
-MESSAGES = 600
+MESSAGES = 300
 
 pytestmark = pytest.mark.anyio
 
