@@ -185,7 +185,9 @@ class Router:
     async def _management(self, link: Link, entity_path: str) -> None:
         conn = link.session.connection
         if entity_path:
-            if not conn.authorized(entity_path):
+            # A token for the entity covers its management node; @azure/service-bus puts
+            # one for the node itself (audience ENTITY/$management).
+            if not conn.authorized(f"{entity_path}/$management"):
                 link.refuse("amqp:unauthorized-access",
                             f"Unauthorized access to '{entity_path}/$management'")
                 return
