@@ -74,7 +74,9 @@ def _claims(requests: IncomingLink, entity: str, request: AmqpMessage) -> Reply 
     schedule or cancel, Listen for the rest (peek, locks, settlement, sessions)."""
     operation = str(app_property(request, "operation"))
     right = Right.SEND if operation in _SEND_OPERATIONS else Right.LISTEN
-    if requests.session.connection.authorized(entity, right):
+    # A token for the entity covers its management node, and so does one for the node
+    # itself (audience ENTITY/$management, the one @azure/service-bus puts).
+    if requests.session.connection.authorized(f"{entity}/{_MANAGEMENT}", right):
         return None
     return Reply(properties=status(
         401, f"Unauthorized access. '{right.value}' claim(s) are required to perform this "
@@ -225,7 +227,8 @@ class Router:
             # The credential first, as on the service: a hub no token covers is refused
             # (401) whether it exists or not.
             hub = str(app_property(request, "name") or "")
-            if not requests.session.connection.authorized(hub):
+            # @azure/event-hubs puts its token for HUB/$management.
+            if not requests.session.connection.authorized(f"{hub}/{_MANAGEMENT}"):
                 return Reply(properties=status(401, f"Unauthorized access to '{hub}': put a "
                                                "token for it on $cbs first"))
             return await manage_hub(ns, request)
