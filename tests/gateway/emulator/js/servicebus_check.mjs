@@ -2,7 +2,8 @@
 // emulator. Usage: node servicebus_check.mjs CONNECTION_STRING
 // Entities (declared by the pytest test that runs this): queues basic, dlq, defer,
 // rnd, big, sched; session queue workflows; topic news (subscriptions a, b); event hub
-// telemetry (2 partitions). Exits 1 with a message on the first SDK error or differing check.
+// telemetry (2 partitions). Exits 1 with a message on the first SDK error, differing check or
+// step that takes more than 20 s; writes "step NAME" to stderr as each step begins.
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -168,6 +169,18 @@ async function eventHubs() {
   await consumer.close();
 }
 
+// A step that neither finishes nor fails within this is reported as stalled.
+const STEP_LIMIT_MS = 20_000;
+
+function limited(name, promise) {
+  let timer;
+  const stalled = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${name} did not finish within ${STEP_LIMIT_MS} ms`)),
+      STEP_LIMIT_MS);
+  });
+  return Promise.race([promise, stalled]).finally(() => clearTimeout(timer));
+}
+
 const sb = new ServiceBusClient(cs, { retryOptions: { maxRetries: 0, timeoutInMs: 10000 } });
 const steps = { basic, scheduled, deadLetter, deferred, receiveAndDelete, big, sessions, topic };
 let step = "";
@@ -175,8 +188,9 @@ try {
   const times = [];
   for (const [name, run] of Object.entries({ ...steps, eventHubs: () => eventHubs() })) {
     step = name;
+    console.error(`step ${name}`); // the test shows the last one when the script stalls
     const t0 = Date.now();
-    await run(sb);
+    await limited(name, run(sb));
     times.push(`${name} ${Date.now() - t0} ms`);
   }
   console.error(times.join(", "));
