@@ -7,6 +7,8 @@ an entity needs a token for it (put on ``$cbs`` first, as the SDKs do), whose po
 has the ``Send`` right for a sender link and ``Listen`` for a receiver link (refused
 with ``amqp:unauthorized-access`` otherwise); an unknown entity is refused with
 ``amqp:not-found`` (clients that put a token learn it earlier, from ``$cbs``'s 404).
+An entity's ``$management`` node takes a token for the entity or for the node itself
+(``ENTITY/$management``, the audience the JavaScript SDKs put), never the other way round.
 """
 
 from __future__ import annotations
