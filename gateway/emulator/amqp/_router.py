@@ -7,6 +7,8 @@ an entity needs a token for it (put on ``$cbs`` first, as the SDKs do), whose po
 has the ``Send`` right for a sender link and ``Listen`` for a receiver link (refused
 with ``amqp:unauthorized-access`` otherwise); an unknown entity is refused with
 ``amqp:not-found`` (clients that put a token learn it earlier, from ``$cbs``'s 404).
+An entity's ``$management`` node takes a token for the entity or for the node itself
+(``ENTITY/$management``, the audience the JavaScript SDKs put), never the other way round.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ def _claims(requests: IncomingLink, entity: str, request: AmqpMessage) -> Reply 
     schedule or cancel, Listen for the rest (peek, locks, settlement, sessions)."""
     operation = str(app_property(request, "operation"))
     right = Right.SEND if operation in _SEND_OPERATIONS else Right.LISTEN
-    if requests.session.connection.authorized(entity, right):
+    # A token for the entity covers its management node, and so does one for the node
+    # itself (audience ENTITY/$management, the one @azure/service-bus puts).
+    if requests.session.connection.authorized(f"{entity}/{_MANAGEMENT}", right):
         return None
     return Reply(properties=status(
         401, f"Unauthorized access. '{right.value}' claim(s) are required to perform this "
@@ -185,7 +189,9 @@ class Router:
     async def _management(self, link: Link, entity_path: str) -> None:
         conn = link.session.connection
         if entity_path:
-            if not conn.authorized(entity_path):
+            # A token for the entity covers its management node; @azure/service-bus puts
+            # one for the node itself (audience ENTITY/$management).
+            if not conn.authorized(f"{entity_path}/$management"):
                 link.refuse("amqp:unauthorized-access",
                             f"Unauthorized access to '{entity_path}/$management'")
                 return
@@ -223,7 +229,8 @@ class Router:
             # The credential first, as on the service: a hub no token covers is refused
             # (401) whether it exists or not.
             hub = str(app_property(request, "name") or "")
-            if not requests.session.connection.authorized(hub):
+            # @azure/event-hubs puts its token for HUB/$management.
+            if not requests.session.connection.authorized(f"{hub}/{_MANAGEMENT}"):
                 return Reply(properties=status(401, f"Unauthorized access to '{hub}': put a "
                                                "token for it on $cbs first"))
             return await manage_hub(ns, request)

@@ -115,10 +115,12 @@ def attach(name: str, handle: int, *, sender: bool, address: str) -> Attach:
                   target=Target(address=address if sender else name))
 
 
-async def put_token(raw: Raw, audience: str, *, signed_for: str | None = None) -> int:
+async def put_token(raw: Raw, audience: str, *, signed_for: str | None = None,
+                    policy: tuple[str, str] = (DEFAULT_KEY_NAME, DEFAULT_KEY)) -> int:
     """Attach to $cbs and put a token for ``audience``; the response's status code.
 
     ``signed_for``: sign the token for another audience than the one named.
+    ``policy``: the key name and key that sign it.
     """
     raw.send(attach("cbs-out", 0, sender=False, address="$cbs"), channel=1)
     raw.send(attach("cbs-in", 1, sender=True, address="$cbs"), channel=1)
@@ -127,7 +129,7 @@ async def put_token(raw: Raw, audience: str, *, signed_for: str | None = None) -
     raw.send(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=0,
                   outgoing_window=100, handle=0, delivery_count=0, link_credit=10), channel=1)
     # Like the Azure SDKs, send the request without waiting for credit.
-    token = EventHubSharedKeyCredential(DEFAULT_KEY_NAME, DEFAULT_KEY).get_token(
+    token = EventHubSharedKeyCredential(*policy).get_token(
         signed_for or audience)
     request_id = uuid.uuid4()
     request = AmqpMessage(properties=Properties(message_id=request_id),
@@ -262,3 +264,31 @@ async def test_a_hub_token_does_not_read_another_hubs_properties(raw: Raw) -> No
     assert await read_hub(raw, "nope", 1) == 401
     assert await read_hub(raw, "other", 2) == 401
     assert await read_hub(raw, "telemetry", 3) == 200
+
+
+async def test_a_token_for_the_hubs_management_node_reads_that_hub(raw: Raw) -> None:
+    # Given the token @azure/event-hubs puts before it asks $management: for HUB/$management
+    await open_session(raw)
+    assert await put_token(raw, "sb://127.0.0.1/telemetry/$management") == 202
+    raw.send(attach("mgmt-out", 2, sender=False, address="$management"), channel=1)
+    raw.send(attach("mgmt-in", 3, sender=True, address="$management"), channel=1)
+    await raw.expect(Attach)
+    await raw.expect(Attach)
+    raw.send(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=1,
+                  outgoing_window=100, handle=2, delivery_count=0, link_credit=10), channel=1)
+    # When it reads that hub and another one
+    # Then it reads its hub's properties only, as on the service
+    assert await read_hub(raw, "telemetry", 1) == 200
+    assert await read_hub(raw, "other", 2) == 401
+
+
+async def test_a_token_for_the_hubs_management_node_sends_nothing(raw: Raw) -> None:
+    # Given a connection whose only token is for telemetry/$management
+    await open_session(raw)
+    assert await put_token(raw, "sb://127.0.0.1/telemetry/$management") == 202
+    # When it attaches a sender to the hub
+    raw.send(attach("s", 5, sender=True, address="telemetry"), channel=1)
+    # Then the link is refused: the token names the management node, not the hub
+    assert (await raw.expect(Attach)).target is None
+    detach = await raw.expect(Detach)
+    assert detach.error is not None and detach.error.condition == "amqp:unauthorized-access"

@@ -1,5 +1,6 @@
 """A policy's rights at the frame level: SASL PLAIN with a policy, and the operations of
-an entity's ``$management`` node (Send to schedule, Listen for the rest)."""
+an entity's ``$management`` node (Send to schedule, Listen for the rest), with the token
+for the node itself that @azure/service-bus puts (``ENTITY/$management``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 from gateway.amqp._frames import Frame
 from gateway.amqp._message import AmqpMessage, Properties, decode_message, encode_message
 from gateway.amqp._performatives import Attach, Detach, Flow, SaslInit, Transfer
-from gateway.emulator import Emulator, parse_policy
-from tests.gateway.emulator.amqp.test_protocol import Raw, attach, open_session
+from gateway.emulator import Emulator, SubscriptionSpec, TopicSpec, parse_policy
+from tests.gateway.emulator.amqp.test_protocol import Raw, attach, open_session, put_token
 from tests.gateway.emulator.conftest import QUEUE
 
 pytestmark = pytest.mark.anyio
@@ -24,7 +25,9 @@ KEY = "a2V5"
 
 @pytest.fixture
 async def raw(tmp_path: Path) -> AsyncIterator[Raw]:
-    async with Emulator({"primary": 0}, data_dir=tmp_path, queues=[QUEUE], policies=[
+    topic = TopicSpec(name="news", subscriptions=(SubscriptionSpec(name="a"),))
+    async with Emulator({"primary": 0}, data_dir=tmp_path, queues=[QUEUE], topics=[topic],
+                        policies=[
             parse_policy(f"listener={KEY}:Listen"), parse_policy(f"sender={KEY}:Send")]) as emu:
         reader, writer = await asyncio.open_connection("127.0.0.1", emu.port("primary"))
         yield Raw(reader, writer)
@@ -50,9 +53,9 @@ async def manage(raw: Raw, operation: str, body: dict[str, object], delivery_id:
     return int(response.application_properties["statusCode"])
 
 
-async def attach_management(raw: Raw) -> None:
-    raw.send(attach("m-out", 2, sender=False, address=f"{QUEUE}/$management"), channel=1)
-    raw.send(attach("m-in", 3, sender=True, address=f"{QUEUE}/$management"), channel=1)
+async def attach_management(raw: Raw, entity: str = QUEUE) -> None:
+    raw.send(attach("m-out", 2, sender=False, address=f"{entity}/$management"), channel=1)
+    raw.send(attach("m-in", 3, sender=True, address=f"{entity}/$management"), channel=1)
     assert (await raw.expect(Attach)).source is not None
     assert (await raw.expect(Attach)).target is not None
     raw.send(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=0,
@@ -82,3 +85,52 @@ async def test_a_send_only_policy_cannot_peek(raw: Raw) -> None:
     await attach_management(raw)
     peek = {"from-sequence-number": 1, "message-count": 1}
     assert await manage(raw, "com.microsoft:peek-message", peek, 0) == 401
+
+
+PEEK = {"from-sequence-number": 1, "message-count": 1}
+
+
+@pytest.mark.parametrize("entity", [QUEUE, f"{QUEUE}/$DeadLetterQueue", "news/Subscriptions/a"])
+async def test_a_listen_token_for_the_management_node_peeks_but_cannot_schedule(
+        raw: Raw, entity: str) -> None:
+    # Given a Listen policy's token for the entity's management node, the audience
+    # @azure/service-bus puts (a queue, its dead-letter queue, a subscription)
+    await open_session(raw)
+    assert await put_token(raw, f"sb://127.0.0.1/{entity}/$management",
+                           policy=("listener", KEY)) == 202
+    await attach_management(raw, entity)
+    # When it peeks and cancels on that node
+    # Then Listen peeks, and the missing Send claim is refused (401), never left unanswered
+    assert await manage(raw, "com.microsoft:peek-message", PEEK, 1) in (200, 204)
+    assert await manage(raw, "com.microsoft:cancel-scheduled-message",
+                        {"sequence-numbers": []}, 2) == 401
+
+
+async def test_a_send_token_for_the_management_node_schedules_but_cannot_peek(
+        raw: Raw) -> None:
+    await open_session(raw)
+    assert await put_token(raw, f"sb://127.0.0.1/{QUEUE}/$management",
+                           policy=("sender", KEY)) == 202
+    await attach_management(raw)
+    assert await manage(raw, "com.microsoft:cancel-scheduled-message",
+                        {"sequence-numbers": []}, 1) == 200
+    assert await manage(raw, "com.microsoft:peek-message", PEEK, 2) == 401
+
+
+async def test_a_token_for_the_management_node_does_not_open_the_entity(raw: Raw) -> None:
+    # Given a Send policy's token for orders/$management only
+    await open_session(raw)
+    assert await put_token(raw, f"sb://127.0.0.1/{QUEUE}/$management",
+                           policy=("sender", KEY)) == 202
+    # When it attaches a sender to the queue itself
+    raw.send(attach("s", 5, sender=True, address=QUEUE), channel=1)
+    # Then it is refused: the token's resource is the node, not the queue
+    assert (await raw.expect(Attach)).target is None
+    detach = await raw.expect(Detach)
+    assert detach.error is not None and detach.error.condition == "amqp:unauthorized-access"
+
+
+async def test_a_token_for_a_missing_entitys_management_node_gets_404(raw: Raw) -> None:
+    await open_session(raw)
+    assert await put_token(raw, "sb://127.0.0.1/nope/$management",
+                           policy=("listener", KEY)) == 404

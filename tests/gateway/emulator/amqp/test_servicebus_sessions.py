@@ -216,3 +216,36 @@ async def test_deferral_in_a_session(conn_str: str, tmp_path: Path) -> None:
     [info] = [e for e in ns.entities() if e.name == SESSIONS]
     ns.close()
     assert (info.active_count, info.dead_letter_count) == (0, 1)
+
+
+async def test_the_async_client_receives_several_deferred_messages_at_once(
+        conn_str: str) -> None:
+    # Given five deferred messages (issue 23, item 8: a reply the async client read as
+    # amqp:decode-error for several sequence numbers)
+    await send(conn_str, PLAIN, *(msg(None, n) for n in range(5)))
+    async with client(conn_str) as c, c.get_queue_receiver(PLAIN) as r:
+        got = await r.receive_messages(max_message_count=5, max_wait_time=1)
+        for m in got:
+            await r.defer_message(m)
+        # When all are received by their sequence numbers in one request
+        again = await r.receive_deferred_messages([m.sequence_number or 0 for m in got])
+        # Then each comes back, locked
+        assert sorted(m.message_id for m in again) == [f"None-{n}" for n in range(5)]
+        for m in again:
+            await r.complete_message(m)
+
+
+async def test_a_next_available_receiver_waits_as_long_as_it_asked(conn_str: str) -> None:
+    # Given a receiver waiting 9 s for the next available session (issue 23, item 10: the
+    # SDK sends its max_wait_time as the link's com.microsoft:timeout, and the service
+    # waits that long; a wait cut at 5 s would miss the session)
+    async def later() -> None:
+        await asyncio.sleep(5.5)
+        await send(conn_str, SESSIONS, msg("late", 0))
+
+    task = asyncio.create_task(later())
+    async with client(conn_str) as c, c.get_queue_receiver(
+            SESSIONS, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=9) as r:
+        # When a session gets a message after 5.5 s / Then the receiver gets that session
+        assert r.session.session_id == "late"
+    await task
