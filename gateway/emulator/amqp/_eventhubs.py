@@ -35,12 +35,20 @@ from gateway.amqp import (
     encode_message,
     split_batch,
 )
+from gateway.amqp.server import (
+    Delivery,
+    Link,
+    OutgoingLink,
+    Reply,
+    Terminus,
+    app_property,
+    stalled,
+    status,
+    wait_first,
+)
 from gateway.emulator.amqp._convert import event_message, to_local
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._servicebus import QueueWriter
-from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import LEASE, EntityKind
 from gateway.transports.base import EventPosition, PartitionEvent
 from replication import GatewayError, Message, MessageRejected, OwnershipLost

@@ -41,9 +41,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from gateway.amqp.server import Connection
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from gateway.emulator._servicebus_config import TopicSpec
-from gateway.emulator.amqp._connection import Connection
 from gateway.emulator.amqp._declare import declare
 from gateway.emulator.amqp._router import Router
 from gateway.emulator.amqp._topics import AmqpSections
@@ -78,6 +78,10 @@ def _key(entity: str) -> str:
 
 class Namespace:
     """One namespace served on ``host:port`` (port 0: a free one, kept until closed)."""
+
+    #: The server's name in each connection's Open; where the front logs.
+    product = "geogateway-emulator"
+    log = _LOG
 
     def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
                  key_name: str, key: str, queues: Sequence[QueueSpec],

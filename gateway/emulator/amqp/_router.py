@@ -15,6 +15,15 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from gateway.amqp.server import (
+    Handler,
+    IncomingLink,
+    Link,
+    OutgoingLink,
+    Replies,
+    Requests,
+    put_token,
+)
 from gateway.emulator.amqp._eventhubs import (
     STOLEN,
     HubWriter,
@@ -23,8 +32,6 @@ from gateway.emulator.amqp._eventhubs import (
     parse_position,
 )
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
-from gateway.emulator.amqp._management import Handler, Replies, Requests, put_token
 from gateway.emulator.amqp._message_sessions import (
     SessionLocks,
     attach_session_reader,
@@ -38,7 +45,7 @@ from replication import GatewayError
 
 if TYPE_CHECKING:
     from gateway.amqp import AmqpMessage
-    from gateway.emulator.amqp._management import Reply
+    from gateway.amqp.server import Reply
 
 __all__ = ["Router"]
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from gateway._support.service_thread import AsyncService, ServiceThread
-from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
+from gateway.amqp.server import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from gateway.emulator._config import (
     SERVICE_BUS_MAX_MESSAGE_SIZE,
     EventHubSpec,

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import AmqpMessage, Array, DecodeError, Long, Timestamp
+from gateway.amqp.server import Reply, app_property, status
 from gateway.emulator.amqp._convert import (
     DEFERRED,
     SCHEDULED_STATE,
@@ -24,7 +25,6 @@ from gateway.emulator.amqp._convert import (
     to_queued,
 )
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._session_management import (
     SESSION_OPERATIONS,
     SessionLookup,

@@ -1,0 +1,80 @@
+"""The service side of AMQP 1.0 that the unmodified SDKs talk to, whatever is behind it.
+
+- Shared access signatures (``_auth``): the tokens clients put on ``$cbs``.
+- Links, sessions and connections (``_links``, ``_session``, ``_connection``): SASL,
+  open/close, windows, credit, delivery assembly and settlement.
+- Request/response nodes (``_management``): ``$cbs`` put-token, and the dispatch of
+  ``$management`` requests to a back end's handler.
+
+A back end (the emulator's local store, the proxy's geo sender and receivers) brings
+a namespace (:class:`ServerNamespace`, with a router that binds each new link to a
+:class:`Terminus` of its own) and a listening socket that hands each accepted
+connection to :class:`Connection`. Nothing here knows what is behind a node.
+"""
+
+from gateway.amqp.server._auth import (
+    DEFAULT_KEY,
+    DEFAULT_KEY_NAME,
+    AuthError,
+    Grant,
+    check_token,
+    client_host,
+    entity_path,
+    resource_path,
+)
+from gateway.amqp.server._connection import MAX_FRAME_SIZE, Connection
+from gateway.amqp.server._interfaces import NodeConnection, ProtocolError, ServerNamespace
+from gateway.amqp.server._links import (
+    Delivery,
+    IncomingLink,
+    Link,
+    LinkSession,
+    OutgoingLink,
+    Terminus,
+)
+from gateway.amqp.server._management import (
+    Handler,
+    Replies,
+    Reply,
+    Requests,
+    app_property,
+    put_token,
+    status,
+)
+from gateway.amqp.server._session import LinkRouter, Session, SessionConnection, SessionNamespace
+from gateway.amqp.server._wait import stalled, wait_first
+
+__all__ = [
+    "DEFAULT_KEY",
+    "DEFAULT_KEY_NAME",
+    "MAX_FRAME_SIZE",
+    "AuthError",
+    "Connection",
+    "Delivery",
+    "Grant",
+    "Handler",
+    "IncomingLink",
+    "Link",
+    "LinkRouter",
+    "LinkSession",
+    "NodeConnection",
+    "OutgoingLink",
+    "ProtocolError",
+    "Replies",
+    "Reply",
+    "Requests",
+    "ServerNamespace",
+    "Session",
+    "SessionConnection",
+    "SessionNamespace",
+    "Terminus",
+    "app_property",
+    "check_token",
+    "client_host",
+    "entity_path",
+    "put_token",
+    "resource_path",
+    "stalled",
+    "status",
+    "wait_first",
+]
