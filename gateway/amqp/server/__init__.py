@@ -3,6 +3,9 @@
 - Shared access signatures (``_auth``): the tokens clients put on ``$cbs``.
 - Links, sessions and connections (``_links``, ``_session``, ``_connection``): SASL,
   open/close, windows, credit, delivery assembly and settlement.
+- The wire forms of the project's records (``_convert``): a client's message as a
+  :class:`replication.Message` (and the sections a queue keeps beside it), a received
+  message or event as the service sends it.
 - Request/response nodes (``_management``): ``$cbs`` put-token, and the dispatch of
   ``$management`` requests to a back end's handler.
 
@@ -23,6 +26,18 @@ from gateway.amqp.server._auth import (
     resource_path,
 )
 from gateway.amqp.server._connection import MAX_FRAME_SIZE, Connection
+from gateway.amqp.server._convert import (
+    DEFERRED,
+    NO_BODY,
+    SCHEDULED_STATE,
+    event_message,
+    lock_tag,
+    queue_message,
+    queue_payload,
+    tag_token,
+    to_local,
+    to_queued,
+)
 from gateway.amqp.server._interfaces import NodeConnection, ProtocolError, ServerNamespace
 from gateway.amqp.server._links import (
     Delivery,
@@ -47,7 +62,10 @@ from gateway.amqp.server._wait import stalled, wait_first
 __all__ = [
     "DEFAULT_KEY",
     "DEFAULT_KEY_NAME",
+    "DEFERRED",
     "MAX_FRAME_SIZE",
+    "NO_BODY",
+    "SCHEDULED_STATE",
     "AuthError",
     "Connection",
     "Delivery",
@@ -72,9 +90,16 @@ __all__ = [
     "check_token",
     "client_host",
     "entity_path",
+    "event_message",
+    "lock_tag",
     "put_token",
+    "queue_message",
+    "queue_payload",
     "resource_path",
     "stalled",
     "status",
+    "tag_token",
+    "to_local",
+    "to_queued",
     "wait_first",
 ]

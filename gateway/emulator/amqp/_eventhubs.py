@@ -42,11 +42,12 @@ from gateway.amqp.server import (
     Reply,
     Terminus,
     app_property,
+    event_message,
     stalled,
     status,
+    to_local,
     wait_first,
 )
-from gateway.emulator.amqp._convert import event_message, to_local
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._servicebus import QueueWriter
 from gateway.transports import LEASE, EntityKind

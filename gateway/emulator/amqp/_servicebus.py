@@ -42,10 +42,12 @@ from gateway.amqp.server import (
     Link,
     OutgoingLink,
     Terminus,
+    lock_tag,
+    queue_payload,
     stalled,
+    to_queued,
     wait_first,
 )
-from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._servicebus_management import LOCK_LOST, manage_queue
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued

@@ -16,11 +16,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import AmqpMessage, Array, DecodeError, Long, Timestamp
-from gateway.amqp.server import Reply, app_property, status
-from gateway.emulator.amqp._convert import (
+from gateway.amqp.server import (
     DEFERRED,
     SCHEDULED_STATE,
+    Reply,
+    app_property,
     queue_payload,
+    status,
     tag_token,
     to_queued,
 )
