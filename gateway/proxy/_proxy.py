@@ -1,0 +1,117 @@
+"""The proxy: one local AMQP endpoint with the geo configuration's namespaces behind it."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from typing import TYPE_CHECKING
+
+from gateway._support.service_thread import AsyncService, ServiceThread
+from gateway.amqp.server import DEFAULT_KEY_NAME, client_host
+from gateway.proxy._backend import GeoBackend
+from gateway.proxy._namespace import ProxyNamespace
+from gateway.proxy._router import ProxyRouter
+from replication import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.geo import GatewayConfig
+
+__all__ = ["Proxy", "ProxyThread", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Proxy(AsyncService):
+    """Serves AMQP 1.0 on a local port with the namespaces of a geo configuration behind it.
+
+    Any Service Bus SDK, in any language, connects with :meth:`connection_string` and
+    gets the gateway's behaviour: sends go through the geo sender (failover, hedging,
+    the durable queue), receives through geo receivers (de-duplicated by MessageId,
+    settled in the namespace of the copy delivered). Clients sign their tokens with
+    the proxy's own key; the namespaces' credentials never reach them. There is no TLS
+    yet, so the proxy listens on loopback unless ``insecure`` is set.
+
+    Args:
+        config: the geo configuration (its ``entity`` is unused: each link names one).
+        host: the address to listen on (a loopback address unless ``insecure``).
+        port: the port (0: a free one, see :attr:`port`).
+        key_name: the shared access policy clients sign with.
+        key: its key (default: a random one, made for this proxy).
+        insecure: allow a non-loopback ``host`` (plain AMQP, no TLS).
+        recovery: run the geo senders' background probe/replay/failback task.
+
+    Raises:
+        ConfigError: a non-loopback ``host`` without ``insecure``, or an empty key.
+    """
+
+    def __init__(self, config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 0,
+                 key_name: str = DEFAULT_KEY_NAME, key: str | None = None,
+                 insecure: bool = False, recovery: bool = True) -> None:
+        if not insecure and not is_loopback(host):
+            raise ConfigError(f"the proxy listens on loopback only ({host!r} is not): it has "
+                              "no TLS yet; pass --insecure to serve plain AMQP on it")
+        key = secrets.token_urlsafe(32) if key is None else key
+        if not key or not key_name:
+            raise ConfigError("the proxy's key and key name must not be empty")
+        self.backend = GeoBackend(config, recovery=recovery)
+        self._namespace = ProxyNamespace("proxy", host=host, port=port, key_name=key_name,
+                                         key=key)
+
+    @property
+    def host(self) -> str:
+        return self._namespace.host
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the one chosen when 0 was asked, once started)."""
+        return self._namespace.port
+
+    async def start(self) -> None:
+        """Listen.
+
+        Raises:
+            ConfigError: the address cannot be listened on.
+        """
+        await self._namespace.listen(ProxyRouter(self._namespace, self.backend))
+
+    async def stop(self) -> None:
+        """Stop gracefully: accept no new connection, finish the sends and settlements
+        under way (each is answered), then close."""
+        await self._namespace.stop_listening()
+        await self.backend.drain()
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every connection, sender and receiver. Safe to call twice."""
+        await self._namespace.aclose()
+        await self.backend.aclose()
+
+    def connection_string(self, *, redact_key: bool = False) -> str:
+        """The connection string clients use (``UseDevelopmentEmulator=true``: plain AMQP).
+
+        Args:
+            redact_key: write ``SharedAccessKey=***`` (for a log line).
+        """
+        ns = self._namespace
+        key = "***" if redact_key else ns.key
+        return (f"Endpoint=sb://{client_host(ns.host)}:{ns.port};"
+                f"SharedAccessKeyName={ns.key_name};SharedAccessKey={key};"
+                "UseDevelopmentEmulator=true")
+
+
+class ProxyThread(ServiceThread[Proxy]):
+    """Runs a :class:`Proxy` on its own event loop in a background thread."""
+
+    thread_name = "geogateway-proxy"
+
+    @property
+    def proxy(self) -> Proxy:
+        return self.service
