@@ -28,6 +28,7 @@ from gateway.amqp.server import (
     put_token,
     status,
 )
+from gateway.proxy._receive import ReceiveNode
 from gateway.proxy._send import SendNode
 
 if TYPE_CHECKING:
@@ -82,7 +83,12 @@ class ProxyRouter:
             link.accept(SendNode(self.namespace, self.backend, path),
                         max_message_size=MAX_MESSAGE_SIZE)
         elif isinstance(link, OutgoingLink):
-            link.refuse(NOT_IMPLEMENTED, "the proxy does not carry receives yet")
+            source = link.source
+            if source is not None and any("session" in str(k) for k in source.filter or {}):
+                link.refuse(NOT_IMPLEMENTED, "the proxy does not carry message sessions yet")
+                return
+            link.accept(ReceiveNode(self.namespace, self.backend, path, link),
+                        max_message_size=MAX_MESSAGE_SIZE)
 
     def _node(self, link: Link, handler: Handler) -> None:
         if isinstance(link, IncomingLink):
