@@ -1,0 +1,67 @@
+"""``geogateway proxy``: the ready line, sends through it, a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from tests.gateway.cli.cli_support import clean_env
+from tests.gateway.proxy.conftest import QUEUE, client, drain_local
+
+
+@pytest.fixture
+def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    return clean_env(monkeypatch, tmp_path)
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "proxy", *args], cwd=cwd,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONWARNINGS": "error"})
+
+
+def write_config(dirs: dict[str, Path]) -> Path:
+    config = dirs["tmp"] / "gateway.toml"
+    config.write_text('primary = "local://primary"\nsecondary = "local://secondary"\n'
+                      f'entity = "{QUEUE}"\n')
+    return config
+
+
+async def send(conn_str: str, *ids: str) -> None:
+    async with client(conn_str) as c, c.get_queue_sender(QUEUE, keep_alive=None) as sender:
+        await sender.send_messages([ServiceBusMessage(i, message_id=i) for i in ids])
+
+
+def test_json_ready_line_sends_through_it_then_a_clean_stop(dirs: dict[str, Path]) -> None:
+    # Given the proxy started with a geo configuration, on a free port
+    proc = start("--config", str(write_config(dirs)), "--json", cwd=dirs["tmp"])
+    try:
+        assert proc.stdout is not None
+        # When it is ready, it says so in one JSON line
+        ready = json.loads(proc.stdout.readline())
+        port = ready["port"]
+        assert ready["connection_string"].startswith(f"Endpoint=sb://127.0.0.1:{port};")
+        # Then a client sends through it with that connection string
+        asyncio.run(send(ready["connection_string"], "a", "b"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    # and SIGTERM stops it cleanly
+    assert proc.returncode == 0, err
+    assert asyncio.run(drain_local(dirs["data"], "primary")) == ["a", "b"]
+
+
+def test_a_non_loopback_address_needs_insecure(dirs: dict[str, Path]) -> None:
+    proc = start("--config", str(write_config(dirs)), "--listen", "0.0.0.0:0", cwd=dirs["tmp"])
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert "--insecure" in err and "TLS" in err and out == ""
