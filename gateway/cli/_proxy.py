@@ -57,13 +57,15 @@ def proxy(config_path: Path | None, listen: str, insecure: bool, mode: str | Non
     proxy's own key; the namespaces' never reach a client), then serves until SIGTERM
     or Ctrl-C, answering the sends and settlements it accepted before it exits.
     """
+    from gateway.observability import hooks_from_config
     from gateway.proxy import Proxy
     from replication import ConfigError
 
     host, port = _listen(listen)
     config = gateway_config(config_path, mode=mode, data_dir=data_dir, needs_entity=False)
     try:
-        server = Proxy(config, host=host, port=port, insecure=insecure)
+        server = Proxy(config, host=host, port=port, insecure=insecure,
+                       hooks=hooks_from_config(config))
     except ConfigError as exc:
         fail(str(exc), code=2)
     sys.exit(run(_serve(server, as_json=as_json)))

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from gateway.geo import AsyncGeoReceiver, AsyncGeoSender, GatewayConfig
+    from gateway.geo import AsyncGeoReceiver, AsyncGeoSender, GatewayConfig, GatewayHooks
 
 __all__ = ["GeoBackend"]
 
@@ -31,11 +31,14 @@ class GeoBackend:
         config: the geo configuration (namespaces, policy, durable queue, dedup store);
             its ``entity`` is not used: each link names its own.
         recovery: run each sender's background probe/replay/failback task.
+        hooks: given to every sender and receiver (metrics, tracing, a drill's counters).
     """
 
-    def __init__(self, config: GatewayConfig, *, recovery: bool = True) -> None:
+    def __init__(self, config: GatewayConfig, *, recovery: bool = True,
+                 hooks: Sequence[GatewayHooks] = ()) -> None:
         self.config = config
         self._recovery = recovery
+        self._hooks = list(hooks)
         self._senders: dict[str, AsyncGeoSender] = {}
         self._receivers: set[AsyncGeoReceiver] = set()
         self._inflight: set[asyncio.Future[Any]] = set()
@@ -53,7 +56,7 @@ class GeoBackend:
                 primary=c.primary, secondary=c.secondary, entity=entity, policy=c.policy,
                 data_dir=c.data_dir, state_dir=c.state_dir, roles_store=c.roles_store,
                 durable_queue=c.durable_queue.path if c.durable_queue else None,
-                recovery=self._recovery)
+                recovery=self._recovery, hooks=self._hooks)
             self._senders[key] = sender
             await sender.start()
         return sender
@@ -65,7 +68,7 @@ class GeoBackend:
         c = self.config
         receiver = AsyncGeoReceiver(
             primary=c.primary, secondary=c.secondary, entity=entity,
-            dedup_store=self._dedup_store(), data_dir=c.data_dir)
+            dedup_store=self._dedup_store(), data_dir=c.data_dir, hooks=self._hooks)
         self._receivers.add(receiver)
         return receiver
 

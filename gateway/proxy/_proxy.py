@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway._support.service_thread import AsyncService, ServiceThread
@@ -14,7 +15,7 @@ from gateway.proxy._router import ProxyRouter
 from replication import ConfigError
 
 if TYPE_CHECKING:
-    from gateway.geo import GatewayConfig
+    from gateway.geo import GatewayConfig, GatewayHooks
 
 __all__ = ["Proxy", "ProxyThread", "is_loopback"]
 
@@ -47,6 +48,7 @@ class Proxy(AsyncService):
         key: its key (default: a random one, made for this proxy).
         insecure: allow a non-loopback ``host`` (plain AMQP, no TLS).
         recovery: run the geo senders' background probe/replay/failback task.
+        hooks: given to every geo sender and receiver (metrics, tracing...).
 
     Raises:
         ConfigError: a non-loopback ``host`` without ``insecure``, or an empty key.
@@ -54,14 +56,15 @@ class Proxy(AsyncService):
 
     def __init__(self, config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 0,
                  key_name: str = DEFAULT_KEY_NAME, key: str | None = None,
-                 insecure: bool = False, recovery: bool = True) -> None:
+                 insecure: bool = False, recovery: bool = True,
+                 hooks: Sequence[GatewayHooks] = ()) -> None:
         if not insecure and not is_loopback(host):
             raise ConfigError(f"the proxy listens on loopback only ({host!r} is not): it has "
                               "no TLS yet; pass --insecure to serve plain AMQP on it")
         key = secrets.token_urlsafe(32) if key is None else key
         if not key or not key_name:
             raise ConfigError("the proxy's key and key name must not be empty")
-        self.backend = GeoBackend(config, recovery=recovery)
+        self.backend = GeoBackend(config, recovery=recovery, hooks=hooks)
         self._namespace = ProxyNamespace("proxy", host=host, port=port, key_name=key_name,
                                          key=key)
 

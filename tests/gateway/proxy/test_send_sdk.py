@@ -15,7 +15,7 @@ from azure.servicebus.exceptions import (
 )
 
 from durable_queue import DurableQueue
-from gateway.geo import GatewayConfig
+from gateway.geo import GatewayConfig, GatewayHooks
 from gateway.proxy import Proxy
 from gateway.transports import LocalNamespace
 from replication import ConfigError
@@ -112,3 +112,22 @@ def test_the_proxy_refuses_a_non_loopback_address_unless_insecure(config: Gatewa
         Proxy(config, host="0.0.0.0")
     Proxy(config, host="0.0.0.0", insecure=True)
     Proxy(config, host="::1")
+
+
+class Failovers(GatewayHooks):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def on_failover(self, *, from_namespace: str, to_namespace: str, at: float) -> None:
+        self.seen.append((from_namespace, to_namespace))
+
+
+async def test_the_proxys_senders_report_to_its_hooks(
+        config: GatewayConfig, data_dir: Path) -> None:
+    hooks = Failovers()
+    LocalNamespace("primary", data_dir=data_dir).down()
+    async with Proxy(config, recovery=False, hooks=[hooks]) as proxy, \
+            client(proxy.connection_string()) as c, \
+            c.get_queue_sender(QUEUE, keep_alive=None) as sender:
+        await sender.send_messages(ServiceBusMessage("x", message_id="x"))
+    assert hooks.seen == [("primary", "secondary")]
