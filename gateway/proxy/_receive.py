@@ -10,8 +10,10 @@ namespace refused it. Each delivery's tag is a lock token of the proxy's own (a
 UUID): the namespaces' tokens never leave the proxy. A link in receive-and-delete
 mode (pre-settled) completes each message as it is sent.
 
-An outage the geo receiver cannot read through (both namespaces down) detaches the
-link with ``com.microsoft:server-busy``: it never looks like an empty queue.
+While both namespaces are down the link stays attached (what it delivered can still
+be settled once the copy's namespace is back) and delivers nothing; the outage is
+logged as a warning. A refusal for good detaches the link with the service's
+condition.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from gateway.amqp.server import (
 )
 from gateway.proxy._outcomes import condition, rejected
 from gateway.transports.base import ReceivedMessage
-from replication import GatewayError
+from replication import GatewayError, NamespaceUnavailable
 
 if TYPE_CHECKING:
     from gateway.geo import AsyncGeoReceiver
@@ -53,6 +55,8 @@ _LOG = logging.getLogger("gateway.proxy")
 LOCK_LOST = "com.microsoft:message-lock-lost"
 #: The most messages taken from the geo receiver at once, and how long one ask waits.
 _MAX_TAKE, _WAIT = 64, 0.2
+#: How long a link waits before it asks again while both namespaces are down.
+_OUTAGE_PAUSE = 0.5
 
 
 class ReceiveNode(Terminus):
@@ -66,6 +70,7 @@ class ReceiveNode(Terminus):
         self.receiver: AsyncGeoReceiver = backend.receiver(entity)
         self.presettled = link.settled_mode
         self._wake = asyncio.Event()
+        self._outage = False
         namespace.spawn(self._pump(link))
 
     def on_credit(self, link: OutgoingLink) -> None:
@@ -96,8 +101,18 @@ class ReceiveNode(Terminus):
                     waits.append(link.session.window_open.wait())
                 await wait_first(waits, None)
                 continue
-            got = await self.receiver.receive(max_messages=min(link.credit, _MAX_TAKE),
-                                              max_wait=_WAIT)
+            try:
+                got = await self.receiver.receive(max_messages=min(link.credit, _MAX_TAKE),
+                                                  max_wait=_WAIT)
+            except NamespaceUnavailable as exc:
+                # Both namespaces are down: say so (once per outage) and keep the link,
+                # so that what it delivered can still be settled when one comes back.
+                if not self._outage:
+                    _LOG.warning("receiving %r through the proxy: %s", self.entity, exc)
+                self._outage = True
+                await asyncio.sleep(_OUTAGE_PAUSE)
+                continue
+            self._outage = False
             if not got:
                 link.drained()
                 continue

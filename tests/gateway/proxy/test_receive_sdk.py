@@ -9,7 +9,7 @@ import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 
 from gateway.proxy import Proxy
-from gateway.transports import DEAD_LETTER_SUFFIX, LocalTransport
+from gateway.transports import DEAD_LETTER_SUFFIX, LocalNamespace, LocalTransport
 from replication import Message
 from tests.gateway.proxy.conftest import QUEUE, client, drain_local
 
@@ -76,3 +76,22 @@ async def test_an_abandoned_message_is_delivered_again(proxy: Proxy, data_dir: P
         [again] = await receiver.receive_messages(max_message_count=1, max_wait_time=2)
         assert again.message_id == "a"
         await receiver.complete_message(again)
+
+
+async def test_a_receiver_link_outlives_an_outage_of_both_namespaces(
+        proxy: Proxy, data_dir: Path) -> None:
+    # Given a message in the secondary, and a client receiving through the proxy
+    async with LocalTransport("secondary", data_dir=data_dir) as local:
+        await local.send(QUEUE, [Message("after", message_id="after")])
+    namespaces = [LocalNamespace(name, data_dir=data_dir) for name in ("primary", "secondary")]
+    async with client(proxy.connection_string()) as c, \
+            c.get_queue_receiver(QUEUE, max_wait_time=1) as receiver:
+        # When both namespaces are down, nothing is delivered (and the link stays)
+        for ns in namespaces:
+            ns.down()
+        assert await receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+        # Then once the secondary is back, the same link delivers its message
+        namespaces[1].up()
+        [m] = await receiver.receive_messages(max_message_count=1, max_wait_time=3)
+        assert m.message_id == "after"
+        await receiver.complete_message(m)
