@@ -61,6 +61,12 @@ class GeoBackend:
             await sender.start()
         return sender
 
+    def backlog(self, entity: str) -> frozenset[str]:
+        """The durable queue destinations of ``entity`` that still hold messages (none
+        before the entity's first send)."""
+        sender = self._senders.get(entity.lower())
+        return frozenset() if sender is None else sender.backlog
+
     def receiver(self, entity: str) -> AsyncGeoReceiver:
         """A new geo receiver of ``entity`` (close it with :meth:`release`)."""
         from gateway.geo import AsyncGeoReceiver
