@@ -18,6 +18,8 @@ from replication import ConfigError
 __all__ = ["ProxyNamespace"]
 
 _LOG = logging.getLogger("gateway.proxy")
+#: How long closing waits for the links' work before it cancels it (seconds).
+_CLOSE_WAIT = 5.0
 
 
 class ProxyNamespace:
@@ -69,6 +71,10 @@ class ProxyNamespace:
         await self.stop_listening()
         for conn in list(self._connections):
             conn.close("amqp:connection:forced", "the proxy is shutting down")
+        # The links end with their connections: let their work finish (a receiver link
+        # closes its geo receiver and the connections it opened), then cancel the rest.
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=_CLOSE_WAIT)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
