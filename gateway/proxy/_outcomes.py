@@ -6,11 +6,12 @@ Azure: a message too large is ``amqp:link:message-size-exceeded``
 ``amqp:not-found``, a refused key ``amqp:unauthorized-access``; an outage the gateway
 could not ride out (both namespaces down and no durable queue, a full durable queue)
 is ``com.microsoft:server-busy``, which the SDKs retry; an unknown outcome is
-``com.microsoft:timeout``.
+``com.microsoft:timeout``. The description is the error's text with secrets redacted.
 """
 
 from __future__ import annotations
 
+from gateway._support.secrets import redact
 from gateway.amqp import Error, Rejected, Symbol
 from replication import (
     GatewayError,
@@ -21,7 +22,7 @@ from replication import (
     QueueFull,
 )
 
-__all__ = ["condition", "rejected"]
+__all__ = ["condition", "describe", "rejected"]
 
 MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 NOT_FOUND = "amqp:not-found"
@@ -53,6 +54,12 @@ def condition(error: GatewayError) -> str:
     if isinstance(error, (NamespaceUnavailable, QueueFull)):
         return SERVER_BUSY
     return INTERNAL
+
+
+def describe(error: BaseException) -> str:
+    """What a client (and the log) is told of ``error``: its text with any secret a
+    namespace's error might quote (a key, a signature, a password) redacted."""
+    return redact(str(error))
 
 
 def rejected(cond: str, description: str) -> Rejected:

@@ -41,7 +41,7 @@ from gateway.amqp.server import (
     queue_message,
     wait_first,
 )
-from gateway.proxy._outcomes import condition, rejected
+from gateway.proxy._outcomes import condition, describe, rejected
 from gateway.transports.base import ReceivedMessage
 from replication import GatewayError, NamespaceUnavailable
 
@@ -83,7 +83,7 @@ class ReceiveNode(Terminus):
         try:
             await self._deliver(link)
         except GatewayError as exc:
-            link.detach(condition(exc), str(exc))
+            link.detach(condition(exc), describe(exc))
         except Exception:
             _LOG.exception("delivering to %r failed", link.address)
             link.detach("amqp:internal-error", "the proxy failed")
@@ -108,7 +108,8 @@ class ReceiveNode(Terminus):
                 # Both namespaces are down: say so (once per outage) and keep the link,
                 # so that what it delivered can still be settled when one comes back.
                 if not self._outage:
-                    _LOG.warning("receiving %r through the proxy: %s", self.entity, exc)
+                    _LOG.warning("receiving %r through the proxy: %s", self.entity,
+                                 describe(exc))
                 self._outage = True
                 await asyncio.sleep(_OUTAGE_PAUSE)
                 continue
@@ -162,7 +163,7 @@ class ReceiveNode(Terminus):
                 return rejected("amqp:not-implemented",
                                 f"the outcome {state!r} is not supported by the proxy yet")
         except GatewayError as exc:
-            return rejected(LOCK_LOST, f"the namespace of the copy refused it: {exc}")
+            return rejected(LOCK_LOST, f"the namespace of the copy refused it: {describe(exc)}")
         return state
 
 

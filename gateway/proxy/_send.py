@@ -28,7 +28,7 @@ from gateway.amqp import (
     split_batch,
 )
 from gateway.amqp.server import Delivery, IncomingLink, ServerNamespace, Terminus, to_local
-from gateway.proxy._outcomes import condition, rejected
+from gateway.proxy._outcomes import condition, describe, rejected
 from replication import GatewayError, Message
 
 if TYPE_CHECKING:
@@ -85,6 +85,6 @@ class SendNode(Terminus):
             sender = await self.backend.sender(self.entity)
             await sender.send_batch(messages)
         except GatewayError as exc:
-            _LOG.info("a send to %r was refused: %s", self.entity, exc)
-            return rejected(condition(exc), str(exc))
+            _LOG.info("a send to %r was refused: %s", self.entity, describe(exc))
+            return rejected(condition(exc), describe(exc))
         return Accepted()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.proxy._outcomes import condition
+from gateway.proxy._outcomes import condition, describe
 from replication import (
     GatewayError,
     MessageRejected,
@@ -28,3 +28,9 @@ from replication import (
 ])
 def test_each_error_gets_the_services_condition(error: GatewayError, expected: str) -> None:
     assert condition(error) == expected
+
+
+def test_a_secret_in_an_error_never_reaches_the_client() -> None:
+    error = MessageRejected("refused: Endpoint=sb://ns/;SharedAccessKeyName=k;"
+                            "SharedAccessKey=s3cr3t")
+    assert "s3cr3t" not in describe(error)
