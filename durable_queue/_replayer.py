@@ -17,8 +17,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TypeVar
 
 import anyio
+import anyio.to_thread
 
 from durable_queue._queue import DurableQueue
 from durable_queue._records import ReplayResult, StoredMessage
@@ -41,6 +43,7 @@ RECHECK_SECONDS = 60.0
 # The flow yields a batch to send and receives None (sent) or what send raised.
 _Flow = Generator[list[Message], "Exception | None", ReplayResult]
 _Retry = Generator[list[Message], "Exception | None", None]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -323,36 +326,56 @@ class Replayer:
         progress: Callable[[int], None] | None = None,
         max_messages: int | None = None,
     ) -> ReplayResult:
-        """The async twin of ``drain``: ``send`` is awaited; the rest is the same.
+        """The async twin of ``drain``: ``send`` is awaited; the rest is the same,
+        except that ``progress`` is called in the worker thread that settles each batch.
 
-        The queue calls themselves are short local SQLite transactions and run
-        inline, as the local transports do; giving freed space back to the file
-        system (a ``VACUUM`` that may take seconds after a large backlog) runs in a
-        worker thread at the end instead.
+        Every queue call (the check, the lease, reading a batch, settling it, giving
+        freed space back) runs in a worker thread of this drain's own, never on the
+        event loop: a SQLite write may wait up to the queue's ``busy_timeout`` for
+        another process's lock, or for a stalled disk's fsync, and the loop must go
+        on meanwhile (other sends, their deadlines and hedges).
         """
-        # Before the lease is taken (a write), and off the event loop: reading the
-        # whole file may take a while.
-        await anyio.to_thread.run_sync(
-            functools.partial(self.queue.check, max_age=RECHECK_SECONDS)
-        )
-        took = self._start()
+        limiter = anyio.CapacityLimiter(1)  # the flow is stepped by one thread at a time
+
+        async def off_loop(fn: Callable[..., _T], *args: object) -> _T:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+
+        # Before the lease is taken (a write): reading the whole file may take a while.
+        await off_loop(functools.partial(self.queue.check, max_age=RECHECK_SECONDS))
+        took = await off_loop(self._start)
         try:
             flow = self._flow(progress, max_messages, shrink_inline=False)
-            batch = next(flow)
-            while True:
+            step = await off_loop(_first, flow)
+            while isinstance(step, list):
+                outcome: Exception | None = None
                 try:
-                    await send(batch)
+                    await send(step)
                 except Exception as exc:
-                    batch = flow.send(exc)
-                else:
-                    batch = flow.send(None)
-        except StopIteration as stop:
-            result: ReplayResult = stop.value
+                    outcome = exc
+                step = await off_loop(_resume, flow, outcome)
+            result = step
         finally:
             if took:
-                self.release()
-        await anyio.to_thread.run_sync(self.queue.maybe_shrink)
+                with anyio.CancelScope(shield=True):
+                    await off_loop(self.release)
+        await off_loop(self.queue.maybe_shrink)
         return result
+
+
+# A StopIteration cannot cross a thread hand-over (a future refuses it): the flow's
+# return value comes back as the step's result instead.
+def _first(flow: _Flow) -> list[Message] | ReplayResult:
+    try:
+        return next(flow)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def _resume(flow: _Flow, outcome: Exception | None) -> list[Message] | ReplayResult:
+    try:
+        return flow.send(outcome)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
 
 
 def _why_waiting(remaining: int, tally: _Tally, max_messages: int | None) -> str:

@@ -19,6 +19,7 @@ from replication._errors import (
     GatewayError,
     MessageRejected,
     MessageTooLarge,
+    NamespaceMisconfigured,
     NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
@@ -49,7 +50,13 @@ if _TYPE_CHECKING:
         Verdict,
     )
     from replication._dedup_scope import ScopedDedupStore, scoped
-    from replication._hedging import Attempt, AttemptState, HedgeStep, next_hedge_step
+    from replication._hedging import (
+        Attempt,
+        AttemptState,
+        HedgeStep,
+        SendProgress,
+        next_hedge_step,
+    )
     from replication._message import Message, PropertyValue, with_properties
     from replication._policy import Mode, ReplicationPolicy, RetryPolicy
     from replication._roles import RoleState
@@ -89,6 +96,7 @@ _LAZY = {
     "destination": "replication._routing",
     "Failure": "replication._routing",
     "HedgeStep": "replication._hedging",
+    "SendProgress": "replication._hedging",
     "InMemoryDedupStore": "replication._dedup",
     "LatencyWindow": "replication._deadlines",
     "Message": "replication._message",
@@ -158,6 +166,7 @@ __all__ = [
     "MessageRejected",
     "MessageTooLarge",
     "Mode",
+    "NamespaceMisconfigured",
     "NamespaceRefused",
     "NamespaceUnavailable",
     "Operation",
@@ -172,6 +181,7 @@ __all__ = [
     "RoleState",
     "ScopedDedupStore",
     "SendPlan",
+    "SendProgress",
     "SessionGap",
     "SessionLockLost",
     "SessionOffer",

@@ -8,6 +8,8 @@ the boundary where they occur (``raise Mapped(...) from exc``)::
     │   ├── NamespaceUnavailable       the namespace cannot be reached or is down
     │   │   └── NamespaceRefused       it refused at once (connection refused, taken down):
     │   │                              final for this send, fail over without retrying it
+    │   │       └── NamespaceMisconfigured  it cannot be used as configured (its key refused,
+    │   │                              no rights, a host name that does not resolve)
     │   └── OperationTimeout           the outcome is unknown: the message may have arrived
     ├── MessageRejected                permanent: too large, unauthorized, no such entity
     │   ├── MessageTooLarge            a message (or a batch) over the namespace's size limit
@@ -31,6 +33,7 @@ __all__ = [
     "GatewayError",
     "MessageRejected",
     "MessageTooLarge",
+    "NamespaceMisconfigured",
     "NamespaceRefused",
     "NamespaceUnavailable",
     "OperationTimeout",
@@ -81,6 +84,16 @@ class NamespaceRefused(NamespaceUnavailable):
     A connection refused, or a namespace that is taken down. Unlike a dropped
     connection (which its immediate retry may fix), a refusal is final for this send:
     the sender fails over at once instead of retrying the namespace that said no.
+    """
+
+
+class NamespaceMisconfigured(NamespaceRefused):
+    """The namespace cannot be used as configured: it refused the credentials (a wrong
+    key, a policy or role without the rights), or its host name does not resolve.
+
+    The namespace is unusable, not the message: a sender fails over (passive) or
+    buffers that namespace's copy (active), as for an outage, and says once, at ERROR,
+    what to check. The message says what to check and never holds the key.
     """
 
 

@@ -13,17 +13,25 @@ unknown, it may still land, and the receive side removes the copy that arrives t
 - **Active**: start all at once; the send is over when each has finished or passed its
   deadline. Those that took it are the winners; a copy past its deadline is the caller's
   to buffer for that namespace.
+
+A busy namespace is not a hung one: a send may wait behind the sends begun before it
+(a transport sends one batch at a time per entity), and that wait is not the
+namespace's slowness. :class:`SendProgress` moves an attempt's deadline on each time a
+send begun before it is answered, so the deadline counts from the namespace's last
+progress on the sends ahead of it: from when the namespace could start on this one. A
+hung namespace answers none of them, and its attempts pass their deadline as before.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from replication._policy import Mode
 
-__all__ = ["Attempt", "AttemptState", "HedgeStep", "next_hedge_step"]
+__all__ = ["Attempt", "AttemptState", "HedgeStep", "SendProgress", "next_hedge_step"]
 
 
 class AttemptState(enum.Enum):
@@ -110,3 +118,42 @@ def next_hedge_step(order: Sequence[str], attempts: Mapping[str, Attempt], *, no
     if wake_at is not None:
         return HedgeStep(wake_at=wake_at)
     return HedgeStep(done=True, overdue=tuple(overdue))
+
+
+class SendProgress:
+    """The recent answers of each namespace to send attempts, by ticket: an attempt
+    takes a ticket as it starts (tickets count up), and is answered at a clock reading
+    (the clock of the attempts' ``due``).
+
+    Args:
+        keep: how many recent answers are kept per namespace (the attempts one may be
+            queued behind are the recent ones).
+    """
+
+    def __init__(self, keep: int = 256) -> None:
+        self._keep = keep
+        self._tickets = 0
+        self._answers: dict[str, deque[tuple[int, float]]] = {}
+
+    def ticket(self) -> int:
+        """A new attempt's ticket: greater than every ticket taken before it."""
+        self._tickets += 1
+        return self._tickets
+
+    def answered(self, namespace: str, *, ticket: int, at: float) -> None:
+        """The attempt of ``ticket`` was answered by ``namespace`` (it took the batch)
+        at ``at``."""
+        answers = self._answers.get(namespace)
+        if answers is None:
+            answers = self._answers[namespace] = deque(maxlen=self._keep)
+        answers.append((ticket, at))
+
+    def due(self, namespace: str, *, ticket: int, launched: float, deadline: float) -> float:
+        """When the attempt of ``ticket``, launched at ``launched`` with ``deadline``
+        seconds, is due: ``deadline`` after the later of its launch and the last answer
+        of ``namespace`` to an attempt started before it (those it may have waited for)."""
+        start = launched
+        for earlier, at in self._answers.get(namespace, ()):
+            if earlier < ticket and at > start:
+                start = at
+        return start + deadline

@@ -9,8 +9,10 @@ frees the loop for nothing in particular. Such a loop thread is a
 the call on the loop thread itself, still one at a time under the caller's limiter.
 
 The cost: while a call blocks (e.g. SQLite waits for another process's write
-lock), that driver's other calls and its background tasks wait too; they would
-wait for the same limiter anyway when they use the same connection.
+lock, or a stalled disk's fsync), that driver's other calls, its background tasks
+and its deadlines wait too. ``GeoSender`` does not run inline for that reason: a
+send stalled on one namespace's file must still be hedged to the other at its
+deadline.
 """
 
 from __future__ import annotations

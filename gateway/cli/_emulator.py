@@ -21,12 +21,14 @@ from gateway.emulator import (
     Emulator,
     EmulatorConfig,
     EventHubSpec,
+    Policy,
     QueueSpec,
     TopicSpec,
     is_official,
     load_config,
     parse_event_hub,
     parse_namespace,
+    parse_policy,
     parse_topic,
 )
 from replication import ConfigError
@@ -57,6 +59,14 @@ def _topics(ctx: click.Context, param: click.Parameter,
             values: tuple[str, ...]) -> list[TopicSpec]:
     try:
         return [parse_topic(v) for v in values]
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _policies(ctx: click.Context, param: click.Parameter,
+              values: tuple[str, ...]) -> list[Policy]:
+    try:
+        return [parse_policy(v) for v in values]
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from None
 
@@ -95,6 +105,11 @@ def _event_hubs(ctx: click.Context, param: click.Parameter,
               help="Shared access key [default: SAS_KEY_VALUE, the official emulators' "
                    "well-known key; a key given here replaces it]; "
                    "printed as ***.")
+@click.option("--policy", "policies", multiple=True, callback=_policies,
+              metavar="[ENTITY/]NAME=KEY:RIGHTS",
+              help="A shared access policy besides the default one (repeatable): RIGHTS "
+                   "from Listen, Send, Manage, comma-separated; ENTITY/ limits it to one "
+                   "entity. E.g. listener=KEY:Listen or orders/app=KEY:Send,Listen.")
 @click.option("--max-message-size", type=int, default=None, metavar="BYTES",
               help="The largest Service Bus message accepted [default: 262144, the standard "
                    "tier's 256 KiB]; a queue's own smaller limit applies too.")
@@ -108,8 +123,9 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
              session_queues: tuple[str, ...], topics: list[TopicSpec],
              event_hubs: list[EventHubSpec], config_path: Path | None, data_dir: Path | None,
              host: str | None, key_name: str | None, key: str | None,
-             max_message_size: int | None, hybrid_connections: tuple[str, ...],
-             relay_ports: dict[str, int], as_json: bool) -> None:
+             policies: list[Policy], max_message_size: int | None,
+             hybrid_connections: tuple[str, ...], relay_ports: dict[str, int],
+             as_json: bool) -> None:
     """Serve Service Bus queues and event hubs of the local namespaces to the Azure SDKs.
 
     Prints one ready line per namespace with its connection string, then serves
@@ -133,6 +149,7 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
             host=host or config.host or "127.0.0.1",
             max_message_size=_first(max_message_size, config.max_message_size,
                                     SERVICE_BUS_MAX_MESSAGE_SIZE),
+            policies=[*config.policies, *policies],
         )
         from gateway.cli._relay import make_relay
 

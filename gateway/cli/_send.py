@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,7 +19,10 @@ from gateway.cli._common import (
     warning_line,
 )
 from gateway.cli._progress import LiveProgress
-from replication import Message, PropertyValue
+from replication import Message, Mode, PropertyValue
+
+if TYPE_CHECKING:
+    from gateway.geo import AsyncGeoSender
 
 #: Seconds ``receive`` waits at most for each namespace's first answer.
 _ANSWER_WAIT = 10.0
@@ -93,17 +96,30 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
             recovery=False, hooks=hooks,
         ) as sender:
             results = []
+            asked = _asked(sender)
             for m in messages:
                 r = await sender.send(m)
+                # Passive: went elsewhere than the primary asked for (failed over now, or
+                # the other namespace active since an earlier failover) is a failover too.
+                away = bool(r.namespaces) and not set(asked) & set(r.namespaces)
                 results.append({"message_id": m.message_id, "namespaces": list(r.namespaces),
-                                "buffered": list(r.buffered), "failed_over": r.failed_over})
+                                "buffered": list(r.buffered),
+                                "failed_over": r.failed_over or away})
+                for ns in asked:
+                    if ns not in r.namespaces:
+                        missed[ns] = missed.get(ns, 0) + 1
                 if len(results) % 50 == 0 or len(results) == len(messages):
                     bars.update("sending", len(results), len(messages))
+            down.update(sender.down)
             return results
 
     # A bar for many messages only: one send is over before it would show.
+    missed: dict[str, int] = {}
+    down: set[str] = set()
     with LiveProgress(enabled=not as_json and len(messages) > _ROWS) as bars:
         results = run(go(bars))
+    for ns, n in sorted(missed.items()):
+        warning_line(_elsewhere(ns, n, results, down=ns in down))
     if as_json:
         print_json(results)
         return
@@ -114,6 +130,27 @@ def send(config_path: Path | None, primary: str | None, secondary: str | None,
                   ", ".join(r["buffered"]) or "-") for r in shown])
     if shown is not results:
         out.print(summary(results))
+
+
+def _asked(sender: AsyncGeoSender) -> tuple[str, ...]:
+    """Where a send was asked to go: the primary (passive), both namespaces (active)."""
+    roles = sender.roles
+    if sender.policy.mode is Mode.ACTIVE:
+        return (roles.preferred, roles.standby_preferred)
+    return (roles.preferred,)
+
+
+def _elsewhere(namespace: str, count: int, results: list[dict[str, Any]], *,
+               down: bool) -> str:
+    """One line: ``count`` messages were not accepted by ``namespace``, which was asked,
+    where they went instead, and why."""
+    went = sorted({ns for r in results for ns in r["namespaces"] if ns != namespace}
+                  | {d for r in results for d in r["buffered"]})
+    why = ("it is down or unusable: see the error above, or run with -v" if down else
+           "the other namespace is active since an earlier failover: geogateway status "
+           "shows the roles")
+    return (f"{count} of {len(results)} messages went to {', '.join(went) or 'nowhere'}, "
+            f"not to {namespace} as asked ({why})")
 
 
 def summary(results: list[dict[str, Any]]) -> str:

@@ -10,19 +10,21 @@ data; tests, drills and benchmarks run with no Azure and no Docker::
 or from the command line: ``geogateway emulator --namespace primary=5672 --queue orders``.
 
 Emulated: SASL (ANONYMOUS, MSSBCBS, PLAIN), ``$cbs`` put-token checked against the
-key, queue send (batches too), peek-lock and receive-and-delete receive, complete /
-abandon / dead-letter on the link or by lock token over ``$management``, lock
-renewal and expiry, peek, the dead-letter sub-queue, scheduled messages and their
-cancellation, time to live (dropped or dead-lettered on expiry), a 256 KiB message
-limit (configurable); every property, annotation and application property of a queue
-message comes back as sent (``_convert``); event hub properties, sends by partition
-id or key, reads from every kind of starting position, owner levels; the local
-namespace's control file (down/up, latency, lost replies, hang); topics and their
-subscriptions (``TOPIC/Subscriptions/SUB``) with true, false, correlation and SQL
-filters and SQL actions, declared with ``topics=`` (:class:`TopicSpec`) or read from
-the official Service Bus emulator's ``Config.json`` (``load_config``). Not emulated
-(refused with ``amqp:not-implemented``, never faked): session receivers, deferral,
-transactions, scheduling through a topic's ``$management``.
+shared access policies (Listen, Send, Manage; per namespace or entity, :class:`Policy`),
+then the entity's existence (404, as the service answers), queue send (batches too),
+peek-lock and receive-and-delete receive, complete / abandon / dead-letter on the link
+or by lock token over ``$management``, lock renewal and expiry, peek, the dead-letter
+sub-queue, scheduled messages and their cancellation, time to live (dropped or
+dead-lettered on expiry), a 256 KiB message limit (configurable); every property,
+annotation and application property of a queue message comes back as sent
+(``_convert``); event hub properties, sends by partition id or key, reads from every
+kind of starting position, owner levels; the local namespace's control file (down/up,
+latency, lost replies, hang); topics and their subscriptions
+(``TOPIC/Subscriptions/SUB``) with true, false, correlation and SQL filters and SQL
+actions, declared with ``topics=`` (:class:`TopicSpec`) or read from the official
+Service Bus emulator's ``Config.json`` (``load_config``). Not emulated (refused with
+``amqp:not-implemented``, never faked): session receivers, deferral, transactions,
+scheduling through a topic's ``$management``.
 
 Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer, then its links, sessions
 and connections, the nodes they reach, the router, the namespaces and the server, each
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
-from gateway.amqp.server import DEFAULT_KEY, DEFAULT_KEY_NAME
+from gateway.amqp.server import DEFAULT_KEY, DEFAULT_KEY_NAME, Policy, Right, parse_policy
 from gateway.emulator._config import (
     SERVICE_BUS_MAX_MESSAGE_SIZE,
     EmulatorConfig,
@@ -81,13 +83,16 @@ __all__ = [
     "EmulatorProcess",
     "EmulatorThread",
     "EventHubSpec",
+    "Policy",
     "QueueSpec",
     "RelayEmulator",
+    "Right",
     "SubscriptionSpec",
     "TopicSpec",
     "is_official",
     "load_config",
     "parse_event_hub",
     "parse_namespace",
+    "parse_policy",
     "parse_topic",
 ]

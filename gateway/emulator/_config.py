@@ -23,7 +23,13 @@ A config file looks like::
     name = "telemetry"
     partitions = 4
 
-Every entity is declared in every namespace served.
+    [[policy]]                    # a shared access policy besides the default one
+    name = "listener"
+    key = "bGlzdGVuZXIga2V5"      # a development key: this file is not a secret store
+    rights = ["Listen"]           # Listen, Send, Manage (Manage implies the other two)
+    entity = "orders"             # optional: an entity-level policy
+
+Every entity and policy is declared in every namespace served.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gateway.amqp.server import Policy, parse_rights
 from gateway.emulator._servicebus_config import TopicSpec, is_official, load_official
 from replication import ConfigError
 
@@ -93,6 +100,8 @@ class EmulatorConfig:
     topics: tuple[TopicSpec, ...] = ()
     #: Where the emulator's log lines go ("console", "file"): the official file's Logging.
     logging: tuple[str, ...] = ()
+    #: Shared access policies besides the default one.
+    policies: tuple[Policy, ...] = ()
 
 
 def parse_size(value: object, where: str = "max_message_size") -> int:
@@ -176,7 +185,7 @@ def load_config(path: str | Path) -> EmulatorConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     unknown = set(data) - {"namespaces", "queue", "event_hub", "host", "key_name",
-                           "max_message_size"}
+                           "max_message_size", "policy"}
     if unknown:
         raise ConfigError(f"config file {path}: unknown keys {sorted(unknown)}")
     namespaces = data.get("namespaces", {})
@@ -196,7 +205,24 @@ def load_config(path: str | Path) -> EmulatorConfig:
         key_name=data.get("key_name"),
         max_message_size=(parse_size(data["max_message_size"], f"config file {path}: "
                                      "max_message_size") if "max_message_size" in data else None),
+        policies=tuple(_policy(p, f"{path} [[policy]]") for p in _list(data, "policy")),
     )
+
+
+def _policy(raw: Any, where: str) -> Policy:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
+    known = {"name", "key", "rights", "entity"}
+    if set(raw) - known or not {"name", "key", "rights"} <= set(raw):
+        raise ConfigError(f"{where}: expected name, key, rights and optionally entity; "
+                          f"got {sorted(raw)}")
+    name, key, rights, entity = (raw.get(k) for k in ("name", "key", "rights", "entity"))
+    if not isinstance(name, str) or not isinstance(key, str) or (
+            entity is not None and not isinstance(entity, str)):
+        raise ConfigError(f"{where}: name, key and entity must be strings")
+    if not isinstance(rights, list):
+        raise ConfigError(f"{where}: rights must be an array, e.g. [\"Listen\", \"Send\"]")
+    return Policy(name=name, key=key, rights=parse_rights(rights, name), entity=entity)
 
 
 def _list(data: dict[str, Any], key: str) -> list[Any]:

@@ -35,6 +35,7 @@ from replication import (
     DedupWindow,
     MessageRejected,
     Mode,
+    NamespaceMisconfigured,
     ReplicationPolicy,
     RoleState,
 )
@@ -44,12 +45,22 @@ __all__ = ["GeoReceiver", "GeoSender"]
 
 async def _open_sender(kwargs: dict[str, Any]) -> AsyncGeoSender:
     sender = AsyncGeoSender(**kwargs)
-    await sender.start()
+    try:
+        await sender.start()  # a PostgreSQL roles store: connected here, off the loop
+    except BaseException:
+        await sender.aclose()
+        raise
     return sender
 
 
 async def _open_receiver(kwargs: dict[str, Any]) -> AsyncGeoReceiver:
-    return AsyncGeoReceiver(**kwargs)
+    receiver = AsyncGeoReceiver(**kwargs)
+    try:
+        await receiver.open()  # a PostgreSQL store: connected here, off the loop
+    except BaseException:
+        await receiver.aclose()
+        raise
+    return receiver
 
 
 class GeoSender(PortalDriver):
@@ -85,9 +96,11 @@ class GeoSender(PortalDriver):
         recovery: run the background probe/replay/failback task.
     """
 
-    # Its loop only serves the callers it blocks: local namespaces' SQLite work runs
-    # on it directly (two thread switches fewer per send; see gateway._support.blocking).
-    _inline_io = True
+    # Local namespaces' SQLite work runs in worker threads, not inline on the loop
+    # thread (gateway._support.blocking): a namespace file another process holds
+    # locked, or a stalled disk, would stop the loop, and with it the deadline that
+    # hedges the send to the other namespace.
+    _inline_io = False
 
     def __init__(
         self,
@@ -227,7 +240,7 @@ class GeoReceiver(PortalDriver):
         return self._core.down
 
     @property
-    def refused(self) -> dict[str, MessageRejected]:
+    def refused(self) -> dict[str, MessageRejected | NamespaceMisconfigured]:
         """Namespaces that refused to be read for good; see :attr:`AsyncGeoReceiver.refused`."""
         return self._core.refused
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import anyio
 
 __all__ = ["GatewayHooks", "dedup_call", "emit"]
 
@@ -139,15 +142,16 @@ def emit(hooks: Sequence[GatewayHooks], name: str, **kwargs: Any) -> None:
 
 
 async def dedup_call(hooks: Sequence[GatewayHooks], operation: str, count: int,
-                     call: Callable[..., T], *args: Any) -> T:
+                     call: Callable[..., T], *args: Any,
+                     limiter: anyio.CapacityLimiter | None = None) -> T:
     """Run a de-duplication store ``call`` in a worker thread (its SQLite work never
-    runs on the event loop); with hooks, time it there and report it on the loop
-    (``on_dedup_store``)."""
+    runs on the event loop) under ``limiter`` (default: anyio's); with hooks, time it
+    there and report it on the loop (``on_dedup_store``)."""
     import anyio.to_thread  # here: a module that only subclasses the hooks needs no anyio
 
     if not hooks:
-        return await anyio.to_thread.run_sync(call, *args)
-    result, seconds = await anyio.to_thread.run_sync(_timed, call, args)
+        return await anyio.to_thread.run_sync(call, *args, limiter=limiter)
+    result, seconds = await anyio.to_thread.run_sync(_timed, call, args, limiter=limiter)
     emit(hooks, "on_dedup_store", operation=operation, count=count, seconds=seconds)
     return result
 

@@ -11,6 +11,12 @@ the first call that succeeds afterwards is one "is back" warning and ``on_store_
 :class:`~gateway.stores.FallbackDedupStore` switching to its local window and back is a
 warning of its own and ``on_dedup_fallback``. A call named by ``timed`` is timed in its
 worker thread and reported as ``on_dedup_store`` (when there are hooks).
+
+Store calls run under a thread limiter of their own, not anyio's default one that
+sync handlers run on: 40 slow handlers (``run(concurrency=40)``) would otherwise hold
+every worker thread, and the claims and done marks that settle messages would wait
+behind them. An inbox call (``handler_work``) runs the handler inside the store's
+transaction: it is a handler's work and takes a handler's thread.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import anyio
 import anyio.to_thread
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
@@ -33,6 +40,9 @@ __all__ = ["StoreWatch", "describe_store"]
 logger = logging.getLogger("geogateway")
 
 T = TypeVar("T")
+
+#: Worker threads for one receiver's store calls (each holds a store connection at most).
+STORE_THREADS = 8
 
 
 def describe_store(store: DedupStore) -> str:
@@ -72,6 +82,7 @@ class StoreWatch:
         self._stopping = stopping
         self._max_backoff = max_backoff
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._limiter = anyio.CapacityLimiter(STORE_THREADS)
         self.down = False
         if isinstance(store, FallbackDedupStore):
             fallback = store.fallback_path
@@ -113,24 +124,26 @@ class StoreWatch:
         ``timed``: the ``on_dedup_store`` operation it is (``count`` ids), or None."""
         self._loop = asyncio.get_running_loop()
         try:
-            result = await self._run(timed, count, fn, *args)
+            result = await self._run(timed, count, False, fn, *args)
         except StoreUnavailable as exc:
             await self.failed(exc, doing)
             raise
         self.answered()
         return result
 
-    async def _run(self, timed: str | None, count: int, fn: Callable[..., T], *args: Any
-                   ) -> T:
+    async def _run(self, timed: str | None, count: int, handler_work: bool,
+                   fn: Callable[..., T], *args: Any) -> T:
+        limiter = None if handler_work else self._limiter
         if timed is None:
-            return await anyio.to_thread.run_sync(fn, *args)
-        return await dedup_call(self._hooks, timed, count, fn, *args)
+            return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+        return await dedup_call(self._hooks, timed, count, fn, *args, limiter=limiter)
 
     async def call(self, doing: str, fn: Callable[..., T], *args: Any,
                    give_up: Callable[[], bool] = lambda: False, timed: str | None = None,
-                   count: int = 1) -> T:
+                   count: int = 1, handler_work: bool = False) -> T:
         """``fn(*args)`` in a worker thread, tried again while the store is unavailable
         (``timed`` and ``count``: as for :meth:`once`, each attempt that answered).
+        ``handler_work``: ``fn`` runs a handler (an inbox call): on a handler's thread.
 
         Raises:
             StoreUnavailable: still unavailable when the receiver began to stop (or
@@ -152,7 +165,7 @@ class StoreWatch:
             reraise=True,
         )
         try:
-            result: T = await retrying(self._run, timed, count, fn, *args)
+            result: T = await retrying(self._run, timed, count, handler_work, fn, *args)
         except StoreUnavailable as exc:
             await self.failed(exc, doing)
             raise

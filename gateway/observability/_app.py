@@ -96,7 +96,8 @@ def create_app(
 
     async def readyz(request: Request) -> Response:
         status = await reader.status()
-        body: dict[str, Any] = {"ready": status.ready, "not_ready": status.not_ready}
+        body: dict[str, Any] = {"ready": status.ready, "not_ready": status.not_ready,
+                                "unusable": status.unusable}
         return JSONResponse(body, status_code=200 if status.ready else 503)
 
     async def metrics(request: Request) -> Response:

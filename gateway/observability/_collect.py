@@ -36,7 +36,7 @@ from gateway.observability._status import (
 )
 from gateway.stores import RoleStore
 from gateway.transports import ControlFile, Transport, namespace_files
-from replication import GatewayError, MessageRejected, TransportError
+from replication import GatewayError, MessageRejected, NamespaceMisconfigured, TransportError
 
 __all__ = ["DEFAULT_PROBE_DEADLINE", "StatusReader", "StoreLike", "collect_status"]
 
@@ -156,6 +156,8 @@ async def _probe(ns: NamespaceConfig, preferred: str, role: str, config: Gateway
     error = probe.exception()
     if error is None:
         return health("up", None, took)
+    if isinstance(error, NamespaceMisconfigured):  # its key, rights or host: not an outage
+        return health("refused", str(error), took)
     if isinstance(error, TransportError):
         return health("down", str(error), took)
     if isinstance(error, MessageRejected):  # it answered, and refuses this client for good

@@ -106,8 +106,9 @@ class Families:
             "geogateway_namespace_up", "1 while the namespace answers, 0 while it is "
             "marked down.", ["namespace"], registry=r)
         self.refused = gauge(
-            "geogateway_namespace_refused", "1 when the namespace refused to be read for "
-            "good (a wrong key, no such entity).", ["namespace"], registry=r)
+            "geogateway_namespace_refused", "1 when the namespace refuses this client (a "
+            "wrong key, missing rights, a host name that does not resolve, no such "
+            "entity).", ["namespace"], registry=r)
         self.outages = counter(
             "geogateway_namespace_outages", "Times the namespace was marked down.",
             ["namespace"], registry=r)

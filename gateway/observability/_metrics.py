@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gateway.geo import GatewayHooks
 from gateway.observability._families import Families, families, prometheus
-from replication import ANY_NAMESPACE, MessageRejected, parse_destination
+from replication import ANY_NAMESPACE, MessageRejected, NamespaceMisconfigured, parse_destination
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -112,7 +112,7 @@ class PrometheusMetrics(GatewayHooks):
     def on_namespace_down(self, *, namespace: str, error: BaseException) -> None:
         self._m.outages.labels(namespace).inc()
         self._mark(namespace, up=False)
-        if isinstance(error, MessageRejected):
+        if isinstance(error, (MessageRejected, NamespaceMisconfigured)):
             self._m.refused.labels(namespace).set(1)
 
     def on_namespace_up(self, *, namespace: str) -> None:

@@ -32,7 +32,9 @@ class NamespaceHealth:
             the store cannot be read.
         state: ``"up"``; ``"down"`` (it refused: an outage, or taken down);
             ``"no answer"`` (no answer within the probe's deadline: a hung
-            namespace); ``"absent"`` (a local namespace whose file does not exist);
+            namespace); ``"refused"`` (it refuses this client: its key, the rights of
+            its policy or role, its host name; the reason says what to check);
+            ``"absent"`` (a local namespace whose file does not exist);
             ``"error"`` (the probe failed otherwise).
         reason: why it is not up, one line; ``None`` when it is.
         probe_seconds: how long the probe took.
@@ -147,6 +149,13 @@ class GatewayStatus:
             reasons.append(f"the durable queue is not writable: {self.queue.reason}")
         return [redact(r) for r in reasons]
 
+    @property
+    def unusable(self) -> list[str]:
+        """The namespaces that refuse this client (not an outage: a wrong key, missing
+        rights, a host name that does not resolve), one line each with what to check."""
+        return [redact(f"{ns.name} refused" + (f" ({ns.reason})" if ns.reason else ""))
+                for ns in self.namespaces if ns.state == "refused"]
+
     def to_json(self) -> dict[str, Any]:
         """The status as JSON-ready data, every text redacted."""
         queue = None
@@ -168,7 +177,7 @@ class GatewayStatus:
             "entity": self.entity, "mode": self.mode,
             "checked_at": dt.datetime.fromtimestamp(self.checked_at, dt.timezone.utc)
             .isoformat(timespec="milliseconds"),
-            "ready": self.ready, "not_ready": self.not_ready,
+            "ready": self.ready, "not_ready": self.not_ready, "unusable": self.unusable,
             "namespaces": [{**vars(ns), "usable": ns.usable} for ns in self.namespaces],
             "durable_queue": queue, "consumers": consumers, "notes": list(self.notes),
         }

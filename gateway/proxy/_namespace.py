@@ -3,16 +3,18 @@ front (:mod:`gateway.amqp.server`) and whose router binds links to the geo back 
 
 Unlike an emulated namespace it has no control file: it is never down and never hangs
 (the namespaces behind it are, and the geo sender and receivers deal with that), so
-:meth:`ProxyNamespace.refresh` and :meth:`ProxyNamespace.delay` do nothing.
+:meth:`ProxyNamespace.refresh` and :meth:`ProxyNamespace.delay` do nothing; nor does it
+know which entities exist behind it, so ``$cbs`` grants a valid token for any.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from gateway.amqp.server import Connection, LinkRouter
+from gateway.amqp.server import Connection, LinkRouter, Policy
 from replication import ConfigError
 
 __all__ = ["ProxyNamespace"]
@@ -28,12 +30,12 @@ class ProxyNamespace:
     product = "geogateway-proxy"
     log = _LOG
 
-    def __init__(self, name: str, *, host: str, port: int, key_name: str, key: str) -> None:
+    def __init__(self, name: str, *, host: str, port: int, policies: Sequence[Policy]) -> None:
         self.name = name
         self.host = host
         self.port = port
-        self.key_name = key_name
-        self.key = key
+        #: The shared access policies clients sign with, the default one (every right) first.
+        self.policies = tuple(policies)
         self._router: LinkRouter | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
@@ -96,6 +98,11 @@ class ProxyNamespace:
 
     def refresh(self) -> None:
         """Nothing to look at: the proxy itself is never down and never hangs."""
+
+    async def exists(self, entity: str) -> bool:
+        """Every entity may exist: the proxy does not know which do behind it (a send to
+        one that does not is refused then, as the namespaces refuse it)."""
+        return True
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self, reader, writer)

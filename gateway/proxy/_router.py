@@ -1,13 +1,15 @@
 """Which node a proxy link attaches to: ``$cbs``, ``$management``, or a queue's geo
 sender (a sender link) or a geo receiver of it (a receiver link).
 
-Tokens are checked against the proxy's own key (the namespaces' are never seen by a
-client). The proxy does not know which entities exist behind it: a link to any name
-is accepted, and a send to an entity that does not exist is refused then, as the
-namespaces refuse it (``amqp:not-found``). What this first slice does not carry is
-refused at attach with ``amqp:not-implemented``: dead-letter sub-queues, topics'
-subscriptions, message sessions, event hubs' partitions, and the ``$management``
-operations (they are answered with status 501).
+Tokens are checked against the proxy's own shared access policies (the namespaces'
+keys are never seen by a client), with the rights the emulator and the service check:
+``Send`` for a sender link, ``Listen`` for a receiver link. The proxy does not know
+which entities exist behind it: a token and a link for any name are accepted, and a
+send to an entity that does not exist is refused then, as the namespaces refuse it
+(``amqp:not-found``). What this first slice does not carry is refused at attach with
+``amqp:not-implemented``: dead-letter sub-queues, topics' subscriptions, message
+sessions, event hubs' partitions, and the ``$management`` operations (they are
+answered with status 501).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gateway.amqp.server import (
     Replies,
     Reply,
     Requests,
+    Right,
     ServerNamespace,
     entity_path,
     put_token,
@@ -72,9 +75,15 @@ class ProxyRouter:
         if path == _MANAGEMENT or path.endswith("/" + _MANAGEMENT):
             self._node(link, _no_management)
             return
-        if not link.session.connection.authorized(path):
+        conn = link.session.connection
+        if not conn.authorized(path):
             link.refuse("amqp:unauthorized-access",
                         f"Unauthorized access to '{path}': put a token for it on $cbs first")
+            return
+        right = Right.SEND if isinstance(link, IncomingLink) else Right.LISTEN
+        if not conn.authorized(path, right):
+            link.refuse("amqp:unauthorized-access", f"Unauthorized access. '{right.value}' "
+                        f"claim(s) are required to perform this operation. Resource: '{path}'.")
             return
         if not path or any(part in path for part in _NOT_YET):
             link.refuse(NOT_IMPLEMENTED, f"the proxy does not carry {path!r} yet: queues only")

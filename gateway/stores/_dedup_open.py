@@ -40,7 +40,8 @@ def open_dedup_store(
 ) -> DedupStore:
     """The store for ``target``: a path opens a :class:`SqliteDedupStore`, a DSN or a
     pool a :class:`PostgresDedupStore` (schema ``geogateway``; pass a store of your own
-    for another), a store is used as it is. A DSN is never taken for a file name.
+    for another; it connects on :meth:`~PostgresDedupStore.open` or its first call), a
+    store is used as it is. A DSN is never taken for a file name.
 
     Args:
         target: see :data:`DedupTarget`.
@@ -50,7 +51,8 @@ def open_dedup_store(
 
     Raises:
         ConfigError: a target of another type, an async pool, a fallback for a store
-            that is local already, or the store's own errors (unreachable, ...).
+            that is local already, or a bad option (the server's errors come when the
+            store is opened).
     """
     window = window or DedupWindow()
     kind = _pool_kind(target)
@@ -63,7 +65,8 @@ def open_dedup_store(
     elif kind == "sync" or is_dsn(target):
         from gateway.stores._pg_dedup import PostgresDedupStore
 
-        store = PostgresDedupStore(cast(Any, target), window=window)
+        # Connected on first use or open(): a receiver's constructor does no network I/O.
+        store = PostgresDedupStore(cast(Any, target), window=window, lazy=True)
     elif isinstance(target, (str, os.PathLike)):
         store = SqliteDedupStore(target, window=window)
     else:

@@ -50,7 +50,9 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-__all__ = ["PgTarget", "describe_dsn", "is_dsn", "migrate", "open_pool", "pg_errors"]
+__all__ = [
+    "PgTarget", "check_target", "describe_dsn", "is_dsn", "migrate", "open_pool", "pg_errors",
+]
 
 T = TypeVar("T")
 
@@ -274,6 +276,34 @@ class PgTarget:
             self.pool.close()
 
 
+def check_target(
+    target: str | ConnectionPool[Any], *, what: str, schema: str = "geogateway",
+    connect_timeout: float = 10.0, call_timeout: float = 5.0,
+) -> str:
+    """Check what :func:`open_pool` would open, without connecting; return where it is
+    (``host:port/database as user``, never the password).
+
+    Raises:
+        ConfigError: as :func:`open_pool`, for everything but the server's answer.
+    """
+    try:
+        import psycopg  # noqa: F401
+        from psycopg_pool import ConnectionPool
+    except ImportError as exc:
+        raise ConfigError(f"{what} on PostgreSQL needs the postgres extra: "
+                          "pip install 'geogateway[postgres]'") from exc
+    if not _SCHEMA_NAME.match(schema):
+        raise ConfigError(f"schema must be a lower-case SQL name, not {schema!r}")
+    if not call_timeout > 0 or not connect_timeout > 0:
+        raise ConfigError("call_timeout and connect_timeout must be > 0 seconds")
+    if isinstance(target, ConnectionPool):
+        return describe_dsn(str(target.conninfo))
+    if not isinstance(target, str) or not is_dsn(target):
+        raise ConfigError(f"{what}: not a PostgreSQL DSN: give postgresql://user:password@"
+                          "host:port/database")
+    return describe_dsn(target)
+
+
 def open_pool(
     target: str | ConnectionPool[Any], *, what: str, schema: str = "geogateway",
     max_size: int = 8, connect_timeout: float = 10.0, call_timeout: float = 5.0,
@@ -289,30 +319,21 @@ def open_pool(
         ConfigError: the psycopg extra is missing; a bad schema name or timeout; the
             server is unreachable, refuses the credentials, or has no such database.
     """
-    try:
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-        from psycopg_pool import ConnectionPool
-    except ImportError as exc:
-        raise ConfigError(f"{what} on PostgreSQL needs the postgres extra: "
-                          "pip install 'geogateway[postgres]'") from exc
-    if not _SCHEMA_NAME.match(schema):
-        raise ConfigError(f"schema must be a lower-case SQL name, not {schema!r}")
-    if not call_timeout > 0 or not connect_timeout > 0:
-        raise ConfigError("call_timeout and connect_timeout must be > 0 seconds")
+    where = check_target(target, what=what, schema=schema,
+                         connect_timeout=connect_timeout, call_timeout=call_timeout)
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import ConnectionPool
+
     QuietPoolWarnings.install()
     if isinstance(target, ConnectionPool):
-        where = describe_dsn(str(target.conninfo))
         try:
             with target.connection(timeout=connect_timeout) as conn:
                 conn.execute("SELECT 1")
         except Exception as exc:
             raise _config_error(exc, where) from None
         return PgTarget(target, where, schema, owned=False, call_timeout=call_timeout)
-    if not isinstance(target, str) or not is_dsn(target):
-        raise ConfigError(f"{what}: not a PostgreSQL DSN: give postgresql://user:password@"
-                          "host:port/database")
-    where = describe_dsn(target)
+    assert isinstance(target, str)
     kwargs = {"connect_timeout": max(1, int(connect_timeout)),
               **session_options(call_timeout, str(conninfo_to_dict(target).get("options") or ""))}
     try:

@@ -38,11 +38,13 @@ go on once it is back). Any other database error: :class:`~replication.GatewayEr
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import PgTarget, migrate, open_pool
+from gateway.stores._pg import PgTarget, check_target, migrate, open_pool
 from replication import (
     DEFAULT_DEDUP_WINDOW,
     ConfigError,
@@ -154,11 +156,14 @@ class PostgresDedupStore(DedupStore):
             ``StoreUnavailable``; the server's statement and lock timeouts on the
             store's connections are 90% of it.
         prune_batch: at most this many rows of each kind removed by one :meth:`prune`.
+        lazy: connect (and migrate) on :meth:`open` or the first call, not here
+            (receivers: their constructors do no network I/O).
 
     Raises:
         ConfigError: the psycopg extra is missing, a bad option or schema name, the
             server is unreachable, refuses the credentials, has no such database, the
-            user may not create the tables, or they are newer than this code.
+            user may not create the tables, or they are newer than this code (with
+            ``lazy``, all but the first two from :meth:`open` or the first call).
     """
 
     def __init__(
@@ -171,19 +176,22 @@ class PostgresDedupStore(DedupStore):
         connect_timeout: float = 10.0,
         call_timeout: float = 5.0,
         prune_batch: int = 10_000,
+        lazy: bool = False,
     ) -> None:
         if max_connections < 1 or prune_batch < 1:
             raise ConfigError("max_connections and prune_batch must be >= 1")
         self.window = window
         self._batch = prune_batch
-        self._target: PgTarget | None = open_pool(
-            target, what="dedup store", schema=schema, max_size=max_connections,
+        self._where = check_target(target, what="dedup store", schema=schema,
+                                   connect_timeout=connect_timeout, call_timeout=call_timeout)
+        self._open = functools.partial(
+            open_pool, target, what="dedup store", schema=schema, max_size=max_connections,
             connect_timeout=connect_timeout, call_timeout=call_timeout)
-        try:
-            migrate(self._target, "dedup", MIGRATIONS)
-        except BaseException:
-            self._target.close()
-            raise
+        self._target: PgTarget | None = None
+        self._opening = threading.Lock()
+        self._closed = False
+        if not lazy:
+            self.open()
         self._sql = {name: text.format(schema=schema) for name, text in (
             ("claim", _CLAIM), ("done", _DONE), ("release", _RELEASE),
             ("inbox_done", _INBOX_DONE), ("peek", _PEEK))}
@@ -193,19 +201,43 @@ class PostgresDedupStore(DedupStore):
     @property
     def where(self) -> str:
         """``host:port/database as user`` (never the password)."""
-        return self._live().where
+        if self._closed:
+            raise RuntimeError("the dedup store is closed")
+        return self._where
 
     def __repr__(self) -> str:
-        target = self._target
-        where = target.where if target is not None else "closed"
-        return f"PostgresDedupStore({where!r})"
+        return f"PostgresDedupStore({'closed' if self._closed else self._where!r})"
+
+    def open(self) -> None:
+        """Connect and bring the tables up to date, unless done already (blocking: call
+        it from a worker thread in async code); the first call of a lazy store does it.
+
+        Raises:
+            ConfigError: as the constructor's (the server's answer).
+            RuntimeError: the store is closed.
+        """
+        with self._opening:
+            if self._closed:
+                raise RuntimeError("the dedup store is closed")
+            if self._target is not None:
+                return
+            target = self._open()
+            try:
+                migrate(target, "dedup", MIGRATIONS)
+            except BaseException:
+                target.close()
+                raise
+            self._target = target
 
     # -- connections ------------------------------------------------------------------
 
     def _live(self) -> PgTarget:
-        if self._target is None:
-            raise RuntimeError("the dedup store is closed")
-        return self._target
+        target = self._target
+        if target is None:
+            self.open()
+            target = self._target
+            assert target is not None
+        return target
 
     def _connection(self, what: str, deadline: float, *, watch: bool = True
                     ) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
@@ -389,6 +421,8 @@ class PostgresDedupStore(DedupStore):
 
     def close(self) -> None:
         """Close the pool if this store opened it; idempotent."""
-        target, self._target = self._target, None
+        with self._opening:
+            self._closed = True
+            target, self._target = self._target, None
         if target is not None:
             target.close()

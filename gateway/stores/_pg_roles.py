@@ -16,10 +16,12 @@ The table (``<schema>.sender_roles``, created by the versioned migrations of
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import PgTarget, migrate, open_pool
+from gateway.stores._pg import PgTarget, check_target, migrate, open_pool
 from replication import ConfigError, RoleState
 
 if TYPE_CHECKING:
@@ -60,10 +62,13 @@ class PostgresRoleStore:
             server's answer, for a lock; a caller's own sooner deadline wins), then
             ``StoreUnavailable``; the server's statement and lock timeouts on the
             store's connections are 90% of it.
+        lazy: connect (and migrate) on :meth:`open` or the first call, not here
+            (senders: their constructors do no network I/O).
 
     Raises:
         ConfigError: the server is unreachable, refuses the credentials, has no such
-            database, or holds a newer schema; a bad schema name; psycopg missing.
+            database, or holds a newer schema (with ``lazy``: from :meth:`open` or the
+            first call); a bad schema name; psycopg missing.
     """
 
     def __init__(
@@ -74,20 +79,43 @@ class PostgresRoleStore:
         refresh_interval: float = 1.0,
         connect_timeout: float = 10.0,
         call_timeout: float = 5.0,
+        lazy: bool = False,
     ) -> None:
         if not refresh_interval > 0:
             raise ConfigError("refresh_interval must be > 0 seconds")
         self.refresh_interval = float(refresh_interval)
-        self._target: PgTarget | None = open_pool(
-            target, what="roles store", schema=schema, max_size=2,
+        self.where = check_target(target, what="roles store", schema=schema,
+                                  connect_timeout=connect_timeout, call_timeout=call_timeout)
+        self._open = functools.partial(
+            open_pool, target, what="roles store", schema=schema, max_size=2,
             connect_timeout=connect_timeout, call_timeout=call_timeout)
-        self.where = self._target.where
         self._table = f"{schema}.sender_roles"
-        try:
-            migrate(self._target, "roles", _STEPS)
-        except BaseException:
-            self._target.close()
-            raise
+        self._target: PgTarget | None = None
+        self._opening = threading.Lock()
+        self._closed = False
+        if not lazy:
+            self.open()
+
+    def open(self) -> None:
+        """Connect and bring the table up to date, unless done already (blocking: call
+        it from a worker thread in async code); the first call of a lazy store does it.
+
+        Raises:
+            ConfigError: as the constructor's (the server's answer).
+            RuntimeError: the store is closed.
+        """
+        with self._opening:
+            if self._closed:
+                raise RuntimeError("the roles store is closed")
+            if self._target is not None:
+                return
+            target = self._open()
+            try:
+                migrate(target, "roles", _STEPS)
+            except BaseException:
+                target.close()
+                raise
+            self._target = target
 
     #: Other processes write the same state: senders re-read it (``refresh_interval``).
     shared = True
@@ -146,7 +174,9 @@ class PostgresRoleStore:
 
     def close(self) -> None:
         """Close the pool opened here (a pool passed in is left open). Safe twice."""
-        target, self._target = self._target, None
+        with self._opening:
+            self._closed = True
+            target, self._target = self._target, None
         if target is not None:
             target.close()
 
@@ -167,8 +197,12 @@ class PostgresRoleStore:
 
     def _run(self, what: str, body: Callable[[psycopg.Connection[Any]], T]) -> T:
         if self._target is None:
-            raise RuntimeError(f"roles store {self.where} is closed")
-        return self._target.run(f"roles store: {what}", body)
+            if self._closed:
+                raise RuntimeError(f"roles store {self.where} is closed")
+            self.open()
+        target = self._target
+        assert target is not None
+        return target.run(f"roles store: {what}", body)
 
 
 def _row(state: RoleState) -> tuple[str, str, str, int, float]:

@@ -22,7 +22,7 @@ def core_outcome(exc: BaseException) -> Outcome | None:
     An SDK's own errors derive from ``AzureError`` too: classify those first.
     """
     if isinstance(exc, ClientAuthenticationError):
-        return Outcome.REJECTED
+        return Outcome.CREDENTIALS
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         return Outcome.UNAVAILABLE
     if isinstance(exc, HttpResponseError):

@@ -1,8 +1,9 @@
-"""next_hedge_step: when a send goes to the other namespace, and when it is over (pure)."""
+"""next_hedge_step: when a send goes to the other namespace, and when it is over; SendProgress:
+when an attempt queued behind others is due (pure)."""
 
 from __future__ import annotations
 
-from replication import Attempt, AttemptState, HedgeStep, Mode, next_hedge_step
+from replication import Attempt, AttemptState, HedgeStep, Mode, SendProgress, next_hedge_step
 
 RUNNING, OK, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 ORDER = ("primary", "secondary")
@@ -106,3 +107,42 @@ def test_active_is_over_once_both_answered() -> None:
     step = active(0.01, primary=attempt("primary", due=0.3, state=OK),
                   secondary=attempt("secondary", due=0.3, state=FAILED))
     assert step == HedgeStep(done=True, accepted=("primary",))
+
+
+# -- an attempt queued behind others: its deadline counts from their answers -----------
+
+
+def test_an_attempt_is_due_its_deadline_after_its_launch_when_nothing_answered() -> None:
+    progress = SendProgress()
+    ticket = progress.ticket()
+    assert progress.due("p", ticket=ticket, launched=10.0, deadline=0.5) == 10.5
+
+
+def test_an_answer_to_an_earlier_attempt_moves_the_deadline_on() -> None:
+    # Given two attempts to p, the second queued behind the first
+    progress = SendProgress()
+    first, second = progress.ticket(), progress.ticket()
+    # When the first is answered after the second was launched
+    progress.answered("p", ticket=first, at=10.4)
+    # Then the second is due its deadline after that answer, the first is not moved
+    assert progress.due("p", ticket=second, launched=10.0, deadline=0.5) == 10.9
+    assert progress.due("p", ticket=first, launched=10.0, deadline=0.5) == 10.5
+
+
+def test_answers_to_later_attempts_or_other_namespaces_do_not_move_it() -> None:
+    # Given an attempt to p that hangs while later ones (and q) are answered
+    progress = SendProgress()
+    hung, later = progress.ticket(), progress.ticket()
+    progress.answered("p", ticket=later, at=10.4)
+    progress.answered("q", ticket=progress.ticket(), at=10.45)
+    # Then the hung one is due its deadline after its launch
+    assert progress.due("p", ticket=hung, launched=10.0, deadline=0.5) == 10.5
+
+
+def test_only_recent_answers_are_kept() -> None:
+    progress = SendProgress(keep=2)
+    tickets = [progress.ticket() for _ in range(4)]
+    for i, ticket in enumerate(tickets[:3]):
+        progress.answered("p", ticket=ticket, at=11.0 - i)  # the first answered last
+    # The first answer (at 11.0) is forgotten: the last two are 10.0 and 9.0
+    assert progress.due("p", ticket=tickets[3], launched=5.0, deadline=0.5) == 10.5

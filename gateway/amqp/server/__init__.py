@@ -1,6 +1,7 @@
 """The service side of AMQP 1.0 that the unmodified SDKs talk to, whatever is behind it.
 
-- Shared access signatures (``_auth``): the tokens clients put on ``$cbs``.
+- Shared access signatures (``_auth``): the tokens clients put on ``$cbs``, checked
+  against a namespace's shared access policies (Listen, Send, Manage).
 - Links, sessions and connections (``_links``, ``_session``, ``_connection``): SASL,
   open/close, windows, credit, delivery assembly and settlement.
 - The wire forms of the project's records (``_convert``): a client's message as a
@@ -16,14 +17,22 @@ connection to :class:`Connection`. Nothing here knows what is behind a node.
 """
 
 from gateway.amqp.server._auth import (
+    ALL_RIGHTS,
     DEFAULT_KEY,
     DEFAULT_KEY_NAME,
     AuthError,
     Grant,
+    Policy,
+    Right,
+    authorize,
     check_token,
     client_host,
     entity_path,
+    parse_policy,
+    parse_rights,
+    pick_policy,
     resource_path,
+    with_default,
 )
 from gateway.amqp.server._connection import MAX_FRAME_SIZE, Connection
 from gateway.amqp.server._convert import (
@@ -53,6 +62,7 @@ from gateway.amqp.server._management import (
     Reply,
     Requests,
     app_property,
+    audience_entity,
     put_token,
     status,
 )
@@ -60,6 +70,7 @@ from gateway.amqp.server._session import LinkRouter, Session, SessionConnection,
 from gateway.amqp.server._wait import stalled, wait_first
 
 __all__ = [
+    "ALL_RIGHTS",
     "DEFAULT_KEY",
     "DEFAULT_KEY_NAME",
     "DEFERRED",
@@ -77,21 +88,28 @@ __all__ = [
     "LinkSession",
     "NodeConnection",
     "OutgoingLink",
+    "Policy",
     "ProtocolError",
     "Replies",
     "Reply",
     "Requests",
+    "Right",
     "ServerNamespace",
     "Session",
     "SessionConnection",
     "SessionNamespace",
     "Terminus",
     "app_property",
+    "audience_entity",
+    "authorize",
     "check_token",
     "client_host",
     "entity_path",
     "event_message",
     "lock_tag",
+    "parse_policy",
+    "parse_rights",
+    "pick_policy",
     "put_token",
     "queue_message",
     "queue_payload",
@@ -102,4 +120,5 @@ __all__ = [
     "to_local",
     "to_queued",
     "wait_first",
+    "with_default",
 ]

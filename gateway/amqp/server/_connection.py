@@ -44,7 +44,7 @@ from gateway.amqp import (
     Transfer,
     encode_frame,
 )
-from gateway.amqp.server._auth import Grant, entity_path
+from gateway.amqp.server._auth import Grant, Right, entity_path
 from gateway.amqp.server._interfaces import ProtocolError
 from gateway.amqp.server._session import Session, SessionNamespace
 
@@ -126,10 +126,13 @@ class Connection:
 
     # -- authorization ------------------------------------------------------------
 
-    def authorized(self, address: str) -> bool:
-        """Whether a token put on this connection covers the entity at ``address``."""
+    def authorized(self, address: str, right: Right | None = None) -> bool:
+        """Whether a token put on this connection covers the entity at ``address`` (with
+        ``right``, when given)."""
         path, now = entity_path(address), time.time()
-        return any(g.covers(path, now) for g in self.grants)
+        if right is None:
+            return any(g.covers(path, now) for g in self.grants)
+        return any(g.allows(path, right, now) for g in self.grants)
 
     # -- the read loop --------------------------------------------------------------
 
@@ -261,12 +264,15 @@ class Connection:
         self._frames.expect_header()
 
     def _plain_ok(self, response: bytes) -> bool:
-        # PLAIN: [authzid] NUL authcid NUL passwd; the key name and key grant everything.
+        # PLAIN: [authzid] NUL authcid NUL passwd: a policy's name and key grant its rights.
         parts = response.split(b"\0")
-        ns = self.namespace
-        if len(parts) == 3 and parts[1] == ns.key_name.encode() and parts[2] == ns.key.encode():
-            self.grants.append(Grant(path="", expires=float("inf")))
-            return True
+        if len(parts) != 3:
+            return False
+        for policy in self.namespace.policies:
+            if parts[1] == policy.name.encode() and parts[2] == policy.key.encode():
+                self.grants.append(Grant(path=policy.scope, expires=float("inf"),
+                                         rights=policy.rights))
+                return True
         return False
 
     def _on_open(self, body: Open) -> None:

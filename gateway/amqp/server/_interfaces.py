@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from gateway.amqp.server._auth import Grant
+from gateway.amqp.server._auth import Grant, Policy, Right
 
 __all__ = ["NodeConnection", "ProtocolError", "ServerNamespace"]
 
@@ -37,10 +37,8 @@ class ServerNamespace(Protocol):
     def name(self) -> str: ...
 
     @property
-    def key_name(self) -> str: ...
-
-    @property
-    def key(self) -> str: ...
+    def policies(self) -> tuple[Policy, ...]:
+        """The shared access policies tokens are checked against, the default one first."""
 
     @property
     def product(self) -> str:
@@ -55,6 +53,10 @@ class ServerNamespace(Protocol):
     async def delay(self) -> None: ...
 
     def refresh(self) -> object: ...
+
+    async def exists(self, entity: str) -> bool:
+        """Whether the entity at lower-case path ``entity`` exists (``$cbs`` answers 404
+        for a token of one that does not, once the token is valid)."""
 
 
 class NodeConnection(Protocol):
@@ -71,7 +73,7 @@ class NodeConnection(Protocol):
     @property
     def stalled(self) -> bool: ...
 
-    def authorized(self, address: str) -> bool: ...
+    def authorized(self, address: str, right: Right | None = None) -> bool: ...
 
     async def drain(self) -> None: ...
 

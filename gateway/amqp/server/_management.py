@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,12 +27,13 @@ from gateway.amqp import (
     decode_message,
     encode_message,
 )
-from gateway.amqp.server._auth import AuthError, check_token, entity_path
+from gateway.amqp.server._auth import AuthError, authorize, entity_path, resource_path
 from gateway.amqp.server._interfaces import ServerNamespace
 from gateway.amqp.server._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from replication import GatewayError
 
-__all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "put_token", "status"]
+__all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "audience_entity",
+           "put_token", "status"]
 
 #: Seconds by which credit and settlements of requests follow the frames clients wait for.
 _LATER = 0.5
@@ -134,13 +136,30 @@ def _reply_link(request_link: Link, request: AmqpMessage) -> OutgoingLink | None
     return found
 
 
+_HUB_PART = re.compile(r"(?P<hub>.+?)/(?:consumergroups|partitions)(?:/.*)?")
+
+
+def audience_entity(path: str) -> str:
+    """The entity a put-token audience's lower-case path names ("" for the namespace):
+    its queue, topic, subscription or event hub, without the dead-letter suffix, a
+    ``$management`` node, or an event hub's consumer group or partition."""
+    path = path.removesuffix("/$management").removesuffix("/$deadletterqueue")
+    hub = _HUB_PART.fullmatch(path)
+    return hub["hub"] if hub else path
+
+
 def app_property(msg: AmqpMessage, name: str) -> Any:
     """An application property of ``msg`` (keys may be strings or symbols)."""
     return (msg.application_properties or {}).get(name)
 
 
 async def put_token(link: IncomingLink, request: AmqpMessage) -> Reply:
-    """The ``$cbs`` put-token operation: check the token and grant its audience."""
+    """The ``$cbs`` put-token operation: check the token and grant its audience.
+
+    As on the service, the credential is checked first (401), then the audience's
+    entity must exist (404, "could not be found"): a caller without a valid token
+    learns nothing of which entities exist.
+    """
     namespace = link.session.connection.namespace
     if app_property(request, "operation") != "put-token":
         return Reply(properties=status(400, "the only $cbs operation is put-token"))
@@ -148,12 +167,16 @@ async def put_token(link: IncomingLink, request: AmqpMessage) -> Reply:
     if not isinstance(token, str) or not isinstance(audience, str):
         return Reply(properties=status(400, "put-token needs a string token and a 'name'"))
     try:
-        grant = check_token(token, audience=audience, key_name=namespace.key_name,
-                            key=namespace.key, now=time.time())
+        grant = authorize(token, audience=audience, policies=namespace.policies,
+                          now=time.time())
     except AuthError as exc:
         namespace.log.info("namespace %s refused a token for %s: %s", namespace.name,
-                  entity_path(audience) or "/", exc)
+                           entity_path(audience) or "/", exc)
         return Reply(properties=status(401, f"InvalidSignature: {exc}"))
+    target = audience_entity(resource_path(audience))
+    if target and not await namespace.exists(target):
+        return Reply(properties=status(404, f"The messaging entity '{audience}' could not be "
+                                       "found."))
     conn = link.session.connection
     now = time.time()
     conn.grants = [g for g in conn.grants if g.expires > now] + [grant]  # tokens are renewed

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from gateway.amqp.server import Connection
+from gateway.amqp.server import Connection, Policy
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._declare import declare
@@ -84,7 +84,7 @@ class Namespace:
     log = _LOG
 
     def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
-                 key_name: str, key: str, queues: Sequence[QueueSpec],
+                 policies: Sequence[Policy], queues: Sequence[QueueSpec],
                  event_hubs: Sequence[EventHubSpec],
                  max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE,
                  topics: Sequence[TopicSpec] = ()) -> None:
@@ -93,8 +93,8 @@ class Namespace:
         self.max_message_size = max_message_size
         self.host = host
         self.port = port
-        self.key_name = key_name
-        self.key = key
+        #: The shared access policies, the default one (every right) first.
+        self.policies = tuple(policies)
         self.db_path, control = namespace_files(name, data_dir)
         self.store = Store(self.db_path, namespace=name, auto_create=False,
                            codec=AmqpSections())
@@ -158,6 +158,10 @@ class Namespace:
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a store operation (on the event loop: see the module docstring)."""
         return fn(*args, **kwargs)
+
+    async def exists(self, entity: str) -> bool:
+        """Whether the store declares the entity at lower-case path ``entity``."""
+        return await self.run(self.store.find, entity) is not None
 
     async def _stop_serving(self, condition: str, description: str) -> None:
         server, self._server = self._server, None

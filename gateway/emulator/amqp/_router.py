@@ -3,8 +3,10 @@ or one of its subscriptions (to receive: ``TOPIC/Subscriptions/SUB``), an event 
 
 Addresses may carry a scheme and host (``amqps://host:port/orders``); they are
 stripped, and entity names match case-insensitively, as on Service Bus. A link to
-an entity needs a token for it (put on ``$cbs`` first, as the SDKs do); an unknown
-entity is refused with ``amqp:not-found``.
+an entity needs a token for it (put on ``$cbs`` first, as the SDKs do), whose policy
+has the ``Send`` right for a sender link and ``Listen`` for a receiver link (refused
+with ``amqp:unauthorized-access`` otherwise); an unknown entity is refused with
+``amqp:not-found`` (clients that put a token learn it earlier, from ``$cbs``'s 404).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from gateway.amqp.server import (
     Link,
     OutgoingLink,
     Replies,
+    Reply,
     Requests,
+    Right,
+    app_property,
     put_token,
+    status,
 )
 from gateway.emulator.amqp._eventhubs import (
     STOLEN,
@@ -45,7 +51,6 @@ from replication import GatewayError
 
 if TYPE_CHECKING:
     from gateway.amqp import AmqpMessage
-    from gateway.amqp.server import Reply
 
 __all__ = ["Router"]
 
@@ -57,12 +62,25 @@ _MANAGEMENT = "$management"
 _EPOCH = "com.microsoft:epoch"
 #: The entities read as queues: queues and topics' subscriptions.
 _QUEUES = (EntityKind.QUEUE, EntityKind.SUBSCRIPTION)
+_SEND_OPERATIONS = ("com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message")
 
 
 def _path(address: str) -> str:
     if "://" in address:
         address = urlsplit(address).path
     return address.strip("/")
+
+
+def _claims(requests: IncomingLink, entity: str, request: AmqpMessage) -> Reply | None:
+    """The refusal of a queue's management request whose token lacks the right: Send to
+    schedule or cancel, Listen for the rest (peek, locks, settlement, sessions)."""
+    operation = str(app_property(request, "operation"))
+    right = Right.SEND if operation in _SEND_OPERATIONS else Right.LISTEN
+    if requests.session.connection.authorized(entity, right):
+        return None
+    return Reply(properties=status(
+        401, f"Unauthorized access. '{right.value}' claim(s) are required to perform this "
+        f"operation. Resource: '{entity}'.", "amqp:unauthorized-access"))
 
 
 class Router:
@@ -97,6 +115,12 @@ class Router:
         if not conn.authorized(path):
             link.refuse("amqp:unauthorized-access",
                         f"Unauthorized access to '{path}': put a token for it on $cbs first")
+            return
+        # The token's policy must hold the link's right, as the service's claims check.
+        right = Right.SEND if isinstance(link, IncomingLink) else Right.LISTEN
+        if not conn.authorized(path, right):
+            link.refuse("amqp:unauthorized-access", f"Unauthorized access. '{right.value}' "
+                        f"claim(s) are required to perform this operation. Resource: '{path}'.")
             return
         consumer = _CONSUMER.fullmatch(path) if isinstance(link, OutgoingLink) else None
         if consumer is not None:
@@ -183,6 +207,9 @@ class Router:
             sessions = self.sessions
 
             async def queue_op(requests: IncomingLink, request: AmqpMessage) -> Reply:
+                refusal = _claims(requests, name, request)
+                if refusal is not None:
+                    return refusal
                 lookup = functools.partial(sessions.token, requests.session.connection, name)
                 return await manage_queue(ns, name, request, max_message_size=limit,
                                           sessions=lookup)
@@ -194,7 +221,13 @@ class Router:
             return
         ns = self.namespace
 
-        async def hub_op(_: IncomingLink, request: AmqpMessage) -> Reply:
+        async def hub_op(requests: IncomingLink, request: AmqpMessage) -> Reply:
+            # The credential first, as on the service: a hub no token covers is refused
+            # (401) whether it exists or not.
+            hub = str(app_property(request, "name") or "")
+            if not requests.session.connection.authorized(hub):
+                return Reply(properties=status(401, f"Unauthorized access to '{hub}': put a "
+                                               "token for it on $cbs first"))
             return await manage_hub(ns, request)
 
         self._node(link, hub_op)

@@ -7,7 +7,14 @@ import os
 from collections.abc import Iterable, Mapping
 
 from gateway._support.service_thread import AsyncService, ServiceThread
-from gateway.amqp.server import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
+from gateway.amqp.server import (
+    DEFAULT_KEY,
+    DEFAULT_KEY_NAME,
+    Policy,
+    client_host,
+    pick_policy,
+    with_default,
+)
 from gateway.emulator._config import (
     SERVICE_BUS_MAX_MESSAGE_SIZE,
     EventHubSpec,
@@ -45,8 +52,11 @@ class Emulator(AsyncService):
         queues: queues to declare in every namespace (names or :class:`QueueSpec`).
         event_hubs: event hubs to declare in every namespace (name → partition count,
             or :class:`EventHubSpec`).
-        key_name: the shared access policy clients sign their tokens with.
+        key_name: the default shared access policy, with every right.
         key: its key (default: the well-known development key, :data:`DEFAULT_KEY`).
+        policies: more shared access policies (:class:`Policy`, e.g. from
+            :func:`parse_policy`): Listen, Send or Manage rights, on the namespace or
+            on one entity; each namespace served has them all.
         host: the address to listen on.
         max_message_size: the largest Service Bus message each namespace accepts, in
             bytes (256 KiB, the standard tier's, by default); a queue's own smaller
@@ -55,8 +65,9 @@ class Emulator(AsyncService):
             rules (:class:`TopicSpec`).
 
     Raises:
-        ConfigError: no namespace, a bad name or port, two namespaces on one port, or
-            a max_message_size outside 1 KiB to 100 MiB.
+        ConfigError: no namespace, a bad name or port, two namespaces on one port,
+            a max_message_size outside 1 KiB to 100 MiB, or two policies of one name
+            on the same scope.
     """
 
     def __init__(self, namespaces: Mapping[str, int], *,
@@ -66,7 +77,8 @@ class Emulator(AsyncService):
                  key_name: str = DEFAULT_KEY_NAME, key: str = DEFAULT_KEY,
                  host: str = "127.0.0.1",
                  max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE,
-                 topics: Iterable[TopicSpec] = ()) -> None:
+                 topics: Iterable[TopicSpec] = (),
+                 policies: Iterable[Policy] = ()) -> None:
         if not namespaces:
             raise ConfigError("an emulator serves at least one namespace")
         fixed = [p for p in namespaces.values() if p]
@@ -75,15 +87,15 @@ class Emulator(AsyncService):
         if not key or not key_name:
             raise ConfigError("the key and the key name must not be empty")
         limit = parse_size(max_message_size)
+        self.policies = with_default(Policy(name=key_name, key=key), policies)
         directory = None if data_dir is None else os.fspath(data_dir)
         qs, hs, ts = _queues(queues), _hubs(event_hubs), tuple(topics)
         self.host = host
         self.key_name = key_name
-        self._key = key
         self._namespaces = {
-            name: Namespace(name, port, host=host, data_dir=directory, key_name=key_name,
-                            key=key, queues=qs, event_hubs=hs, max_message_size=limit,
-                            topics=ts)
+            name: Namespace(name, port, host=host, data_dir=directory,
+                            policies=self.policies, queues=qs, event_hubs=hs,
+                            max_message_size=limit, topics=ts)
             for name, port in namespaces.items()
         }
         self._started = False
@@ -117,16 +129,25 @@ class Emulator(AsyncService):
         """The port namespace ``name`` listens on (the one chosen when 0 was asked)."""
         return self._get(name).port
 
-    def connection_string(self, name: str, *, redact_key: bool = False) -> str:
+    def connection_string(self, name: str, *, redact_key: bool = False,
+                          policy: str | None = None) -> str:
         """The connection string of namespace ``name`` for the Azure SDKs.
 
         Args:
             redact_key: write ``SharedAccessKey=***`` (for printing a secret key).
+            policy: the name of the shared access policy to use (default: the default
+                one, every right); an entity-level one adds its ``EntityPath``.
+
+        Raises:
+            ConfigError: no such namespace or policy, or two entity-level policies of
+                that name.
         """
+        chosen = pick_policy(self.policies, policy)
         host = client_host(self.host)
-        key = "***" if redact_key else self._key
-        return (f"Endpoint=sb://{host}:{self.port(name)};SharedAccessKeyName={self.key_name};"
-                f"SharedAccessKey={key};UseDevelopmentEmulator=true")
+        key = "***" if redact_key else chosen.key
+        entity = f"EntityPath={chosen.entity};" if chosen.entity else ""
+        return (f"Endpoint=sb://{host}:{self.port(name)};SharedAccessKeyName={chosen.name};"
+                f"SharedAccessKey={key};{entity}UseDevelopmentEmulator=true")
 
     def _get(self, name: str) -> Namespace:
         try:

@@ -177,7 +177,7 @@ class DedupDelivery:
         # An outage is waited out here, the effect tried again on a new transaction:
         # it is not one of the handler's attempts.
         return await self._watch.call("the inbox", self._dedup.succeeded_with,
-                                      event.message.message_id, effect)
+                                      event.message.message_id, effect, handler_work=True)
 
     async def _wait_turn(self, message_id: str) -> Verdict:
         pause = _FIRST_HOLD_PAUSE

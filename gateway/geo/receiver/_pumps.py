@@ -7,17 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 
 import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._tracing import MessageTracer
-from gateway.transports.base import ReceivedMessage, Transport
+from gateway.geo.receiver._deliveries import Deliveries
+from gateway.transports.base import Transport
 from replication import (
     DeadlineEstimator,
-    GatewayError,
     MessageRejected,
+    NamespaceMisconfigured,
     Operation,
     OperationTimeout,
     TransportError,
@@ -34,7 +34,7 @@ class Pumps:
     entity: str
     _transports: dict[str, Transport]
     _hooks: list[GatewayHooks]
-    _inbox: deque[ReceivedMessage]
+    _deliveries: Deliveries
     _counts: dict[str, int]
     _prefetch: int
     _poll_wait: float
@@ -43,8 +43,8 @@ class Pumps:
     _answer: asyncio.Event
     _down: set[str]
     _read: set[str]
-    _refused: dict[str, MessageRejected]
-    _fatal: GatewayError | None
+    _refused: dict[str, MessageRejected | NamespaceMisconfigured]
+    _fatal: Exception | None
     _pumps: list[asyncio.Task[None]]
     _closing: bool
     _estimator: DeadlineEstimator
@@ -57,9 +57,10 @@ class Pumps:
         return frozenset(self._down)
 
     @property
-    def refused(self) -> dict[str, MessageRejected]:
-        """Namespaces that refused to be read for good (unauthorized, no such entity),
-        with their error. They are not read again; the other namespace still is."""
+    def refused(self) -> dict[str, MessageRejected | NamespaceMisconfigured]:
+        """Namespaces that refused to be read for good (no such entity; unusable as
+        configured: a wrong key, no rights, a host name that does not resolve), with
+        their error. They are not read again; the other namespace still is."""
         return dict(self._refused)
 
     @property
@@ -79,7 +80,7 @@ class Pumps:
         empty queue checks :attr:`refused` and :attr:`down` after this."""
         self._start_pumps()
         with anyio.move_on_after(within):
-            while len(self.answered) < len(self._transports):
+            while len(self.answered) < len(self._transports) and self._fatal is None:
                 self._answer.clear()
                 await self._answer.wait()
         return self.answered
@@ -89,7 +90,7 @@ class Pumps:
             loop = asyncio.get_running_loop()
             self._pumps = [loop.create_task(self._pump(ns)) for ns in self._transports]
 
-    def _refuse(self, namespace: str, exc: MessageRejected) -> None:
+    def _refuse(self, namespace: str, exc: MessageRejected | NamespaceMisconfigured) -> None:
         # Reading this namespace again would fail the same way: report it and stop.
         self._refused[namespace] = exc
         self._down.add(namespace)
@@ -125,11 +126,30 @@ class Pumps:
             namespace=namespace))
 
     async def _pump(self, namespace: str) -> None:
+        try:
+            await self._pump_loop(namespace)
+        except Exception as exc:
+            self._broke(namespace, exc)
+
+    def _broke(self, namespace: str, exc: Exception) -> None:
+        # Not in the error tree: a bug (in a transport, a hook, the pump itself). It is
+        # raised to the caller rather than retried: a pump restarted on a bug would fail
+        # again and again, while receive() went on returning the other namespace's
+        # messages or nothing, an outage that looks like an idle queue.
+        logger.error("the receiving pump of namespace %s for %r stopped on an "
+                     "unexpected error; receive() and run() raise it: %r",
+                     namespace, self.entity, exc, exc_info=exc)
+        if self._fatal is None:
+            self._fatal = exc
+        self._answer.set()
+        self._arrived.set()
+
+    async def _pump_loop(self, namespace: str) -> None:
         transport = self._transports[namespace]
         loop = asyncio.get_running_loop()
         estimator = self._estimator
         while not self._closing:
-            room = self._prefetch - len(self._inbox)
+            room = self._prefetch - self._deliveries.waiting
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
@@ -142,13 +162,15 @@ class Pumps:
                 batch = await transport.receive(
                     self.entity, max_messages=min(room, 100), max_wait=self._poll_wait
                 )
+            except (MessageRejected, NamespaceMisconfigured) as exc:
+                # A namespace unusable as configured is read no better later: reported
+                # and left, as one that refuses the entity is.
+                self._refuse(namespace, exc)
+                return
             except TransportError as exc:
                 self._went_down(namespace, exc)
                 await anyio.sleep(self._poll_wait)
                 continue
-            except MessageRejected as exc:
-                self._refuse(namespace, exc)
-                return
             finally:
                 watchdog.cancel()
             estimator.observe(namespace, Operation.RECEIVE,
@@ -164,5 +186,4 @@ class Pumps:
                                           namespace=namespace, messages=batch,
                                           started_ns=began_ns)
                 self._counts["received"] += len(batch)
-                self._inbox.extend(batch)
-                self._arrived.set()
+                self._deliveries.received(batch)

@@ -12,7 +12,9 @@ One pump task per namespace keeps up to ``prefetch`` messages received (peek-loc
 The de-duplicator's SQLite work runs in worker threads, never on the event loop:
 one check per received batch, and the done marks of the messages completed in a
 row in one transaction (``gateway.geo.receiver._marks``), each copy settled only after
-its mark committed. The pumps and the namespaces' health live in ``gateway.geo.receiver._pumps``,
+its mark committed. Where each copy is (the inbox, held, in flight) is one object's,
+``gateway.geo.receiver._deliveries.Deliveries``, changed only by its named transitions.
+The pumps and the namespaces' health live in ``gateway.geo.receiver._pumps``,
 the ``run`` loop (one handler at a time or several, plain or inbox handlers) in
 ``gateway.geo.receiver._run``.
 
@@ -29,7 +31,6 @@ import contextlib
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -42,6 +43,7 @@ from gateway.geo._factory import NamespaceLike, check_entity, open_transport
 from gateway.geo._hooks import GatewayHooks, dedup_call
 from gateway.geo._store_watch import StoreWatch
 from gateway.geo._tracing import find_tracer, messaging_system
+from gateway.geo.receiver._deliveries import Deliveries
 from gateway.geo.receiver._marks import DoneMarks
 from gateway.geo.receiver._pumps import Pumps
 from gateway.geo.receiver._run import (
@@ -52,7 +54,12 @@ from gateway.geo.receiver._run import (
     StopFlag,
 )
 from gateway.geo.receiver._settle import Settler
-from gateway.stores import DedupTarget, open_dedup_store
+from gateway.stores import (
+    DedupTarget,
+    FallbackDedupStore,
+    PostgresDedupStore,
+    open_dedup_store,
+)
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import (
     RECEIVE_DEADLINES,
@@ -62,6 +69,7 @@ from replication import (
     DedupWindow,
     GatewayError,
     MessageRejected,
+    NamespaceMisconfigured,
     NamespaceUnavailable,
     Operation,
     StoreUnavailable,
@@ -157,6 +165,9 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             if owned:
                 self._owned.append(transport)
         store = open_dedup_store(dedup_store, window=dedup_window, fallback=dedup_fallback)
+        # A PostgreSQL store connects when the receiver is opened (or first used).
+        shared = store.shared if isinstance(store, FallbackDedupStore) else store
+        self._connect = shared.open if isinstance(shared, PostgresDedupStore) else None
         if _SUBSCRIPTION in self.entity.lower():
             # The topic's copies in every subscription share their MessageIds: a store
             # shared by receivers of several subscriptions keeps one window for each.
@@ -164,22 +175,19 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         self._dedup = Deduplicator(store, window=dedup_window, clock=clock, lease=dedup_lease)
         self._closing = False
         self._watch = StoreWatch(store, hooks=self._hooks, stopping=lambda: self._closing)
-        self._inbox: deque[ReceivedMessage] = deque()
-        self._held: dict[str, list[ReceivedMessage]] = {}
-        self._in_flight: set[str] = set()  # delivered by this receiver, not yet settled
-        self._pending: set[str] = set()  # completed by the caller, mark not yet written
         self._marks: DoneMarks[tuple[ReceivedMessage, bool]] = DoneMarks(
             self._dedup, self._on_marked, self._watch)
         self._tracer = find_tracer(self._hooks)
         self._systems = {ns: messaging_system(t) for ns, t in self._transports.items()}
         self._last_recheck = 0.0
-        self._arrived = asyncio.Event()
-        self._room = asyncio.Event()
+        self._arrived = asyncio.Event()  # the inbox got copies, or a pump an outcome
+        self._room = asyncio.Event()  # copies left the inbox: the pumps may receive more
+        self._deliveries = Deliveries(arrived=self._arrived.set, room=self._room.set)
         self._down: set[str] = set()
         self._read: set[str] = set()
-        self._refused: dict[str, MessageRejected] = {}
+        self._refused: dict[str, MessageRejected | NamespaceMisconfigured] = {}
         self._answer = asyncio.Event()  # a pump got an outcome (messages, none, an error)
-        self._fatal: GatewayError | None = None
+        self._fatal: Exception | None = None  # raised by receive() from now on
         self._pumps: list[asyncio.Task[None]] = []
         self._counts = dict.fromkeys(
             ("received", "delivered", "duplicates_suppressed", "completed", "abandoned",
@@ -190,10 +198,22 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
 
     @property
     def stats(self) -> ReceiverStats:
-        return ReceiverStats(held=sum(len(v) for v in self._held.values()), **self._counts)
+        return ReceiverStats(held=self._deliveries.held, **self._counts)
 
     async def __aenter__(self) -> AsyncGeoReceiver:
+        await self.open()
         return self
+
+    async def open(self) -> None:
+        """Connect to a PostgreSQL dedup store and bring its tables up to date, in a
+        worker thread (``async with`` does it; otherwise the first store call does).
+
+        Raises:
+            ConfigError: the store's server is unreachable, refuses the credentials,
+                has no such database, or its tables cannot be made or are newer.
+        """
+        if self._connect is not None:
+            await anyio.to_thread.run_sync(self._connect)
 
     async def __aexit__(
         self,
@@ -222,6 +242,8 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             MessageRejected: both namespaces refused to be read.
             StoreUnavailable: the dedup store does not answer (reported once to the
                 log and ``on_store_down``); the copies wait, nothing is delivered.
+            Exception: a pump stopped on an error outside the gateway's error tree
+                (a bug, logged once with its traceback); raised by every call after.
         """
         self._start_pumps()
         # Yield at least once per call: a caller that retries at once after
@@ -248,52 +270,56 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
                 await asyncio.wait_for(self._arrived.wait(), min(remaining, self._poll_wait))
 
     async def _sort_inbox(self, out: list[ReceivedMessage], max_messages: int) -> None:
+        state = self._deliveries
         self._recheck_foreign_holds()
-        while self._inbox and len(out) < max_messages:
+        while state.waiting and len(out) < max_messages:
             # Take no more than there is room for: a claimed copy that did not fit
             # would be pushed back to the front, reversing the order of the rest.
-            room = max_messages - len(out)
-            take = [self._inbox.popleft() for _ in range(min(len(self._inbox), room))]
-            self._room.set()
-            # A copy of an id in flight here (its handler runs, or its mark waits for
-            # the store) is held without asking the store: even once its lease ran out
-            # it must not be delivered twice by this receiver.
-            mine = [m for m in take if m.message_id in self._in_flight]
-            for received in mine:
-                self._held.setdefault(received.message_id, []).append(received)
-            take = [m for m in take if m.message_id not in self._in_flight]
-            if not take:
-                continue
-            ids = [m.message_id for m in take]
-            ours = self._in_flight.intersection(ids)
-            try:
-                verdicts = await self._watch.once("checking ids", self._dedup.check_many,
-                                                  ids, timed="check", count=len(ids))
-            except StoreUnavailable:
-                self._inbox.extendleft(reversed(take))  # kept, in order, for the next try
-                raise
-            again: list[ReceivedMessage] = []
-            duplicates: list[ReceivedMessage] = []
-            for received, verdict in zip(take, verdicts, strict=True):
-                if verdict is Verdict.DELIVER and len(out) < max_messages:
-                    out.append(received)
-                    self._in_flight.add(received.message_id)
-                    self._counts["delivered"] += 1
-                elif verdict is Verdict.DELIVER:
-                    # Claimed but no room: give the claim back and keep it for later.
-                    with contextlib.suppress(StoreUnavailable):  # the lease runs out
-                        await dedup_call(self._hooks, "release", 1, self._dedup.failed,
-                                         received.message_id)
-                    again.append(received)
-                elif verdict is Verdict.DUPLICATE:
-                    duplicates.append(received)
-                elif received.message_id in ours and received.message_id not in self._in_flight:
-                    # Its first copy here was settled while this batch was checked.
-                    again.append(received)
+            take: list[ReceivedMessage] = []
+            for received in state.take(max_messages - len(out)):
+                # A copy of an id in flight here (its handler runs, or its mark waits
+                # for the store) is held without asking the store: even once its lease
+                # ran out it must not be delivered twice by this receiver.
+                if state.in_flight(received.message_id):
+                    state.hold(received)
                 else:
-                    self._held.setdefault(received.message_id, []).append(received)
-            self._inbox.extendleft(reversed(again))
-            await self._settle_duplicates(duplicates)
+                    take.append(received)
+            if take:
+                await self._sort(take, out, max_messages)
+
+    async def _sort(self, take: list[ReceivedMessage], out: list[ReceivedMessage],
+                    max_messages: int) -> None:
+        # Ask the store about copies whose ids are not in flight here, and deliver,
+        # hold, or settle each as a duplicate.
+        state = self._deliveries
+        ids = [m.message_id for m in take]
+        try:
+            verdicts = await self._watch.once("checking ids", self._dedup.check_many,
+                                              ids, timed="check", count=len(ids))
+        except StoreUnavailable:
+            state.put_back(take)  # kept, in order, for the next try
+            raise
+        again: list[ReceivedMessage] = []
+        duplicates: list[ReceivedMessage] = []
+        for received, verdict in zip(take, verdicts, strict=True):
+            if verdict is Verdict.DUPLICATE:
+                duplicates.append(received)
+            elif verdict is not Verdict.DELIVER or state.in_flight(received.message_id):
+                # Another copy is in flight, here or in another process (a copy in
+                # flight here when the store claimed it for us again: held all the same).
+                state.hold(received)
+            elif len(out) < max_messages:
+                out.append(received)
+                state.deliver(received)
+                self._counts["delivered"] += 1
+            else:
+                # Claimed but no room: give the claim back and keep it for later.
+                with contextlib.suppress(StoreUnavailable):  # the lease runs out
+                    await dedup_call(self._hooks, "release", 1, self._dedup.failed,
+                                     received.message_id)
+                again.append(received)
+        state.put_back(again)
+        await self._settle_duplicates(duplicates)
 
     def _recheck_foreign_holds(self) -> None:
         # A copy held because another *process* is handling its id is settled by
@@ -303,8 +329,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         if now - self._last_recheck < _RECHECK_SECONDS:
             return
         self._last_recheck = now
-        for message_id in [i for i in self._held if i not in self._in_flight]:
-            self._inbox.extendleft(reversed(self._held.pop(message_id)))
+        self._deliveries.recall()
 
     async def complete(self, message: ReceivedMessage) -> None:
         """The handler succeeded: record the id as done, then settle every copy.
@@ -321,7 +346,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
                 completion (those messages stay unsettled and come back).
         """
         self.complete_nowait(message)
-        if self._in_flight <= self._pending:  # the caller holds no other message
+        if self._deliveries.caller_holds_none:
             await self._marks.wait()
         self._raise_mark_error()
 
@@ -331,38 +356,52 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
         With the dedup store unreachable the claim stays until its lease runs out (then
         a copy may be delivered again); the message is abandoned all the same.
         """
-        with contextlib.suppress(StoreUnavailable):
-            await self._watch.once("releasing a claim", self._dedup.failed,
-                                   message.message_id, timed="release")
-        self._in_flight.discard(message.message_id)
         self._counts["abandoned"] += 1
-        await self._settle_all([(message, "abandon")])
-        for held in reversed(self._held.pop(message.message_id, [])):
-            self._inbox.appendleft(held)
-        self._arrived.set()
+        await self._release(message, abandon=True)
 
     async def dead_letter(
         self, message: ReceivedMessage, *, reason: str, description: str = ""
     ) -> None:
         """Move the message to its namespace's dead-letter sub-queue; the id counts as done.
 
+        The copy is dead-lettered first and its id marked done after: a dead-letter that
+        fails (or gets no answer) leaves the id undone and its claim released, so the
+        other copy, or this one when its lock expires, is delivered again and can be
+        dead-lettered then (at worst both copies are dead-lettered; none is lost).
+
         Raises:
             OperationTimeout: the namespace did not answer within its settle deadline
-                (the id is done; the copy comes back when its lock expires, and is then
-                suppressed as a duplicate).
-            GatewayError: the dead-lettering failed, or the done mark could not be written.
+                (the id is not done; the copy comes back when its lock expires).
+            GatewayError: the dead-lettering failed (the id is not done), or the done
+                mark could not be written (the copy is dead-lettered; the other one
+                may be delivered once its claim runs out).
         """
+        transport = self._transports[message.namespace]
+        try:
+            await within_deadline(
+                self._estimator, message.namespace, Operation.SETTLE,
+                lambda: transport.dead_letter(message, reason=reason,
+                                              description=description),
+                what=f"dead-letter {message.message_id!r}")
+        except GatewayError:
+            await self._release(message, abandon=False)
+            raise
         try:
             await asyncio.shield(self._queue_done(message, settle=False))
         except GatewayError:
             self._marks.take_error()  # reported here
             raise
-        transport = self._transports[message.namespace]
-        await within_deadline(
-            self._estimator, message.namespace, Operation.SETTLE,
-            lambda: transport.dead_letter(message, reason=reason, description=description),
-            what=f"dead-letter {message.message_id!r}")
-        await self._settle_duplicates(self._held.pop(message.message_id, []))
+
+    async def _release(self, message: ReceivedMessage, *, abandon: bool) -> None:
+        # Give the id's claim back (kept until its lease runs out while the store does
+        # not answer) and its held copies back to the inbox; abandon the copy, or
+        # leave it (its lock expires and it comes back).
+        with contextlib.suppress(StoreUnavailable):
+            await self._watch.once("releasing a claim", self._dedup.failed,
+                                   message.message_id, timed="release")
+        self._deliveries.release(message.message_id)
+        if abandon:
+            await self._settle_all([(message, "abandon")])
 
     async def aclose(self) -> None:
         """Wait for the marks and settlements in flight, stop the pumps, give back every
@@ -382,9 +421,7 @@ class AsyncGeoReceiver(Runner, Settler, Pumps):
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        leftovers = list(self._inbox) + [m for ms in self._held.values() for m in ms]
-        self._inbox.clear()
-        self._held.clear()
+        leftovers = self._deliveries.drain()
         await self._settle_all([(received, "abandon") for received in leftovers])
         for transport in self._owned:
             await transport.aclose()

@@ -31,6 +31,7 @@ from gateway._support.mailbox import Mailbox
 from gateway.geo._hooks import GatewayHooks
 from gateway.geo._store_watch import StoreWatch
 from gateway.geo._tracing import MessageTracer
+from gateway.geo.receiver._deliveries import Deliveries
 from gateway.geo.receiver._marks import DoneMarks
 from gateway.transports.base import ReceivedMessage
 from replication import ConfigError, Deduplicator, NamespaceUnavailable, StoreUnavailable
@@ -118,9 +119,7 @@ class Runner:
     _watch: StoreWatch
     _hooks: list[GatewayHooks]
     _marks: DoneMarks[tuple[ReceivedMessage, bool]]
-    _pending: set[str]
-    _in_flight: set[str]
-    _held: dict[str, list[ReceivedMessage]]
+    _deliveries: Deliveries
     _counts: dict[str, int]
     _poll_wait: float
     _tracer: MessageTracer | None
@@ -178,6 +177,8 @@ class Runner:
             ConfigError: ``transactional`` with a coroutine handler or a store without
                 ``finish_with_effect``; ``concurrency`` < 1; a pool of the application's
                 too small for ``concurrency`` inbox handlers.
+            Exception: a pump stopped on an error outside the gateway's error tree
+                (a bug, logged once); ``run`` does not idle on as if the queue were empty.
         """
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, not {concurrency}")
@@ -275,7 +276,7 @@ class Runner:
             # redelivered meanwhile is held, then settled as a duplicate.
             self._counts["completed"] += 1
             self._queue_done(message, settle=True)
-            if len(self._pending) >= MAX_SETTLING:
+            if self._deliveries.completing >= MAX_SETTLING:
                 await self._marks.wait()
 
     async def _handle_batch(self, handler: Handler, thread: HandlerThread,
@@ -290,7 +291,7 @@ class Runner:
             outcomes.mailbox.flush()
             for message in outcomes.take_failed():
                 await self.abandon(message)
-        if len(self._pending) >= MAX_SETTLING:
+        if self._deliveries.completing >= MAX_SETTLING:
             await self._marks.wait()
 
     def _call_each(self, handler: Handler, thread: HandlerThread, outcomes: _Outcomes,
@@ -329,7 +330,8 @@ class Runner:
             # handler's own failure, nothing was kept and the message is abandoned.
             with self._span(message):
                 ran = await self._watch.call("the inbox", self._dedup.succeeded_with,
-                                             message.message_id, effect, give_up=stopped)
+                                             message.message_id, effect, give_up=stopped,
+                                             handler_work=True)
         except Exception:
             logger.exception("inbox handler failed for message %s", message.message_id)
             await self.abandon(message)
@@ -340,13 +342,12 @@ class Runner:
             # settled beside the next handler call (with the others marked meanwhile,
             # at once), not before it.
             self._queue_done(message, settle=True, marked=True)
-            if len(self._pending) >= MAX_SETTLING:
+            if self._deliveries.completing >= MAX_SETTLING:
                 await self._marks.wait()
         else:
             # The other copy's effect committed first: this one is a duplicate.
-            self._in_flight.discard(message.message_id)
             await self._settle_duplicates(
-                [message, *self._held.pop(message.message_id, [])])
+                [message, *self._deliveries.done(message.message_id)])
 
 
 class _Outcomes:

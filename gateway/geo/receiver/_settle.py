@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Sequence
 
 import anyio
 
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.geo._tracing import MessageTracer
+from gateway.geo.receiver._deliveries import Deliveries
 from gateway.geo.receiver._marks import DoneMarks
 from gateway.transports.base import ReceivedMessage, Transport
 from replication import DeadlineEstimator, MessageRejected, Operation, TransportError
@@ -27,10 +27,7 @@ class Settler:
 
     _transports: dict[str, Transport]
     _hooks: list[GatewayHooks]
-    _inbox: deque[ReceivedMessage]
-    _held: dict[str, list[ReceivedMessage]]
-    _in_flight: set[str]
-    _pending: set[str]
+    _deliveries: Deliveries
     _marks: DoneMarks[tuple[ReceivedMessage, bool]]
     _counts: dict[str, int]
     _estimator: DeadlineEstimator
@@ -51,7 +48,7 @@ class Settler:
 
     def _queue_done(self, message: ReceivedMessage, *, settle: bool, marked: bool = False
                     ) -> asyncio.Future[None]:
-        self._pending.add(message.message_id)
+        self._deliveries.complete(message.message_id)
         return self._marks.add(message.message_id, (message, settle), marked=marked)
 
     async def _on_marked(self, items: list[tuple[ReceivedMessage, bool]],
@@ -59,22 +56,21 @@ class Settler:
         # After a group's marks committed (error None) or failed: bookkeeping for all
         # of them at once, then settle the completed ones with their held copies.
         settle: list[list[ReceivedMessage]] = []
+        held_only: list[ReceivedMessage] = []
+        state = self._deliveries
         for message, complete in items:
-            self._pending.discard(message.message_id)
-            self._in_flight.discard(message.message_id)
-            if not complete:
-                continue  # dead_letter() settles its own copies
-            held = self._held.pop(message.message_id, [])
-            if error is None:
-                settle.append([message, *held])
-            else:
+            if error is not None:
                 # Not recorded as done: the message stays locked and comes back; a
                 # held copy goes back to the inbox (held again while the claim lasts).
-                self._inbox.extendleft(reversed(held))
-        if settle:
+                state.release(message.message_id)
+            elif complete:
+                settle.append([message, *state.done(message.message_id)])
+            else:  # dead-lettered already: only its held copies are left to settle
+                held_only.extend(state.done(message.message_id))
+        if settle or held_only:
             await self._settle_all(
                 [(m, "complete") for m, *_ in settle],
-                duplicates=[d for _, *held in settle for d in held])
+                duplicates=[*(d for _, *held in settle for d in held), *held_only])
 
     def _raise_mark_error(self) -> None:
         error = self._marks.take_error()

@@ -8,6 +8,7 @@ would ever take it, and records in the file whose messages the destination holds
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -251,12 +252,15 @@ class Buffer:
         queue = self.queue
         await self._claim(queue, dest)
         replayer = Replayer(queue, dest, owner=self._owner)
-        if not replayer.acquire():
+        # Every queue call of a drain runs off the loop (a lock another process holds
+        # may keep a write waiting for seconds): here, and in Replayer.adrain.
+        if not await anyio.to_thread.run_sync(replayer.acquire):
             # Another sender (process) is draining this destination.
-            holder = self.queue.lease_owner(dest, now=time.time())
+            holder = await anyio.to_thread.run_sync(
+                functools.partial(queue.lease_owner, dest, now=time.time()))
             return 0, 0.0, DurableQueueError(
                 f"another replayer ({holder or 'unknown'}) is draining it")
-        if self._hooks:
+        if self._hooks or progress is not None:
             progress = self._tallying(queue, dest, progress)
         try:
             result = await replayer.adrain(send, progress=progress)
@@ -268,29 +272,37 @@ class Buffer:
                     if result.stopped_by is None and result.remaining == 0:
                         self.pending.discard(dest)
         finally:
-            replayer.release()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(replayer.release)
         if self._hooks:
             # The replayer counted what remains; the oldest of it is one index seek.
             remaining = result.remaining
-            self._tally[dest] = (remaining, queue.oldest(dest) if remaining else None)
+            oldest = await anyio.to_thread.run_sync(queue.oldest, dest) if remaining else None
+            self._tally[dest] = (remaining, oldest)
             self._report(dest)
         return replayed, seconds, result.stopped_by
 
     def _tallying(self, queue: DurableQueue, dest: str,
                   progress: Callable[[int], None] | None) -> Callable[[int], None]:
         # Each batch a replay sent: the tally goes down, the oldest is read again (an
-        # index seek; this runs on the loop between two batches, as the replayer does).
+        # index seek, in the replayer's worker thread, where this is called); the
+        # tally, the hooks and the caller's progress are then updated on the loop.
         done = [0]
+        loop = asyncio.get_running_loop()
+        hooks = bool(self._hooks)
 
-        def step(so_far: int) -> None:
-            count, _ = self._tally.get(dest, (0, None))
-            oldest = queue.oldest(dest)
-            left = max(0, count - (so_far - done[0])) if oldest is not None else 0
-            self._tally[dest] = (left, oldest)
-            self._report(dest)
-            done[0] = so_far
+        def on_loop(so_far: int, oldest: float | None) -> None:
+            if hooks:
+                count, _ = self._tally.get(dest, (0, None))
+                left = max(0, count - (so_far - done[0])) if oldest is not None else 0
+                self._tally[dest] = (left, oldest)
+                self._report(dest)
+                done[0] = so_far
             if progress is not None:
                 progress(so_far)
+
+        def step(so_far: int) -> None:
+            loop.call_soon_threadsafe(on_loop, so_far, queue.oldest(dest) if hooks else None)
 
         return step
 

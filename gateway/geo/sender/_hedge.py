@@ -3,10 +3,13 @@
 Each attempt is a task sending the batch to one namespace (with that namespace's
 retries). The driver waits until an attempt finishes or the next deadline passes, and
 asks the pure step function what to do next: start another attempt (a failover, or a
-hedge when the earlier one has not answered in time), wait, or stop. An attempt still
-running when the send is over is never cancelled (its outcome is unknown: it may still
-land, and the receivers remove the second copy); the namespace pair keeps it until it
-ends, logs how it ended, and cancels it only when the sender closes.
+hedge when the earlier one has not answered in time), wait, or stop. An attempt past
+its deadline is given the time the namespace spent answering the attempts started
+before it (``replication.SendProgress``): queued behind them (a transport sends one
+batch at a time), it is not overdue while they land. An attempt still running when
+the send is over is never cancelled (its outcome is unknown: it may still land, and
+the receivers remove the second copy); the namespace pair keeps it until it ends,
+logs how it ended, and cancels it only when the sender closes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from replication import (
     Mode,
     Operation,
     OperationTimeout,
+    SendProgress,
     TransportError,
     next_hedge_step,
 )
@@ -55,6 +59,15 @@ class HedgeOutcome:
     def rejected(self) -> MessageRejected | None:
         """The first permanent refusal, if a namespace refused the batch for good."""
         return next((e for e in self.errors.values() if isinstance(e, MessageRejected)), None)
+
+    @property
+    def permanent(self) -> GatewayError | None:
+        """The first error that neither a retry nor the other namespace mends: a
+        refusal (``MessageRejected``) first, else any gateway error that is not a
+        ``TransportError`` (a ``ConfigError`` ...). The sender raises it as it raises a
+        refusal: never buffered (that would file it under "no namespace is up")."""
+        return self.rejected or next(
+            (e for e in self.errors.values() if not isinstance(e, TransportError)), None)
 
     @property
     def last_error(self) -> TransportError | None:
@@ -132,12 +145,34 @@ def _error_of(task: asyncio.Task[None], namespace: str, entity: str) -> GatewayE
     raise error
 
 
+async def _answered(attempt: Coroutine[Any, Any, None], progress: SendProgress, ns: str,
+                    ticket: int, clock: Callable[[], float]) -> None:
+    # Said as it lands, even after its send is over: the attempts queued behind it
+    # count their deadline from here.
+    await attempt
+    progress.answered(ns, ticket=ticket, at=clock())
+
+
+def _move_dues(attempts: dict[str, Attempt], progress: SendProgress,
+               launched: dict[str, tuple[int, float]], deadlines: dict[str, float],
+               now: float) -> None:
+    # An attempt past its due may have been queued behind attempts (of other sends) that
+    # the namespace has been answering since: its deadline counts from the last of them.
+    for ns, attempt in attempts.items():
+        if attempt.overdue(now):
+            ticket, at = launched[ns]
+            due = progress.due(ns, ticket=ticket, launched=at, deadline=deadlines[ns])
+            if due > attempt.due:
+                attempts[ns] = replace(attempt, due=due)
+
+
 async def run_attempts(
     order: Sequence[str],
     send: Callable[[str], Coroutine[Any, Any, None]],
     *,
     mode: Mode,
     estimator: DeadlineEstimator,
+    progress: SendProgress,
     entity: str,
     size: int,
 ) -> HedgeOutcome:
@@ -148,6 +183,8 @@ async def run_attempts(
         send: sends the batch to one namespace (with its retries), raising its error.
         mode: passive (fail over, hedge) or active (all at once).
         estimator: each namespace's send deadline.
+        progress: the namespaces' answers to attempts (on ``estimator.clock``): an
+            attempt's deadline counts from the last answer to one started before it.
         entity: for the messages of the errors.
         size: bytes of the batch, for the deadline's size allowance.
 
@@ -159,6 +196,7 @@ async def run_attempts(
     attempts: dict[str, Attempt] = {}
     tasks: dict[asyncio.Task[None], str] = {}
     deadlines: dict[str, float] = {}
+    launched: dict[str, tuple[int, float]] = {}  # each attempt's ticket and launch
     errors: dict[str, GatewayError] = {}
     hedged = refused = False
     waiter = _Waiter(loop)
@@ -172,8 +210,11 @@ async def run_attempts(
                 hedged = hedged or step.hedge
                 for ns in step.launch:
                     deadlines[ns] = estimator.deadline(ns, Operation.SEND, size=size)
-                    attempts[ns] = Attempt(ns, due=clock() + deadlines[ns])
-                    tasks[loop.create_task(waiter.run(send(ns)))] = ns
+                    ticket, at = progress.ticket(), clock()
+                    launched[ns] = (ticket, at)
+                    attempts[ns] = Attempt(ns, due=at + deadlines[ns])
+                    answer = _answered(send(ns), progress, ns, ticket, clock)
+                    tasks[loop.create_task(waiter.run(answer))] = ns
                 # What follows a launch: wait for the first deadline of those just started.
                 wake_at = min(attempts[ns].due for ns in step.launch)
             running = [t for t, ns in tasks.items()
@@ -186,12 +227,15 @@ async def run_attempts(
                 attempts[ns] = Attempt(ns, due=attempts[ns].due, state=state)
                 if error is not None:
                     errors[ns] = error
-                    # A passive send refused for good goes nowhere else (the other
+                    # A passive send refused for good (or failing for good: any
+                    # error but a transient one) goes nowhere else (the other
                     # namespace would refuse it too); a hedge already on its way is
                     # still waited for, within its deadline.
-                    refused = refused or (isinstance(error, MessageRejected)
+                    refused = refused or (not isinstance(error, TransportError)
                                           and mode is Mode.PASSIVE)
-            step = next_hedge_step(order, attempts, now=clock(), mode=mode)
+            now = clock()
+            _move_dues(attempts, progress, launched, deadlines, now)
+            step = next_hedge_step(order, attempts, now=now, mode=mode)
     except BaseException:
         # The caller was cancelled (or a bug): the attempts go with it, as a plain
         # send would have.

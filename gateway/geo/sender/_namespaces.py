@@ -31,9 +31,11 @@ from replication import (
     GatewayError,
     Message,
     Mode,
+    NamespaceMisconfigured,
     Operation,
     RetryPolicy,
     RoleState,
+    SendProgress,
     TransportError,
     retry_in_namespace,
 )
@@ -49,7 +51,8 @@ _PREPARE_WAIT = 5.0
 @dataclass(frozen=True)
 class SendOutcome:
     """How :meth:`NamespacePair.send_hedged` ended: the attempts' outcome, and whether
-    the roles were swapped."""
+    it failed over (the roles were swapped, or the namespace that took it was not the
+    one active when it began)."""
 
     outcome: HedgeOutcome
     failed_over: bool
@@ -90,6 +93,10 @@ class NamespacePair:
         self._retry = retry
         #: Each namespace's send deadline, from its recent latencies.
         self.estimator = DeadlineEstimator(deadlines)
+        #: Each namespace's recent answers to sends: a send queued behind others is
+        #: given the time the namespace took to answer them (a busy namespace is not
+        #: a hung one).
+        self.progress = SendProgress()
         self._hooks = hooks
         self._clock = clock
         self._sleep = sleep
@@ -118,7 +125,8 @@ class NamespacePair:
     # -- sending --------------------------------------------------------------------
 
     async def send_hedged(
-        self, batch: Sequence[Message], order: Sequence[str], *, mode: Mode
+        self, batch: Sequence[Message], order: Sequence[str], *, mode: Mode,
+        planned: RoleState | None = None,
     ) -> SendOutcome:
         """Send ``batch`` to the namespaces of ``order`` with deadlines and hedging.
 
@@ -129,20 +137,33 @@ class NamespacePair:
         answered in time, is marked down (``on_namespace_down``), after the hedge
         succeeded.
 
+        The roles change only from ``planned``, the roles ``order`` was made from
+        (``roles`` now when not given): a send that lands on the namespace that was
+        active when it was planned never swaps them, whatever other sends did meanwhile
+        (:meth:`RoleKeeper.fail_over_to`).
+
         Raises:
             Exception: a bug in a transport (anything but a ``GatewayError``).
         """
+        planned = self.roles if planned is None else planned
         outcome = await run_attempts(
             order, lambda ns: self.send_to(ns, batch), mode=mode,
-            estimator=self.estimator, entity=self.entity, size=batch_bytes(batch))
+            estimator=self.estimator, progress=self.progress, entity=self.entity,
+            size=batch_bytes(batch))
         for ns, task in outcome.late.items():
             self._keep_late(ns, task)
         for ns, error in outcome.errors.items():
             if isinstance(error, TransportError):
                 self.mark_down(ns, error)
         failed_over = False
-        if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != self.roles.active:
-            failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0])
+        if (mode is Mode.PASSIVE and outcome.accepted
+                and outcome.accepted[0] != planned.active):
+            failed_over = await self.role_keeper.fail_over_to(outcome.accepted[0],
+                                                              planned=planned)
+        # It went elsewhere than the namespace active when it began: a failover, even
+        # when a send in flight at the same time swapped the roles first.
+        if mode is Mode.PASSIVE and outcome.accepted and outcome.accepted[0] != planned.active:
+            failed_over = True
         return SendOutcome(outcome, failed_over)
 
     async def send_within(self, namespace: str, batch: Sequence[Message]) -> None:
@@ -231,7 +252,13 @@ class NamespacePair:
         """Skip ``namespace`` until a probe finds it healthy (``on_namespace_down``)."""
         if namespace not in self.down:
             self.down[namespace] = self._clock()
-            logger.warning("namespace %s is down: %s", namespace, error)
+            if isinstance(error, NamespaceMisconfigured):
+                # Not an outage that passes: someone must fix the configuration. Said
+                # once, when it is marked down (a probe that fails keeps it down).
+                logger.error("namespace %s is unusable as configured (sends go to the "
+                             "other namespace or are buffered): %s", namespace, error)
+            else:
+                logger.warning("namespace %s is down: %s", namespace, error)
             emit(self._hooks, "on_namespace_down", namespace=namespace, error=error)
 
     @property
@@ -274,6 +301,8 @@ class NamespacePair:
         async def one(ns: str) -> None:
             try:
                 await self.transports[ns].prepare_send(self.entity)
+            except NamespaceMisconfigured as exc:
+                self.mark_down(ns, exc)  # no send would get through: skip it now
             except GatewayError as exc:
                 logger.info("could not open %s ahead of a send: %s", ns, exc)
 

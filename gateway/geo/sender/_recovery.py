@@ -212,12 +212,14 @@ class Recovery:
         if namespace == ANY_NAMESPACE:
             # Buffered while both were down: to whichever takes it, active first.
             async def send(batch: Sequence[Message]) -> None:
-                order = [ns for ns in pair.roles.order if ns not in pair.down]
-                sent = await pair.send_hedged(batch, order, mode=Mode.PASSIVE)
+                roles = pair.roles
+                order = [ns for ns in roles.order if ns not in pair.down]
+                sent = await pair.send_hedged(batch, order, mode=Mode.PASSIVE,
+                                              planned=roles)
                 if sent.accepted:
                     return
-                if sent.outcome.rejected is not None:
-                    raise sent.outcome.rejected
+                if sent.outcome.permanent is not None:
+                    raise sent.outcome.permanent
                 raise sent.outcome.last_error or NamespaceUnavailable(
                     "no namespace is up", namespace=ANY_NAMESPACE
                 )

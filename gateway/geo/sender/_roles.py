@@ -26,7 +26,7 @@ import anyio.to_thread
 from gateway.geo._factory import default_state_dir
 from gateway.geo._hooks import GatewayHooks, emit
 from gateway.stores import PostgresRoleStore, RoleStore, RoleStoreLike, is_dsn
-from replication import ConfigError, GatewayError, RoleState
+from replication import ConfigError, GatewayError, RoleState, StoreUnavailable
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -58,11 +58,11 @@ def open_role_store(
         if not is_dsn(roles_store):
             raise ConfigError("roles_store must be a PostgreSQL DSN (postgresql://user:"
                               "password@host:port/database); a file goes in state_dir")
-        return PostgresRoleStore(roles_store), True
+        return PostgresRoleStore(roles_store, lazy=True), True
     if all(hasattr(roles_store, name) for name in ("load", "swap", "close", "shared")):
         return roles_store, False
     if _is_pool(roles_store):
-        return PostgresRoleStore(roles_store), True
+        return PostgresRoleStore(roles_store, lazy=True), True
     raise ConfigError(f"roles_store must be a PostgreSQL DSN, a psycopg_pool.ConnectionPool "
                       f"or a role store, not {type(roles_store).__name__}")
 
@@ -79,7 +79,8 @@ class RoleKeeper:
     """The roles of one sender (see the module doc).
 
     Raises:
-        ConfigError / StoreUnavailable: the stored roles cannot be read at start.
+        ConfigError / StoreUnavailable: the stored roles cannot be read at start (a
+            shared store: by :meth:`ready`).
     """
 
     def __init__(
@@ -90,12 +91,16 @@ class RoleKeeper:
         self._owned = owned
         self._hooks = hooks
         self._clock = clock
-        try:
-            #: The roles in force for this sender.
-            self.state = store.load(primary, secondary)
-        except BaseException:
-            self.close()
-            raise
+        #: The roles in force for this sender. A shared store (on a server) is read by
+        #: :meth:`ready`, off the loop, not here: until then the initial state.
+        self.state = RoleState.initial(primary, secondary)
+        self._loaded = store.shared is not True
+        if self._loaded:
+            try:
+                self.state = store.load(primary, secondary)
+            except BaseException:
+                self.close()
+                raise
         # The stored state a change not yet written was made from (the store was
         # unreachable then): written by the next sync, as a compare-and-swap from it.
         self._unsaved: RoleState | None = None
@@ -104,8 +109,41 @@ class RoleKeeper:
         self._lock: asyncio.Lock | None = None  # made on the sender's loop
         self._writing: asyncio.Task[None] | None = None  # a change written behind
 
-    async def fail_over_to(self, namespace: str) -> bool:
-        """Make ``namespace`` active (it took a send the active one did not).
+    async def ready(self) -> None:
+        """Read the roles from a shared store (connecting to it) the first time.
+
+        Raises:
+            ConfigError: the store cannot be used (its server is unreachable at the
+                first connection, refuses the credentials, ...).
+        """
+        if self._loaded:
+            return
+        async with self._locked():
+            if self._loaded:
+                return
+            state = self.state
+            try:
+                self.state = await anyio.to_thread.run_sync(
+                    self.store.load, state.preferred, state.standby_preferred)
+            except StoreUnavailable as exc:
+                # Reached before, down now: a send never fails for the store. The
+                # initial roles hold here until the next sync reads the stored ones.
+                self._store_failed(exc)
+                self._next_refresh = 0.0
+            self._loaded = True
+
+    async def fail_over_to(self, namespace: str, *, planned: RoleState) -> bool:
+        """Make ``namespace`` active (it took a send that ``planned``'s active one did
+        not), unless the roles changed since that send was planned.
+
+        A compare-and-swap from ``planned``: a send planned before another send's role
+        change (a slow one that lands on the old active namespace after a failover, or
+        one that fails over after a failback) changes nothing, so concurrent sends never
+        undo each other's change.
+
+        Args:
+            namespace: the namespace that took the send.
+            planned: the roles the send was planned with (``roles`` before it began).
 
         Returns:
             True when the active namespace changed (here, or by adopting a change
@@ -114,6 +152,8 @@ class RoleKeeper:
         async with self._locked():
             if self.state.active == namespace:
                 return False  # a send in flight at the same time did it already
+            if not _same_roles(self.state, planned):
+                return False  # changed since the send was planned: that change stands
             return await self._change(self.state.swap(self._clock()))
 
     async def fail_back(self) -> bool:
@@ -125,6 +165,8 @@ class RoleKeeper:
     async def sync(self) -> None:
         """Write a change the store missed, or (a shared store, when due) learn the
         changes other senders made. Never raises: a store error is logged once."""
+        if not self._loaded:
+            return  # never read (a sender closed before it started): nothing to write
         async with self._locked():
             base = self._unsaved
             if base is None and not (self.store.shared
@@ -221,3 +263,8 @@ class RoleKeeper:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
+
+
+def _same_roles(state: RoleState, planned: RoleState) -> bool:
+    # The generation counts changes; the active one too, for a store that keeps none.
+    return (state.generation, state.active) == (planned.generation, planned.active)

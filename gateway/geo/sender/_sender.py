@@ -58,12 +58,13 @@ class SendResult:
 
     ``namespaces``: where the messages were accepted now. ``buffered``: durable queue
     destinations they were written to for later replay. Either may be empty, not both.
-    ``failed_over``: the roles were swapped (the active namespace failed, or did not
-    answer in time). ``hedged``: passive mode sent the batch to the other namespace
-    too, because the one before it had not answered within its deadline (both may
-    hold a copy; receivers remove the second). ``unanswered``: namespaces that had not
-    answered within their deadline when the send returned (the outcome there is
-    unknown: the copy may still land).
+    ``failed_over``: the messages went to a namespace other than the one active when
+    the send began (it failed, refused, is unusable, or did not answer in time); the
+    roles were swapped, by this send or by one at the same time. ``hedged``: passive
+    mode sent the batch to the other namespace too, because the one before it had not
+    answered within its deadline (both may hold a copy; receivers remove the second).
+    ``unanswered``: namespaces that had not answered within their deadline when the
+    send returned (the outcome there is unknown: the copy may still land).
     """
 
     message_ids: tuple[str, ...]
@@ -193,11 +194,18 @@ class AsyncGeoSender:
         await self.aclose()
 
     async def start(self) -> None:
-        """Start the background recovery task (probe, replay, failback), and open both
-        namespaces' connections in the background, so that a failover does not wait
-        for the standby's."""
+        """Read the roles from a shared (PostgreSQL) roles store, connecting to it off
+        the loop; start the background recovery task (probe, replay, failback), and
+        open both namespaces' connections in the background, so that a failover does
+        not wait for the standby's.
+
+        Raises:
+            ConfigError: the roles store cannot be reached or used (its server is
+                unreachable, refuses the credentials, ...).
+        """
         if self._closed:
             return
+        await self._namespaces.role_keeper.ready()
         loop = asyncio.get_running_loop()
         if self._recover and self._task is None:
             self._task = loop.create_task(self._recovery_loop())
@@ -228,6 +236,9 @@ class AsyncGeoSender:
                 that the namespace took (0 when the message was found too large
                 before anything was sent).
             MessageRejected: a namespace refused them for good.
+            GatewayError: a namespace failed with an error that is neither transient
+                nor a refusal (a ``ConfigError`` ...): raised as a refusal is (in active
+                mode even when the other namespace took its copy), never buffered.
             NamespaceUnavailable: no namespace took them and no durable queue is set.
             QueueFull: they had to be buffered and the durable queue is full.
             GatewayError: messages of a session could not be stamped with their
@@ -239,6 +250,7 @@ class AsyncGeoSender:
         batch = [_coerce(m) for m in messages]
         if not batch:
             return SendResult(message_ids=(), namespaces=(), buffered=())
+        await self._namespaces.role_keeper.ready()  # without start(): the first send
         if not self._hooks:
             return await self._route(batch)
         return await self._observed(batch)
@@ -274,16 +286,21 @@ class AsyncGeoSender:
             batch = await run_blocking(functools.partial(self._stamper.stamp, batch),
                                        self._stamp_limiter)
         while True:
+            # The roles this send is planned with: a role change it leads to is made
+            # from them (not from the roles when it ends: other sends may have changed
+            # them meanwhile).
+            roles = self._namespaces.roles
             plan = plan_send(
                 mode=self.policy.mode,
-                roles=self._namespaces.roles,
+                roles=roles,
                 entity=self.entity,
                 down=self._namespaces.down,
                 backlog=self._buffer.pending,
             )
             try:
                 if self.policy.mode is Mode.PASSIVE:
-                    return await self._send_passive(batch, plan.attempt, plan.buffer)
+                    return await self._send_passive(batch, plan.attempt, plan.buffer,
+                                                    roles)
                 return await self._send_active(batch, plan.attempt, plan.buffer)
             except BacklogCleared:
                 continue  # the replayer caught up while we waited: plan again
@@ -314,6 +331,7 @@ class AsyncGeoSender:
         """
         if self._closed:
             raise RuntimeError("this sender is closed")
+        await self._namespaces.role_keeper.ready()
         return await self._recovery.round(progress, raise_errors=True)
 
     async def aclose(self) -> None:
@@ -333,10 +351,12 @@ class AsyncGeoSender:
     # -- sending --------------------------------------------------------------------
 
     async def _send_passive(
-        self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str]
+        self, batch: list[Message], attempt: Sequence[str], buffer: Sequence[str],
+        roles: RoleState,
     ) -> SendResult:
         ids = tuple(m.message_id for m in batch)
-        sent = await self._namespaces.send_hedged(batch, attempt, mode=Mode.PASSIVE)
+        sent = await self._namespaces.send_hedged(batch, attempt, mode=Mode.PASSIVE,
+                                                  planned=roles)
         outcome = sent.outcome
         if sent.accepted:
             return SendResult(
@@ -344,8 +364,8 @@ class AsyncGeoSender:
                 failed_over=sent.failed_over, hedged=outcome.hedged,
                 unanswered=outcome.overdue,
             )
-        if outcome.rejected is not None:
-            raise outcome.rejected
+        if outcome.permanent is not None:
+            raise outcome.permanent
         dest = buffer[0] if buffer else destination(ANY_NAMESPACE, self.entity)
         # Planned to buffer only because of a backlog (nothing was attempted)? When
         # nothing was attempted because both namespaces are down and there is no
@@ -375,8 +395,8 @@ class AsyncGeoSender:
         # Each namespace within its deadline; a copy that is not answered in time is
         # buffered for its namespace like a failed one (the attempt goes on).
         outcome = (await self._namespaces.send_hedged(batch, attempt, mode=Mode.ACTIVE)).outcome
-        if outcome.rejected is not None:
-            raise outcome.rejected
+        if outcome.permanent is not None:
+            raise outcome.permanent
         accepted = outcome.accepted
         to_buffer = list(buffer)
         last = outcome.last_error

@@ -34,6 +34,9 @@ from replication import GatewayError
 __all__ = ["map_error", "outcome"]
 
 
+_NO_CREDENTIALS = (Outcome.CREDENTIALS, Outcome.REJECTED)
+
+
 def _stolen(exc: BaseException) -> bool:
     error = getattr(exc, "error", None)
     return condition_outcome(error) is Outcome.OWNERSHIP_LOST or "epoch" in str(exc).lower()
@@ -54,10 +57,14 @@ def outcome(exc: BaseException) -> Outcome:
         too_large = condition_outcome(exc.error) is Outcome.TOO_LARGE
         return Outcome.TOO_LARGE if too_large else Outcome.REJECTED
     if isinstance(exc, AuthenticationError):
-        refused = (status_outcome(find_status_code(exc)) is Outcome.REJECTED
-                   or condition_outcome(exc.error) is Outcome.REJECTED
+        # A token refused or a credential that failed: the namespace is unusable. A
+        # token refused with 404 names a hub that does not exist: refused for good.
+        if find_status_code(exc) == 404:
+            return Outcome.REJECTED
+        refused = (status_outcome(find_status_code(exc)) in _NO_CREDENTIALS
+                   or condition_outcome(exc.error) in _NO_CREDENTIALS
                    or any(isinstance(e, ClientAuthenticationError) for e in walk(exc)))
-        return Outcome.REJECTED if refused else Outcome.UNAVAILABLE
+        return Outcome.CREDENTIALS if refused else Outcome.UNAVAILABLE
     found = condition_outcome(exc.error) or status_outcome(find_status_code(exc))
     if found is not None:
         return found

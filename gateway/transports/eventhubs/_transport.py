@@ -106,7 +106,13 @@ from gateway.transports.sdk import (
     default_credential,
     host_of,
 )
-from replication import ConfigError, MessageRejected, NamespaceUnavailable, TransportError
+from replication import (
+    ConfigError,
+    MessageRejected,
+    NamespaceMisconfigured,
+    NamespaceUnavailable,
+    TransportError,
+)
 
 __all__ = ["EventHubsOptions", "EventHubsTransport"]
 
@@ -253,9 +259,11 @@ class EventHubsTransport(EventHubsSending, EventHubsReading):
 
         The event hub is ``probe_entity``, else the connection string's, else the
         last one used, else one that does not exist. A permanent refusal (no such
-        event hub, unauthorized) is an answer too.
+        event hub) is an answer too.
 
         Raises:
+            NamespaceMisconfigured: it refuses the credentials, or its host name does
+                not resolve.
             NamespaceUnavailable: no answer within ``probe_timeout``, or an outage.
         """
         entity = self._probe_entity(self.options)
@@ -263,6 +271,8 @@ class EventHubsTransport(EventHubsSending, EventHubsReading):
         try:
             await self._call(f"probe of {entity!r}", producer.get_eventhub_properties,
                              seconds=self.options.probe_timeout)
+        except NamespaceMisconfigured:
+            raise  # unusable as configured: it stays so until the configuration changes
         except TransportError as exc:
             raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc
         except MessageRejected:

@@ -11,7 +11,9 @@ Several processes share one namespace file, so:
   (SQLite's busy handler first, then a loop of our own up to ``busy_deadline``)
   and is never shown to a caller as "database is locked";
 * every sqlite3 error is mapped onto the error tree: a corrupt file or an I/O
-  error is an outage of the namespace (:class:`NamespaceUnavailable`).
+  error is an outage of the namespace (:class:`NamespaceUnavailable`); a file that
+  cannot be opened, or of a newer schema, makes it unusable until someone fixes it
+  (:class:`NamespaceMisconfigured`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from durable_queue import busy_retrying, is_busy, transaction
-from replication import GatewayError, NamespaceUnavailable
+from replication import GatewayError, NamespaceMisconfigured, NamespaceUnavailable
 
 __all__ = ["Database"]
 
@@ -200,7 +202,8 @@ class Database:
             # SQLite gives the -wal and -shm files the same mode.
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         except OSError as exc:
-            raise NamespaceUnavailable(
+            # Unusable until someone fixes it (not an outage that passes): fail over.
+            raise NamespaceMisconfigured(
                 f"cannot open namespace file {self.path}: {exc.strerror}; "
                 "check the data directory and its permissions",
                 namespace=self.namespace,
@@ -224,7 +227,7 @@ class Database:
     def _create_schema(self, conn: sqlite3.Connection) -> None:
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         if version > SCHEMA_VERSION:
-            raise NamespaceUnavailable(
+            raise NamespaceMisconfigured(
                 f"namespace file {self.path} has schema {version}, newer than this "
                 f"geogateway's {SCHEMA_VERSION}: upgrade geogateway",
                 namespace=self.namespace,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+import socket
 from collections.abc import Iterable, Iterator
 
 from gateway._support.secrets import redact
@@ -16,6 +17,7 @@ from replication import (
     GatewayError,
     MessageRejected,
     MessageTooLarge,
+    NamespaceMisconfigured,
     NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
@@ -43,6 +45,7 @@ class Outcome(enum.Enum):
     UNAVAILABLE = "unavailable"  # transient: nothing happened; retry, fail over, buffer
     TIMEOUT = "timeout"  # transient: the outcome is unknown
     REJECTED = "rejected"  # permanent for this message or entity
+    CREDENTIALS = "credentials"  # the namespace refused the credentials: it is unusable
     TOO_LARGE = "too_large"  # permanent for this message; a batch may go in parts
     LOCK_LOST = "lock_lost"  # permanent for this delivery; the message comes back
     SESSION_LOCK_LOST = "session_lock_lost"  # permanent for this session lock
@@ -53,8 +56,8 @@ class Outcome(enum.Enum):
 # which is how azure-eventhub reports them (EventHubError.error).
 _CONDITIONS: dict[str, Outcome] = {
     "not-found": Outcome.REJECTED,
-    "unauthorized-access": Outcome.REJECTED,
-    "auth-failed": Outcome.REJECTED,
+    "unauthorized-access": Outcome.CREDENTIALS,
+    "auth-failed": Outcome.CREDENTIALS,
     "decode-error": Outcome.REJECTED,
     "not-allowed": Outcome.REJECTED,
     "invalid-field": Outcome.REJECTED,
@@ -105,7 +108,9 @@ def status_outcome(status: int | None) -> Outcome | None:
         return Outcome.TIMEOUT
     if status == 413:
         return Outcome.TOO_LARGE
-    if status in (400, 401, 403, 404, 409, 410):
+    if status in (401, 403):
+        return Outcome.CREDENTIALS
+    if status in (400, 404, 409, 410):
         return Outcome.REJECTED
     if status == 429 or status >= 500:
         return Outcome.UNAVAILABLE
@@ -171,6 +176,26 @@ def _refused(exc: BaseException) -> bool:
     return any(isinstance(item, ConnectionRefusedError) for item in walk(exc))
 
 
+#: getaddrinfo's "no such name" answers (a temporary failure, EAI_AGAIN, is an outage).
+_NO_SUCH_HOST = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
+_NO_SUCH_HOST_TEXT = re.compile(
+    r"(?i)name or service not known|nodename nor servname|no address associated with hostname")
+
+
+def _unresolved(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says the host name does not resolve. The SDKs
+    keep only the resolver's text in some of their errors: that is read too."""
+    return any((isinstance(item, socket.gaierror) and item.errno in _NO_SUCH_HOST)
+               or bool(_NO_SUCH_HOST_TEXT.search(str(item))) for item in walk(exc))
+
+
+#: What to check when a namespace refuses the credentials.
+CHECK_CREDENTIALS = ("check the key (or the SAS policy's rights: Send, Listen, Manage) "
+                     "or the identity's role assignment on the namespace")
+#: What to check when the namespace's host name does not resolve.
+CHECK_HOST = "check the host name"
+
+
 def _detail(exc: BaseException, secrets: Iterable[str]) -> str:
     text = " ".join(str(exc).split()) or "no details"
     for secret in secrets:
@@ -195,6 +220,14 @@ def build_error(outcome: Outcome, exc: BaseException, *, namespace: str, action:
     """
     detail = _detail(exc, secrets)
     where = f"{action} on namespace {namespace!r}"
+    if outcome is Outcome.CREDENTIALS:
+        return NamespaceMisconfigured(
+            f"{where} failed: the namespace refused the credentials, it is unusable; "
+            f"{CHECK_CREDENTIALS} ({detail})", namespace=namespace)
+    if outcome is Outcome.UNAVAILABLE and _unresolved(exc):
+        return NamespaceMisconfigured(
+            f"{where} failed: the namespace's host name does not resolve, it is unusable; "
+            f"{CHECK_HOST} ({detail})", namespace=namespace)
     if outcome is Outcome.UNAVAILABLE and _refused(exc):
         return NamespaceRefused(f"{where} failed: the namespace refused the connection "
                                 f"({detail})", namespace=namespace)

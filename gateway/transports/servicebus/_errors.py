@@ -63,7 +63,7 @@ _CLASSES: tuple[tuple[type[BaseException], Outcome], ...] = (
     (MessagingEntityNotFoundError, Outcome.REJECTED),
     (MessagingEntityAlreadyExistsError, Outcome.REJECTED),
     (SessionCannotBeLockedError, Outcome.REJECTED),
-    (ServiceBusAuthorizationError, Outcome.REJECTED),
+    (ServiceBusAuthorizationError, Outcome.CREDENTIALS),
     (OperationTimeoutError, Outcome.TIMEOUT),
     (ServiceBusQuotaExceededError, Outcome.UNAVAILABLE),
     (MessagingEntityDisabledError, Outcome.UNAVAILABLE),
@@ -71,6 +71,9 @@ _CLASSES: tuple[tuple[type[BaseException], Outcome], ...] = (
     (ServiceBusCommunicationError, Outcome.UNAVAILABLE),
     (ServiceBusConnectionError, Outcome.UNAVAILABLE),
 )
+
+
+_NO_CREDENTIALS = (Outcome.CREDENTIALS, Outcome.REJECTED)
 
 
 def _condition(exc: BaseException) -> Outcome | None:
@@ -93,10 +96,15 @@ def outcome(exc: BaseException) -> Outcome:
         if isinstance(exc, cls):
             return outcome
     if isinstance(exc, ServiceBusAuthenticationError):
-        refused = status_outcome(find_status_code(exc)) is Outcome.REJECTED
-        if refused or _condition(exc) is Outcome.REJECTED or any(
-                isinstance(e, ClientAuthenticationError) for e in walk(exc)):
+        # A token refused (its status or condition) or a credential that failed: the
+        # namespace is unusable with these credentials, whatever the message. A token
+        # refused with 404 names an entity that does not exist: refused for good.
+        if find_status_code(exc) == 404:
             return Outcome.REJECTED
+        refused = status_outcome(find_status_code(exc)) in _NO_CREDENTIALS
+        if refused or _condition(exc) in _NO_CREDENTIALS or any(
+                isinstance(e, ClientAuthenticationError) for e in walk(exc)):
+            return Outcome.CREDENTIALS
         return Outcome.UNAVAILABLE
     if isinstance(exc, ServiceBusError):
         # A generic ServiceBusError: what it wraps, its AMQP condition, its status code.

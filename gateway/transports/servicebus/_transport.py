@@ -116,7 +116,13 @@ from gateway.transports.sdk import (
 from gateway.transports.servicebus._client import ServiceBusOptions
 from gateway.transports.servicebus._receiving import ServiceBusReceiving
 from gateway.transports.servicebus._sending import ServiceBusSending
-from replication import ConfigError, MessageRejected, NamespaceUnavailable, TransportError
+from replication import (
+    ConfigError,
+    MessageRejected,
+    NamespaceMisconfigured,
+    NamespaceUnavailable,
+    TransportError,
+)
 
 __all__ = ["ServiceBusOptions", "ServiceBusTransport"]
 
@@ -241,12 +247,14 @@ class ServiceBusTransport(ServiceBusSending, ServiceBusReceiving):
 
         The entity is ``probe_entity``, else the connection string's, else the last
         one used, else one that does not exist. A permanent refusal (no such entity,
-        unauthorized) is an answer too: the next operation raises ``MessageRejected``.
+        is an answer too: the next operation raises ``MessageRejected``.
         When this transport sends to that entity, the new sender replaces its cached
         one (whose connection may have died in the outage), so the next send (a
         replay, typically) does not open another connection; otherwise it is closed.
 
         Raises:
+            NamespaceMisconfigured: it refuses the credentials, or its host name does
+                not resolve.
             NamespaceUnavailable: no answer within ``probe_timeout``, or an outage.
         """
         entity = self._probe_entity(self.options)
@@ -260,6 +268,9 @@ class ServiceBusTransport(ServiceBusSending, ServiceBusReceiving):
         try:
             await self._call(f"probe of {entity!r}", sender.__aenter__,
                              seconds=self.options.probe_timeout)
+        except NamespaceMisconfigured:
+            await self._close("probe sender", sender)
+            raise  # unusable as configured: it stays so until the configuration changes
         except TransportError as exc:
             await self._close("probe sender", sender)
             raise NamespaceUnavailable(str(exc), namespace=self.namespace) from exc

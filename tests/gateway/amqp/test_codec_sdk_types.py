@@ -16,7 +16,7 @@ from typing import Any
 from azure.servicebus._pyamqp import _decode as sdk_decode
 from azure.servicebus._pyamqp import _encode as sdk_encode
 from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.amqp._codec import Decimal128, decode, encode
@@ -84,6 +84,14 @@ def sdk_encoded(value: Any) -> bytes:
     return bytes(buf)
 
 
+def _sdk_reads(data: bytes) -> bool:
+    try:
+        sdk_decoded(data)
+    except Exception:  # whatever its decoder raises, it cannot read it
+        return False
+    return True
+
+
 def sdk_decoded(data: bytes) -> object:
     rest, value = sdk_decode._DECODE_BY_CONSTRUCTOR[data[0]](memoryview(data)[1:])
     assert len(rest) == 0
@@ -93,8 +101,11 @@ def sdk_decoded(data: bytes) -> object:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sdk_values())
 def test_the_sdk_reads_our_encoding_of_any_value_it_wrote_as_its_own(value: Any) -> None:
-    # Given a value of any type, as the SDK encodes it
+    # Given a value of any type, as the SDK encodes it (and can read back itself: it
+    # writes an array holding uint or ulong 0 with a constructor per element, which is
+    # no AMQP array, and its own decoder cannot read it)
     theirs = sdk_encoded(value)
+    assume(_sdk_reads(theirs))
     # When the emulator's codec decodes it and encodes it again
     ours, end = decode(theirs)
     assert end == len(theirs)

@@ -155,3 +155,28 @@ def test_max_message_size_option_sets_the_limit(dirs: dict[str, Path]) -> None:
     finally:
         code, _, err = stop(proc)
     assert code == 0, err
+
+
+def test_policy_option_gives_a_key_its_rights(dirs: dict[str, Path], run: Run) -> None:
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from azure.servicebus.exceptions import ServiceBusAuthorizationError
+
+    key = "bGlzdGVuZXIga2V5"
+    expect_one_line_error(run("emulator", "--policy", f"listener={key}:Read"), 2, "Read")
+    proc = start("--json", "-n", "primary=0", "-q", "orders", "--policy",
+                 f"listener={key}:Listen", cwd=dirs["tmp"])
+    assert proc.stdout is not None
+    ready = json.loads(proc.stdout.readline())["namespaces"]
+    root = ready["primary"]["connection_string"]
+    listener = root.replace("RootManageSharedAccessKey", "listener").replace(DEFAULT_KEY, key)
+    try:
+        with ServiceBusClient.from_connection_string(listener, retry_total=0) as c:
+            with pytest.raises(ServiceBusAuthorizationError), c.get_queue_sender(
+                    "orders") as sender:
+                sender.send_messages(ServiceBusMessage(b"x"))
+            with c.get_queue_receiver("orders", max_wait_time=0.2) as receiver:
+                assert receiver.receive_messages(max_wait_time=0.2) == []
+    finally:
+        code, out, err = stop(proc)
+    assert code == 0, err
+    assert key not in out + err

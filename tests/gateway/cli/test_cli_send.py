@@ -63,12 +63,14 @@ def test_the_summary_counts_both_namespaces_buffered_and_failed_over(
     assert code == 0
     assert out.strip().splitlines()[-1] == (
         "sent 12 messages; accepted by primary 12, secondary 12; by both 12; buffered 0")
-    # The primary down: passive sends fail over (the first says so) to the secondary
+    # The primary down: passive sends fail over to the secondary (each went elsewhere
+    # than the primary asked for, and one line on stderr says so)
     run("namespace", "down", "primary")
-    code, out, _ = run("send", "-e", "orders", "--count", "11")
+    code, out, err = run("send", "-e", "orders", "--count", "11")
     assert code == 0
     assert out.strip().splitlines()[-1] == (
-        "sent 11 messages; accepted by secondary 11; buffered 0; failed over 1")
+        "sent 11 messages; accepted by secondary 11; buffered 0; failed over 11")
+    assert "11 of 11 messages went to secondary, not to primary as asked" in err
     # Both down: buffered, per destination
     run("namespace", "down", "secondary")
     code, out, _ = run("send", "-e", "orders", "--count", "11", "-q",
@@ -111,3 +113,26 @@ def test_a_malformed_property_option_is_a_usage_error(
     run: Run, option: str, words: list[str]
 ) -> None:
     expect_one_line_error(run("send", "-e", "orders", "--property", option, "x"), 2, *words)
+
+
+def test_a_send_that_went_elsewhere_than_asked_says_so(run: Run) -> None:
+    # Given a primary whose host name is mistyped (it does not resolve)
+    args = ("send", "-e", "orders", "--primary", "contoso-east.invalid",
+            "--secondary", "local://secondary", "--json", "hi")
+    for _ in range(2):  # the second run finds the secondary active since the first
+        # When a message is sent
+        code, out, err = run(*args)
+        # Then the secondary took it, --json says it failed over, and one line on
+        # stderr says it went elsewhere than asked
+        assert code == 0, err
+        [row] = json.loads(out)
+        assert row["namespaces"] == ["secondary"] and row["failed_over"] is True
+        lines = [line for line in err.splitlines() if "not to contoso-east" in line]
+        assert len(lines) == 1, err
+        assert "secondary" in lines[0]
+
+
+def test_a_send_where_asked_prints_nothing_on_stderr(run: Run) -> None:
+    code, out, err = run("send", "-e", "orders", "--json", "hi")
+    assert code == 0 and err == ""
+    assert json.loads(out)[0]["failed_over"] is False

@@ -247,7 +247,7 @@ def _record_send_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return threads
 
 
-def test_local_sends_of_a_sync_sender_run_on_its_loop_thread(
+def test_local_sends_of_a_sync_sender_run_off_its_loop_thread(
     sender_kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the local namespaces' SQLite send, watched for the thread it runs in
@@ -255,9 +255,10 @@ def test_local_sends_of_a_sync_sender_run_on_its_loop_thread(
     # When a sync sender sends
     with GeoSender(**sender_kw) as sender:
         sender.send(Message("a", message_id="m1"))
-    # Then the SQLite work ran on the sender's own loop thread (no worker-thread hop)
-    assert threads == ["geogateway-GeoSender"]
-    # And an async sender on an ordinary loop still keeps it off its loop thread
+    # Then the SQLite work ran in a worker thread, not on the sender's loop thread (a
+    # locked file would stop the loop and the deadlines that hedge: issue 22)
+    assert threads and threads[0] not in ("geogateway-GeoSender", "MainThread")
+    # And so it does for an async sender on an ordinary loop
     del threads[:]
 
     async def main() -> None:

@@ -4,16 +4,19 @@ files that ``geogateway namespace down`` writes."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from gateway.emulator import Emulator, EventHubSpec
 from gateway.geo import GatewayConfig, NamespaceConfig
-from gateway.observability import GatewayStatus, collect_status
+from gateway.observability import GatewayStatus, collect_status, create_app
 from gateway.transports import LocalNamespace
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +85,31 @@ async def test_a_hung_sdk_namespace_has_no_answer_within_the_deadline(
     status = await until(config, {"primary": "down", "secondary": "no answer"}, deadline=0.5)
     assert not status.ready
     assert "secondary no answer (no answer within 0.5 s)" in status.not_ready[0]
+
+
+WRONG_KEY = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3Jvbmc="
+
+
+async def test_a_namespace_refusing_its_key_is_shown_refused_with_what_to_check(
+        emulator: Emulator, tmp_path: Path) -> None:
+    # Given a gateway whose primary's key is wrong
+    good = sdk_config(emulator, "servicebus", tmp_path / "state")
+    wrong = re.sub(r"SharedAccessKey=[^;]*", f"SharedAccessKey={WRONG_KEY}",
+                   emulator.connection_string("primary"))
+    config = dataclasses.replace(good, primary=NamespaceConfig(
+        connection_string=wrong, name="primary", kind="servicebus"))
+    # When its status is collected / Then the primary is refused, saying what to check
+    status = await until(config, {"primary": "refused", "secondary": "up"})
+    primary = status.namespaces[0]
+    assert status.ready and not primary.usable
+    assert primary.reason is not None and "check the key" in primary.reason
+    assert WRONG_KEY not in repr(status.to_json())
+    # And /readyz, ready on the secondary, names the unusable primary
+    app = create_app(config, max_age=0)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://gateway") as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    body = ready.json()
+    assert [u.split(" ")[0] for u in body["unusable"]] == ["primary"]
+    assert "check the key" in body["unusable"][0] and WRONG_KEY not in ready.text

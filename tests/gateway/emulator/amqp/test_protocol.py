@@ -227,3 +227,38 @@ async def test_a_client_that_waits_for_credit_on_cbs_gets_it(raw: Raw) -> None:
     await raw.expect(Attach)
     flow = await raw.expect(Flow)
     assert (flow.handle, flow.link_credit) == (0, 1000)
+
+
+async def read_hub(raw: Raw, hub: str, delivery_id: int) -> int:
+    """Ask ``$management`` (already attached) for ``hub``'s properties; the status code."""
+    request_id = uuid.uuid4()
+    request = AmqpMessage(properties=Properties(message_id=request_id, reply_to="mgmt-out"),
+                          application_properties={"operation": "READ", "name": hub,
+                                                  "type": "com.microsoft:eventhub"})
+    raw.send(Transfer(handle=3, delivery_id=delivery_id, delivery_tag=b"m%d" % delivery_id,
+                      message_format=0,
+                      settled=False), channel=1, payload=encode_message(request))
+    while not isinstance(transfer := await raw.next(), Frame) or not isinstance(
+            transfer.body, Transfer):
+        pass
+    response = decode_message(transfer.payload)
+    assert response.application_properties is not None
+    return int(response.application_properties["status-code"])
+
+
+async def test_a_hub_token_does_not_read_another_hubs_properties(raw: Raw) -> None:
+    # Given a connection whose only token is for the event hub "telemetry"
+    await open_session(raw)
+    assert await put_token(raw, "sb://127.0.0.1/telemetry") == 202
+    raw.send(attach("mgmt-out", 2, sender=False, address="$management"), channel=1)
+    raw.send(attach("mgmt-in", 3, sender=True, address="$management"), channel=1)
+    await raw.expect(Attach)
+    await raw.expect(Attach)
+    raw.send(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=1,
+                  outgoing_window=100, handle=2, delivery_count=0, link_credit=10), channel=1)
+    # When it asks $management for a hub the token does not cover, that exists or not
+    # Then the credential is refused first (401), as the service does: no 404 tells it
+    # which hubs exist
+    assert await read_hub(raw, "nope", 1) == 401
+    assert await read_hub(raw, "other", 2) == 401
+    assert await read_hub(raw, "telemetry", 3) == 200

@@ -12,7 +12,6 @@ from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     MessageLockLostError,
     MessageSizeExceededError,
-    MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
 )
 
@@ -152,12 +151,16 @@ async def test_locks_expire_and_renew(conn_str: str, data_dir: Path) -> None:
             await r.complete_message(again)
 
 
-async def test_unknown_entity_is_not_found(conn_str: str) -> None:
+async def test_unknown_entity_is_refused_at_the_token_as_on_the_service(conn_str: str) -> None:
+    # The service answers the $cbs put-token with 404 (after checking the credential);
+    # the SDK raises that as an authentication failure that carries the status.
     async with client(conn_str) as c:
-        with pytest.raises(MessagingEntityNotFoundError):
+        with pytest.raises(ServiceBusAuthenticationError) as info:
             async with c.get_queue_sender("nope") as sender:
                 await sender.send_messages(ServiceBusMessage("x"))
-        with pytest.raises(MessagingEntityNotFoundError):
+        assert info.value.inner_exception.status_code == 404
+        assert b"could not be found" in info.value.inner_exception.status_description
+        with pytest.raises(ServiceBusAuthenticationError):
             async with c.get_queue_receiver("nope") as r:
                 await r.receive_messages(max_wait_time=0.5)
 

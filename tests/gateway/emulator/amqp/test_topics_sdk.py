@@ -12,7 +12,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     MessageAlreadySettled,
-    MessagingEntityNotFoundError,
+    ServiceBusAuthenticationError,
     ServiceBusError,
 )
 
@@ -148,9 +148,11 @@ async def test_local_and_sdk_share_a_topic(emulator: Emulator, tmp_path: Path) -
 
 async def test_what_a_topic_cannot_do_is_refused(emulator: Emulator) -> None:
     async with client(emulator) as c:
-        with pytest.raises(MessagingEntityNotFoundError):
+        # A missing subscription: the service refuses the token for it (404).
+        with pytest.raises(ServiceBusAuthenticationError) as info:
             async with c.get_subscription_receiver(TOPIC, "nope", max_wait_time=0.5) as r:
                 await r.receive_messages(max_wait_time=0.5)
+        assert info.value.inner_exception.status_code == 404
         with pytest.raises(ServiceBusError, match="is a topic: receive from one of its"):
             async with c.get_queue_receiver(TOPIC, max_wait_time=0.5) as r:
                 await r.receive_messages(max_wait_time=0.5)

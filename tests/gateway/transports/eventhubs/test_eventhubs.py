@@ -56,6 +56,7 @@ from replication import (
     Message,
     MessageRejected,
     MessageTooLarge,
+    NamespaceMisconfigured,
     NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
@@ -130,6 +131,8 @@ def _http_error(status: int) -> HttpResponseError:
 
 UNAVAILABLE, TIMEOUT, REFUSED, STOLEN = (
     "the namespace is unavailable", "timed out", "refused for good", "higher owner level")
+#: A namespace that refuses the credentials is unusable (not the message).
+CREDENTIALS = "refused the credentials"
 
 CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = [
     ("link stolen", lambda: _sdk(AMQPLinkError(
@@ -143,11 +146,11 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
      OperationTimeout, TIMEOUT),
     ("event data refused", lambda: EventDataError("bad event"), MessageRejected, REFUSED),
     ("auth: token refused", lambda: _sdk(TokenAuthFailure(401, b"InvalidSignature")),
-     MessageRejected, REFUSED),
-    ("auth: management 401", lambda: _mgmt(401), MessageRejected, REFUSED),
+     NamespaceMisconfigured, CREDENTIALS),
+    ("auth: management 401", lambda: _mgmt(401), NamespaceMisconfigured, CREDENTIALS),
     ("auth: credential refused", lambda: _raised_while(
         ClientAuthenticationError("bad secret"), AuthenticationError("token")),
-     MessageRejected, REFUSED),
+     NamespaceMisconfigured, CREDENTIALS),
     ("auth: token timeout", lambda: _sdk(AuthenticationException(
         ErrorCondition.InternalError, description="Authorization timeout.")),
      NamespaceUnavailable, UNAVAILABLE),
@@ -184,18 +187,18 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("plain connection lost", lambda: ConnectionLostError("lost"), NamespaceUnavailable,
      UNAVAILABLE),
     ("generic wrapping a credential error", lambda: _raised_while(
-        ClientAuthenticationError("no identity"), EventHubError("token")), MessageRejected,
-     REFUSED),
+        ClientAuthenticationError("no identity"), EventHubError("token")), NamespaceMisconfigured,
+     CREDENTIALS),
     ("generic wrapping an unreachable token endpoint", lambda: _raised_while(
         ServiceRequestError("no route"), EventHubError("token")), NamespaceUnavailable,
      UNAVAILABLE),
     ("generic, nothing known", lambda: EventHubError("odd"), NamespaceUnavailable,
      UNAVAILABLE),
-    ("core: credential", lambda: ClientAuthenticationError("AADSTS"), MessageRejected,
-     REFUSED),
+    ("core: credential", lambda: ClientAuthenticationError("AADSTS"), NamespaceMisconfigured,
+     CREDENTIALS),
     ("core: unreachable", lambda: ServiceRequestError("no route"), NamespaceUnavailable,
      UNAVAILABLE),
-    ("core: 403", lambda: _http_error(403), MessageRejected, REFUSED),
+    ("core: 403", lambda: _http_error(403), NamespaceMisconfigured, CREDENTIALS),
     ("core: 429", lambda: _http_error(429), NamespaceUnavailable, UNAVAILABLE),
     ("builtin: timeout", lambda: TimeoutError(), OperationTimeout, TIMEOUT),
     ("builtin: socket", lambda: ConnectionResetError(104, "reset"), NamespaceUnavailable,

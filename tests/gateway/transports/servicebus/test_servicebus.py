@@ -65,6 +65,7 @@ from replication import (
     Message,
     MessageRejected,
     MessageTooLarge,
+    NamespaceMisconfigured,
     NamespaceRefused,
     NamespaceUnavailable,
     OperationTimeout,
@@ -111,6 +112,8 @@ def _caused(error: Exception, cause: BaseException) -> Exception:
 
 UNAVAILABLE, TIMEOUT, REFUSED, LOCK_LOST = (
     "the namespace is unavailable", "timed out", "refused for good", "lock lost")
+#: A namespace that refuses the credentials is unusable (not the message).
+CREDENTIALS = "refused the credentials"
 
 # (SDK exception factory, expected class, words in the message)
 CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = [
@@ -124,18 +127,19 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
      UNAVAILABLE),
     ("auth: token refused", lambda: ServiceBusAuthenticationError(
         message=None, error=TokenAuthFailure(401, b"InvalidSignature"),
-        condition=ErrorCondition.ClientError), MessageRejected, REFUSED),
+        condition=ErrorCondition.ClientError), NamespaceMisconfigured, CREDENTIALS),
     ("auth: unauthorized condition", lambda: ServiceBusAuthenticationError(
-        message="no", condition=ErrorCondition.UnauthorizedAccess), MessageRejected, REFUSED),
+        message="no", condition=ErrorCondition.UnauthorizedAccess), NamespaceMisconfigured,
+     CREDENTIALS),
     ("auth: credential refused", lambda: ServiceBusAuthenticationError(
-        message="token", error=ClientAuthenticationError("bad secret")), MessageRejected,
-     REFUSED),
+        message="token", error=ClientAuthenticationError("bad secret")), NamespaceMisconfigured,
+     CREDENTIALS),
     ("auth: token timeout", lambda: ServiceBusAuthenticationError(
         message="Authorization timeout.", error=AuthenticationException(
             ErrorCondition.InternalError, description="Authorization timeout."),
         condition=ErrorCondition.InternalError), NamespaceUnavailable, UNAVAILABLE),
     ("authorization", lambda: ServiceBusAuthorizationError(message="Unauthorized"),
-     MessageRejected, REFUSED),
+     NamespaceMisconfigured, CREDENTIALS),
     ("operation timeout", lambda: OperationTimeoutError(message="Send timed out"),
      OperationTimeout, TIMEOUT),
     ("too large", lambda: MessageSizeExceededError(message="too big"), MessageTooLarge,
@@ -162,12 +166,12 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("generic with vendor timeout", lambda: ServiceBusError(
         "slow", condition=b"com.microsoft:timeout"), OperationTimeout, TIMEOUT),
     ("generic wrapping a credential error", lambda: ServiceBusError(
-        "Handler failed", error=ClientAuthenticationError("no identity")), MessageRejected,
-     REFUSED),
+        "Handler failed", error=ClientAuthenticationError("no identity")), NamespaceMisconfigured,
+     CREDENTIALS),
     ("generic, nothing known", lambda: ServiceBusError("something"), NamespaceUnavailable,
      UNAVAILABLE),
-    ("core: credential", lambda: ClientAuthenticationError("AADSTS7000215"), MessageRejected,
-     REFUSED),
+    ("core: credential", lambda: ClientAuthenticationError("AADSTS7000215"), NamespaceMisconfigured,
+     CREDENTIALS),
     ("core: token endpoint unreachable", lambda: ServiceRequestError("no route"),
      NamespaceUnavailable, UNAVAILABLE),
     ("core: response broken", lambda: ServiceResponseError("reset"), NamespaceUnavailable,
@@ -183,6 +187,14 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     # A refused connection is final for the send: the sender fails over without a retry.
     ("builtin: connection refused", lambda: ConnectionRefusedError(111, "refused"),
      NamespaceRefused, "refused the connection"),
+    # A host name that does not resolve makes the namespace unusable; a resolver that
+    # cannot answer now is an outage.
+    ("builtin: no such host", lambda: socket.gaierror(socket.EAI_NONAME,
+                                                      "Name or service not known"),
+     NamespaceMisconfigured, "check the host name"),
+    ("builtin: resolver down", lambda: socket.gaierror(
+        socket.EAI_AGAIN, "Temporary failure in name resolution"), NamespaceUnavailable,
+     UNAVAILABLE),
     ("builtin: validation", lambda: ValueError("bad argument"), MessageRejected, REFUSED),
     ("builtin: anything else", lambda: RuntimeError("odd"), NamespaceUnavailable,
      UNAVAILABLE),
@@ -203,7 +215,7 @@ CASES: list[tuple[str, Callable[[], BaseException], type[GatewayError], str]] = 
     ("sdk: server busy", lambda: _sdk(AMQPLinkError(
         b"com.microsoft:server-busy", description="busy")), NamespaceUnavailable, UNAVAILABLE),
     ("sdk: token refused", lambda: _sdk(TokenAuthFailure(401, b"InvalidSignature")),
-     MessageRejected, REFUSED),
+     NamespaceMisconfigured, CREDENTIALS),
     ("sdk: token timeout", lambda: _sdk(AuthenticationException(
         ErrorCondition.InternalError, description="Authorization timeout.")),
      NamespaceUnavailable, UNAVAILABLE),
