@@ -16,6 +16,7 @@ import click
 from gateway.cli._common import choice, data_dir_option, fail, gateway_config, run
 
 if TYPE_CHECKING:
+    from gateway.amqp.server import Policy
     from gateway.proxy import Proxy
 
 __all__ = ["register"]
@@ -32,6 +33,17 @@ def _listen(value: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
+def _policies(ctx: click.Context, param: click.Parameter,
+              values: tuple[str, ...]) -> list[Policy]:
+    from gateway.amqp.server import parse_policy
+    from replication import ConfigError
+
+    try:
+        return [parse_policy(v) for v in values]
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               envvar="GEOGATEWAY_CONFIG", show_envvar=True,
@@ -40,13 +52,19 @@ def _listen(value: str) -> tuple[str, int]:
               help="Where clients connect (port 0 picks a free port).")
 @click.option("--insecure", is_flag=True,
               help="Allow a non-loopback address: plain AMQP, no TLS (TLS is not there yet).")
+@click.option("--policy", "policies", multiple=True, callback=_policies,
+              metavar="[ENTITY/]NAME=KEY:RIGHTS",
+              help="A shared access policy clients may sign with besides the proxy's own "
+                   "(repeatable), as the emulator's: RIGHTS from Listen, Send, Manage, "
+                   "comma-separated; ENTITY/ limits it to one queue. E.g. "
+                   "reader=KEY:Listen or orders/app=KEY:Send,Listen.")
 @click.option("--mode", type=choice(["passive", "active"]),
               help="Replication mode [env var: GEOGATEWAY_MODE; default: passive].")
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the ready line as one JSON object (connection_string, port).")
-def proxy(config_path: Path | None, listen: str, insecure: bool, mode: str | None,
-          data_dir: Path | None, as_json: bool) -> None:
+def proxy(config_path: Path | None, listen: str, insecure: bool, policies: list[Policy],
+          mode: str | None, data_dir: Path | None, as_json: bool) -> None:
     """Serve AMQP 1.0 on a local port with the configured namespaces behind it: any SDK,
     geo-redundant.
 
@@ -64,7 +82,7 @@ def proxy(config_path: Path | None, listen: str, insecure: bool, mode: str | Non
     host, port = _listen(listen)
     config = gateway_config(config_path, mode=mode, data_dir=data_dir, needs_entity=False)
     try:
-        server = Proxy(config, host=host, port=port, insecure=insecure,
+        server = Proxy(config, host=host, port=port, insecure=insecure, policies=policies,
                        hooks=hooks_from_config(config))
     except ConfigError as exc:
         fail(str(exc), code=2)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusMessage
+from azure.servicebus.exceptions import ServiceBusAuthorizationError
 
 from tests.gateway.cli.cli_support import clean_env
 from tests.gateway.proxy.conftest import QUEUE, client, drain_local
@@ -65,3 +66,32 @@ def test_a_non_loopback_address_needs_insecure(dirs: dict[str, Path]) -> None:
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 2
     assert "--insecure" in err and "TLS" in err and out == ""
+
+
+def test_a_policy_on_the_command_line_signs_with_its_rights(dirs: dict[str, Path]) -> None:
+    # Given the proxy started with a listen-only policy besides its own key
+    key = "cmVhZGVyIGtleQ=="
+    proc = start("--config", str(write_config(dirs)), "--json", "--policy",
+                 f"reader={key}:Listen", cwd=dirs["tmp"])
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        endpoint = ready["connection_string"].split(";")[0]
+        reader = (f"{endpoint};SharedAccessKeyName=reader;SharedAccessKey={key};"
+                  "UseDevelopmentEmulator=true")
+        # When a client signs with it and sends, then its token is good but lacks Send
+        with pytest.raises(ServiceBusAuthorizationError, match="'Send' claim"):
+            asyncio.run(send(reader, "a"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert key not in err
+
+
+def test_a_malformed_policy_is_a_usage_error(dirs: dict[str, Path]) -> None:
+    proc = start("--config", str(write_config(dirs)), "--policy", "reader:Listen",
+                 cwd=dirs["tmp"])
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert "bad policy" in err and out == ""
