@@ -49,7 +49,7 @@ def test_gateway_holds_only_its_public_face_and_its_rooms():
     rooms = sorted(p.name for p in (ROOT / "gateway").iterdir()
                    if p.is_dir() and (p / "__init__.py").exists())
     assert rooms == ["_support", "amqp", "cli", "consumer", "drill", "emulator", "geo",
-                     "observability", "relay", "stores", "transports"]
+                     "observability", "proxy", "relay", "stores", "transports"]
 
 
 #: The most modules a folder holds: past it, a prefix shared by several files is a room.

@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "SQLite) and show what waits in it."),
     "postgres": ("gateway.cli._postgres", "Start, stop and show an embedded PostgreSQL "
                  "server (for trying the fleet stores)."),
+    "proxy": ("gateway.cli._proxy", "Serve AMQP 1.0 on a local port with the configured "
+              "namespaces behind it: any SDK, geo-redundant."),
     "queue": ("gateway.cli._queue",
               "Inspect, export, purge, replay and salvage the durable queue."),
     "receive": ("gateway.cli._send",

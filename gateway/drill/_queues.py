@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.drill._common import PRIMARY, SECONDARY, Progress, Scenario
 from gateway.drill._report import DrillCounters, DrillReport
@@ -28,12 +28,13 @@ from gateway.geo import (
     GatewayHooks,
     NamespaceConfig,
     NamespaceLike,
+    SendResult,
 )
 from gateway.transports.base import PartitionEvent, ReceivedMessage
 from gateway.transports.local import LocalNamespace
 from replication import Message, Mode
 
-__all__ = ["Handler", "QueueDrill", "run_queue_drill"]
+__all__ = ["BatchSender", "Handler", "QueueDrill", "run_queue_drill"]
 
 #: What a drill's receiver calls with each message it delivers.
 Handler = Callable[[Any], Awaitable[None]]
@@ -61,6 +62,15 @@ _SCRIPTS: dict[Scenario, list[tuple[float, str, str]]] = {
     Scenario.HANG: [(0.3, "hang", PRIMARY), (0.6, "unhang", PRIMARY)],
     Scenario.SESSIONS: [(0.3, "down", PRIMARY), (0.6, "up", PRIMARY)],
 }
+
+
+class BatchSender(Protocol):
+    """What the drill's send loop needs of a sender (a geo sender, or a client of a proxy)."""
+
+    @property
+    def backlog(self) -> frozenset[str]: ...
+
+    async def send_batch(self, messages: Sequence[Message]) -> SendResult: ...
 
 
 async def run_queue_drill(
@@ -132,7 +142,7 @@ class QueueDrill:
     async def run(self, settle_timeout: float) -> DrillReport:
         started = self.timeline.started = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
-            if self.transport == "local":
+            if self.transport in ("local", "proxy"):
                 primary: NamespaceLike = f"local://{PRIMARY}"
                 secondary: NamespaceLike = f"local://{SECONDARY}"
             else:
@@ -224,7 +234,7 @@ class QueueDrill:
         if delivered % 500 == 0 or delivered == self.total:
             self.progress("delivered", delivered, self.total)
 
-    async def _send_all(self, sender: AsyncGeoSender) -> None:
+    async def _send_all(self, sender: BatchSender) -> None:
         script = list(_SCRIPTS[self.scenario])
         sent = 0
         while sent < self.total:
@@ -233,7 +243,7 @@ class QueueDrill:
                 _, action, ns = script.pop(0)
                 self._inject(action, ns)
                 injected = True
-            if injected and self.transport != "local":
+            if injected and self.transport not in ("local", "proxy"):
                 await self._until_applied()
             batch = [self._message(i)
                      for i in range(sent, min(sent + self.batch_size, self.total))]
@@ -305,7 +315,7 @@ class QueueDrill:
         self.timeline.add_failover(seconds)
         self._fault = None
 
-    async def _settle(self, sender: AsyncGeoSender, timeout: float) -> float | None:
+    async def _settle(self, sender: BatchSender, timeout: float) -> float | None:
         for namespace in self.namespaces.values():
             namespace.up()  # also ends a hang
             namespace.set_faults(latency=0.0, lost_replies=0.0)

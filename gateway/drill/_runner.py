@@ -24,7 +24,7 @@ from replication import ConfigError, Mode
 
 __all__ = ["ENTITIES", "TRANSPORTS", "run_drill"]
 
-TRANSPORTS = ("local", "servicebus", "eventhubs")
+TRANSPORTS = ("local", "servicebus", "eventhubs", "proxy")
 #: What the message drills send to: a queue, or a topic with two subscriptions.
 ENTITIES = ("queue", "topic")
 
@@ -60,7 +60,9 @@ async def run_drill(
         settle_timeout: how long to wait for replay and delivery after the last send.
         progress: called as ``progress(phase, done, total)``.
         transport: ``"local"`` (the embedded namespaces), or ``"servicebus"`` /
-            ``"eventhubs"`` (the Azure SDK transports, against the emulator).
+            ``"eventhubs"`` (the Azure SDK transports, against the emulator), or
+            ``"proxy"`` (an azure-servicebus client through a proxy in front of the
+            embedded namespaces; the queue scenarios on a queue only).
         keep_state: keep the state folder even when the drill passes.
         on_state_dir: called with the state folder once it exists, before anything
             runs (e.g. to print it).
@@ -91,6 +93,10 @@ async def run_drill(
         raise ConfigError("store and dsn are for the fleet scenario")
     if store is not None and store not in STORES:
         raise ConfigError(f"unknown store {store!r}: use one of {', '.join(STORES)}")
+    if transport == "proxy" and (consumers or fleet or scenario is Scenario.SESSIONS
+                                 or entity != "queue"):
+        raise ConfigError("the proxy carries the queue scenarios on a queue only (not "
+                          "consumer-*, fleet or sessions, nor a topic) so far")
     if fleet and transport != "local":
         raise ConfigError("the fleet scenario runs on the local namespaces: use --transport local")
     if consumers and transport == "servicebus":
@@ -132,6 +138,12 @@ async def run_drill(
             root=root, settle_timeout=settle_timeout,
             progress=progress or (lambda phase, done, total: None), transport=transport,
         )
+    elif transport == "proxy":
+        from gateway.drill._proxied import ProxiedQueueDrill
+
+        report = await ProxiedQueueDrill(
+            mode, scenario, messages, batch_size, root, progress, transport, hooks,
+        ).run(settle_timeout)
     else:
         run_messages = run_topic_drill if entity == "topic" else run_queue_drill
         report = await run_messages(

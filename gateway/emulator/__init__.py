@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
-from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, Policy, Right, parse_policy
+from gateway.amqp.server import DEFAULT_KEY, DEFAULT_KEY_NAME, Policy, Right, parse_policy
 from gateway.emulator._config import (
     SERVICE_BUS_MAX_MESSAGE_SIZE,
     EmulatorConfig,

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gateway.emulator._auth import Policy, parse_rights
+from gateway.amqp.server import Policy, parse_rights
 from gateway.emulator._servicebus_config import TopicSpec, is_official, load_official
 from replication import ConfigError
 

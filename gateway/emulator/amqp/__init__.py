@@ -2,9 +2,9 @@
 
 - The wire, in :mod:`gateway.amqp` (typed values, the codec, performatives and the
   composites they carry, frames and the message format), imported from its face.
-- Links, sessions and connections. They see what is above them only through the
-  protocols of ``_interfaces`` (and ``LinkSession`` in ``_links``,
-  ``SessionConnection`` in ``_session``).
+- Links, sessions, connections, ``$cbs`` and the ``$management`` dispatch: the shared
+  AMQP front, :mod:`gateway.amqp.server`, which the proxy builds on too. The nodes
+  here see the namespace through the protocol of ``_interfaces``.
 - The nodes a link attaches to: Service Bus queues, topics and their subscriptions,
   event hubs, ``$cbs`` and ``$management``; what a declared entity is made of
   (``_declare``) and what subscription rules read of a message (``_topics``).

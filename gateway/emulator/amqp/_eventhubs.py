@@ -34,12 +34,21 @@ from gateway.amqp import (
     Timestamp,
     encode_message,
 )
-from gateway.emulator.amqp._convert import event_message, to_queued
+from gateway.amqp.server import (
+    Delivery,
+    Link,
+    OutgoingLink,
+    Reply,
+    Terminus,
+    app_property,
+    event_message,
+    stalled,
+    status,
+    to_queued,
+    wait_first,
+)
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, Link, OutgoingLink, Terminus
-from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._servicebus import QueueWriter
-from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import LEASE, EntityKind, Queued
 from gateway.transports.base import EventPosition, PartitionEvent
 from replication import GatewayError, MessageRejected, OwnershipLost

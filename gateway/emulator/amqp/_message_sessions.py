@@ -29,10 +29,9 @@ import uuid
 from typing import Any
 
 from gateway.amqp import Long
-from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace
-from gateway.emulator.amqp._links import Link, OutgoingLink
+from gateway.amqp.server import Link, NodeConnection, OutgoingLink, wait_first
+from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._servicebus import QueueReader
-from gateway.emulator.amqp._wait import wait_first
 from gateway.transports.base import ReceivedMessage
 from replication import GatewayError
 

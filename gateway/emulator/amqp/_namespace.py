@@ -41,10 +41,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from gateway.emulator._auth import Policy
+from gateway.amqp.server import Connection, Policy
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from gateway.emulator._servicebus_config import TopicSpec
-from gateway.emulator.amqp._connection import Connection
 from gateway.emulator.amqp._declare import declare
 from gateway.emulator.amqp._router import Router
 from gateway.emulator.amqp._topics import AmqpSections
@@ -79,6 +78,10 @@ def _key(entity: str) -> str:
 
 class Namespace:
     """One namespace served on ``host:port`` (port 0: a free one, kept until closed)."""
+
+    #: The server's name in each connection's Open; where the front logs.
+    product = "geogateway-emulator"
+    log = _LOG
 
     def __init__(self, name: str, port: int, *, host: str, data_dir: str | None,
                  policies: Sequence[Policy], queues: Sequence[QueueSpec],
@@ -155,6 +158,10 @@ class Namespace:
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a store operation (on the event loop: see the module docstring)."""
         return fn(*args, **kwargs)
+
+    async def exists(self, entity: str) -> bool:
+        """Whether the store declares the entity at lower-case path ``entity``."""
+        return await self.run(self.store.find, entity) is not None
 
     async def _stop_serving(self, condition: str, description: str) -> None:
         server, self._server = self._server, None

@@ -19,7 +19,19 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from gateway.emulator._auth import Right
+from gateway.amqp.server import (
+    Handler,
+    IncomingLink,
+    Link,
+    OutgoingLink,
+    Replies,
+    Reply,
+    Requests,
+    Right,
+    app_property,
+    put_token,
+    status,
+)
 from gateway.emulator.amqp._eventhubs import (
     STOLEN,
     HubWriter,
@@ -28,16 +40,6 @@ from gateway.emulator.amqp._eventhubs import (
     parse_position,
 )
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
-from gateway.emulator.amqp._management import (
-    Handler,
-    Replies,
-    Reply,
-    Requests,
-    app_property,
-    put_token,
-    status,
-)
 from gateway.emulator.amqp._message_sessions import (
     SessionLocks,
     attach_session_reader,

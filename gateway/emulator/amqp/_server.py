@@ -7,7 +7,14 @@ import os
 from collections.abc import Iterable, Mapping
 
 from gateway._support.service_thread import AsyncService, ServiceThread
-from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, Policy, client_host
+from gateway.amqp.server import (
+    DEFAULT_KEY,
+    DEFAULT_KEY_NAME,
+    Policy,
+    client_host,
+    pick_policy,
+    with_default,
+)
 from gateway.emulator._config import (
     SERVICE_BUS_MAX_MESSAGE_SIZE,
     EventHubSpec,
@@ -29,14 +36,6 @@ def _hubs(hubs: Mapping[str, int] | Iterable[EventHubSpec]) -> list[EventHubSpec
     if isinstance(hubs, Mapping):
         return [EventHubSpec(name=n, partitions=p) for n, p in hubs.items()]
     return list(hubs)
-
-
-def _policies(default: Policy, more: Iterable[Policy]) -> tuple[Policy, ...]:
-    found = (default, *more)
-    scopes = [(p.name, p.scope) for p in found]
-    if len(scopes) != len(set(scopes)):
-        raise ConfigError(f"two policies of one name on one scope: {sorted(scopes)}")
-    return found
 
 
 class Emulator(AsyncService):
@@ -88,7 +87,7 @@ class Emulator(AsyncService):
         if not key or not key_name:
             raise ConfigError("the key and the key name must not be empty")
         limit = parse_size(max_message_size)
-        self.policies = _policies(Policy(name=key_name, key=key), policies)
+        self.policies = with_default(Policy(name=key_name, key=key), policies)
         directory = None if data_dir is None else os.fspath(data_dir)
         qs, hs, ts = _queues(queues), _hubs(event_hubs), tuple(topics)
         self.host = host
@@ -143,23 +142,12 @@ class Emulator(AsyncService):
             ConfigError: no such namespace or policy, or two entity-level policies of
                 that name.
         """
-        chosen = self._policy(policy)
+        chosen = pick_policy(self.policies, policy)
         host = client_host(self.host)
         key = "***" if redact_key else chosen.key
         entity = f"EntityPath={chosen.entity};" if chosen.entity else ""
         return (f"Endpoint=sb://{host}:{self.port(name)};SharedAccessKeyName={chosen.name};"
                 f"SharedAccessKey={key};{entity}UseDevelopmentEmulator=true")
-
-    def _policy(self, name: str | None) -> Policy:
-        if name is None:
-            return self.policies[0]
-        named = [p for p in self.policies if p.name == name]
-        # The namespace's own policy of that name, else the one entity-level policy.
-        found = [p for p in named if p.entity is None] or named
-        if len(found) != 1:
-            raise ConfigError(f"no single policy {name!r}: this emulator has "
-                              f"{sorted({p.name for p in self.policies})}")
-        return found[0]
 
     def _get(self, name: str) -> Namespace:
         try:

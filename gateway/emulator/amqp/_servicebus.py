@@ -36,11 +36,20 @@ from gateway.amqp import (
     decode_message,
     split_batch,
 )
-from gateway.emulator.amqp._convert import lock_tag, queue_payload, to_queued
+from gateway.amqp.server import (
+    Delivery,
+    IncomingLink,
+    Link,
+    OutgoingLink,
+    Terminus,
+    lock_tag,
+    queue_payload,
+    stalled,
+    to_queued,
+    wait_first,
+)
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from gateway.emulator.amqp._servicebus_management import LOCK_LOST, manage_queue
-from gateway.emulator.amqp._wait import stalled, wait_first
 from gateway.transports import DEAD_LETTER_SUFFIX, Queued
 from gateway.transports.base import ReceivedMessage, ReceiveMode
 from replication import GatewayError, Message, SessionLockLost

@@ -16,15 +16,17 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import AmqpMessage, Array, DecodeError, Long, Timestamp
-from gateway.emulator.amqp._convert import (
+from gateway.amqp.server import (
     DEFERRED,
     SCHEDULED_STATE,
+    Reply,
+    app_property,
     queue_payload,
+    status,
     tag_token,
     to_queued,
 )
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._management import Reply, app_property, status
 from gateway.emulator.amqp._session_management import (
     SESSION_OPERATIONS,
     SessionLookup,

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.amqp import Array, Timestamp
-from gateway.emulator.amqp._convert import DEFERRED, queue_payload
+from gateway.amqp.server import DEFERRED, Reply, queue_payload, status
 from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._management import Reply, status
 from gateway.transports.base import ReceiveMode
 from replication import MessageRejected, SessionLockLost
 

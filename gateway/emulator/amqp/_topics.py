@@ -21,8 +21,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from gateway.amqp import AmqpMessage, Properties, Symbol, decode_message, encode_message
-from gateway.emulator.amqp._links import IncomingLink
-from gateway.emulator.amqp._management import Reply, app_property, status
+from gateway.amqp.server import IncomingLink, Reply, app_property, status
 from replication import PropertyValue
 
 __all__ = ["AmqpSections", "refuse_topic_operation"]

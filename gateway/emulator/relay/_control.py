@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSMessage, WSMsgType, web
 
-from gateway.emulator._auth import AuthError
+from gateway.amqp.server import AuthError
 from gateway.emulator.relay._io import read_body
 from gateway.relay import protocol as p
 

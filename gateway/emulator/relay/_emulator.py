@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gateway._support.service_thread import AsyncService
-from gateway.emulator._auth import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
+from gateway.amqp.server import DEFAULT_KEY, DEFAULT_KEY_NAME, client_host
 from gateway.emulator.relay._namespace import RelayNamespace
 from gateway.relay.protocol import RelayEndpoint
 from gateway.transports import ControlFile, ControlState, namespace_files

@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from aiohttp import WSMsgType, web
 
-from gateway.emulator._auth import AuthError, Grant, check_token
+from gateway.amqp.server import AuthError, Grant, check_token
 from gateway.relay import protocol as p
 from gateway.relay.protocol import ProtocolError
 

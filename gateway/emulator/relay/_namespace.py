@@ -41,7 +41,7 @@ from urllib.parse import urlencode
 
 from aiohttp import WSMsgType, web
 
-from gateway.emulator._auth import AuthError, Grant
+from gateway.amqp.server import AuthError, Grant
 from gateway.emulator.relay._control import Listener, Pending, control_loop
 from gateway.emulator.relay._io import (
     AUTH_HEADERS,

@@ -11,7 +11,7 @@ from urllib.parse import quote_plus, urlencode
 import pytest
 from azure.eventhub import EventHubSharedKeyCredential
 
-from gateway.emulator._auth import (
+from gateway.amqp.server import (
     AuthError,
     Grant,
     check_token,

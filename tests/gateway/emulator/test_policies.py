@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.amqp.server._auth import AuthError, authorize
 from gateway.emulator import Emulator, Policy, Right, load_config, parse_policy
-from gateway.emulator._auth import AuthError, authorize
 from replication import ConfigError
 from tests.gateway.emulator.test_auth import token
 

@@ -1,7 +1,7 @@
 """NamespaceConfig(credential=...) through the unmodified SDKs, against the emulator.
 
 The emulator checks the shared access signature each SDK puts on ``$cbs``
-(``gateway.emulator._auth``): a key credential signs with its key, a SAS credential
+(``gateway.amqp.server``): a key credential signs with its key, a SAS credential
 hands its token over, a token credential hands over whatever token it issues.
 """
 

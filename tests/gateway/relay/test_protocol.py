@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.emulator._auth import AuthError, check_token
+from gateway.amqp.server import AuthError, check_token
 from gateway.errors import ConfigError
 from gateway.relay import (
     Accept,

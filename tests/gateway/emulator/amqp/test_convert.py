@@ -15,7 +15,7 @@ from gateway.amqp._message import (
     encode_message,
     split_sections,
 )
-from gateway.emulator.amqp._convert import queue_message, queue_payload, to_queued
+from gateway.amqp.server import queue_message, queue_payload, to_queued
 from gateway.transports.base import ReceivedMessage
 from replication import Message
 

@@ -23,8 +23,8 @@ from gateway.amqp import (
     Transfer,
     encode_transfer_frames,
 )
-from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace, ProtocolError
-from gateway.emulator.amqp._links import IncomingLink, Link, OutgoingLink
+from gateway.amqp.server._interfaces import NodeConnection, ProtocolError, ServerNamespace
+from gateway.amqp.server._links import IncomingLink, Link, OutgoingLink
 
 __all__ = ["LinkRouter", "Session", "SessionConnection", "SessionNamespace"]
 
@@ -38,7 +38,7 @@ class LinkRouter(Protocol):
     def attach(self, link: Link) -> None: ...
 
 
-class SessionNamespace(NodeNamespace, Protocol):
+class SessionNamespace(ServerNamespace, Protocol):
     """What a session needs of its namespace: the router that binds each new link."""
 
     @property

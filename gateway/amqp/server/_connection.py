@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import time
 
 from gateway.amqp import (
@@ -45,13 +44,12 @@ from gateway.amqp import (
     Transfer,
     encode_frame,
 )
-from gateway.emulator._auth import Grant, Right, entity_path
-from gateway.emulator.amqp._interfaces import ProtocolError
-from gateway.emulator.amqp._session import Session, SessionNamespace
+from gateway.amqp.server._auth import Grant, Right, entity_path
+from gateway.amqp.server._interfaces import ProtocolError
+from gateway.amqp.server._session import Session, SessionNamespace
 
 __all__ = ["MAX_FRAME_SIZE", "Connection"]
 
-_LOG = logging.getLogger("gateway.emulator")
 
 #: The largest frame the emulator accepts (and advertises in its Open).
 MAX_FRAME_SIZE = 1 << 20
@@ -177,8 +175,9 @@ class Connection:
                 self.close(exc.condition, str(exc))
             except Exception:
                 # A bug of ours must cost this connection only, never the server.
-                _LOG.exception("connection %d to %s failed", self.id, self.namespace.name)
-                self.close("amqp:internal-error", "the emulator failed")
+                self.namespace.log.exception("connection %d to %s failed", self.id,
+                                             self.namespace.name)
+                self.close("amqp:internal-error", f"the {self.namespace.product} failed")
             if self._state == "closed":
                 return
 
@@ -197,8 +196,8 @@ class Connection:
                 self.send(0, self._open())
             self.send(0, Close(error=error))
         if condition is not None:
-            _LOG.info("connection %d to %s closed: %s %s", self.id, self.namespace.name,
-                      condition, description)
+            self.namespace.log.info("connection %d to %s closed: %s %s", self.id,
+                                    self.namespace.name, condition, description)
         self._flush()
         self._state = "closed"
         self._writer.close()
@@ -288,9 +287,10 @@ class Connection:
             self._heartbeat = asyncio.create_task(self._beat(interval))
 
     def _open(self) -> Open:
-        return Open(container_id=f"geogateway-emulator-{self.namespace.name}",
+        product = self.namespace.product
+        return Open(container_id=f"{product}-{self.namespace.name}",
                     hostname=None, max_frame_size=MAX_FRAME_SIZE, channel_max=_CHANNEL_MAX,
-                    idle_time_out=None, properties={"product": "geogateway-emulator"})
+                    idle_time_out=None, properties={"product": product})
 
     async def _beat(self, interval: float) -> None:
         empty = encode_frame(Frame(FRAME_AMQP, 0, None))
@@ -316,7 +316,8 @@ class Connection:
         if session is None:
             # The Azure SDKs send their links' Detach after the session's End: ignore
             # what arrives on a channel that is not (or no longer) in use.
-            _LOG.debug("%s on unused channel %d ignored", type(body).__name__, frame.channel)
+            self.namespace.log.debug("%s on unused channel %d ignored", type(body).__name__,
+                                     frame.channel)
             return
         if isinstance(body, End):
             del self._sessions[frame.channel]

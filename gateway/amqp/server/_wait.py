@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.emulator.amqp._interfaces import NodeConnection, NodeNamespace
+from gateway.amqp.server._interfaces import NodeConnection, ServerNamespace
 
 __all__ = ["stalled", "wait_first"]
 
@@ -21,7 +21,7 @@ async def wait_first(waits: list[Any], timeout: float | None) -> None:
             t.cancel()
 
 
-async def stalled(namespace: NodeNamespace, connection: NodeConnection) -> bool:
+async def stalled(namespace: ServerNamespace, connection: NodeConnection) -> bool:
     """Whether the namespace hangs: then wait until the stalled connection is closed.
 
     A hung namespace delivers nothing, so a reader takes no message meanwhile (one

@@ -24,7 +24,7 @@ from gateway.amqp import (
     Target,
     Transfer,
 )
-from gateway.emulator.amqp._interfaces import NodeConnection
+from gateway.amqp.server._interfaces import NodeConnection
 
 __all__ = ["Delivery", "IncomingLink", "Link", "LinkSession", "OutgoingLink", "Terminus"]
 

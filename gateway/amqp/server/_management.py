@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -28,15 +27,14 @@ from gateway.amqp import (
     decode_message,
     encode_message,
 )
-from gateway.emulator._auth import AuthError, authorize, entity_path, resource_path
-from gateway.emulator.amqp._interfaces import NodeNamespace
-from gateway.emulator.amqp._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
+from gateway.amqp.server._auth import AuthError, authorize, entity_path, resource_path
+from gateway.amqp.server._interfaces import ServerNamespace
+from gateway.amqp.server._links import Delivery, IncomingLink, Link, OutgoingLink, Terminus
 from replication import GatewayError
 
 __all__ = ["Handler", "Replies", "Reply", "Requests", "app_property", "audience_entity",
            "put_token", "status"]
 
-_LOG = logging.getLogger("gateway.emulator")
 #: Seconds by which credit and settlements of requests follow the frames clients wait for.
 _LATER = 0.5
 
@@ -81,7 +79,7 @@ class Requests(Terminus):
 
     credit_delay = _LATER
 
-    def __init__(self, namespace: NodeNamespace, handler: Handler) -> None:
+    def __init__(self, namespace: ServerNamespace, handler: Handler) -> None:
         self.namespace = namespace
         self.handler = handler
 
@@ -110,7 +108,7 @@ class Requests(Terminus):
             )
             replies.terminus.post(replies, encode_message(response))
         else:
-            _LOG.info("no response link for a request on %r", link.address)
+            self.namespace.log.info("no response link for a request on %r", link.address)
         asyncio.get_running_loop().call_later(_LATER, link.settle, delivery, Accepted())
 
 
@@ -172,11 +170,11 @@ async def put_token(link: IncomingLink, request: AmqpMessage) -> Reply:
         grant = authorize(token, audience=audience, policies=namespace.policies,
                           now=time.time())
     except AuthError as exc:
-        _LOG.info("namespace %s refused a token for %s: %s", namespace.name,
-                  entity_path(audience) or "/", exc)
+        namespace.log.info("namespace %s refused a token for %s: %s", namespace.name,
+                           entity_path(audience) or "/", exc)
         return Reply(properties=status(401, f"InvalidSignature: {exc}"))
     target = audience_entity(resource_path(audience))
-    if target and await namespace.run(namespace.store.find, target) is None:
+    if target and not await namespace.exists(target):
         return Reply(properties=status(404, f"The messaging entity '{audience}' could not be "
                                        "found."))
     conn = link.session.connection

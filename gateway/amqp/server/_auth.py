@@ -26,7 +26,7 @@ import base64
 import enum
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote_plus, urlsplit
 
@@ -46,7 +46,9 @@ __all__ = [
     "entity_path",
     "parse_policy",
     "parse_rights",
+    "pick_policy",
     "resource_path",
+    "with_default",
 ]
 
 #: The key name of the emulator's one shared access policy.
@@ -121,6 +123,36 @@ class Policy:
     def scope(self) -> str:
         """The lower-case entity path its tokens may cover ("" = the whole namespace)."""
         return self.entity or ""
+
+
+def with_default(default: Policy, more: Iterable[Policy]) -> tuple[Policy, ...]:
+    """A namespace's policies: ``default`` (every right) first, then ``more``.
+
+    Raises:
+        ConfigError: two policies of one name on the same scope.
+    """
+    found = (default, *more)
+    scopes = [(p.name, p.scope) for p in found]
+    if len(scopes) != len(set(scopes)):
+        raise ConfigError(f"two policies of one name on one scope: {sorted(scopes)}")
+    return found
+
+
+def pick_policy(policies: Sequence[Policy], name: str | None) -> Policy:
+    """The policy a connection string is made with: the first (the default) when ``name``
+    is None, else the namespace-level one of that name, else the one entity-level one.
+
+    Raises:
+        ConfigError: no such policy, or two entity-level policies of that name.
+    """
+    if name is None:
+        return policies[0]
+    named = [p for p in policies if p.name == name]
+    found = [p for p in named if p.entity is None] or named
+    if len(found) != 1:
+        raise ConfigError(f"no single policy {name!r}: there are "
+                          f"{sorted({p.name for p in policies})}")
+    return found[0]
 
 
 def parse_policy(spec: str) -> Policy:

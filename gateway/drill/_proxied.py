@@ -1,0 +1,108 @@
+"""The queue drill with its clients on the far side of a proxy (``--transport proxy``).
+
+The drill's scenario runs as on the local transport (the same script of outages on
+the embedded namespaces), but the application is an unmodified azure-servicebus
+client (through the project's Service Bus transport) that sends to and receives from
+a :class:`~gateway.proxy.Proxy` started in this process; the geo sender and
+receivers run inside the proxy, over the local namespaces. The report counts what
+the client saw: a message the proxy accepted and the client never received is lost;
+one it received twice is a duplicate delivered. Where each send landed, the
+failovers and the buffering come from the proxy's hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.drill._queues import ENTITY, QueueDrill
+from gateway.drill._timeline import DuplicateRecorder
+from gateway.geo import GatewayConfig, GatewayHooks, NamespaceLike, SendResult
+from gateway.proxy import Proxy
+from gateway.transports import Transport
+from replication import Message
+
+__all__ = ["ProxiedQueueDrill"]
+
+#: How long one receive through the proxy waits for messages.
+_RECEIVE_WAIT = 0.25
+
+
+class _Sends(GatewayHooks):
+    """The proxy's hooks that keep where the last send went and count duplicates."""
+
+    def __init__(self) -> None:
+        self.namespaces: tuple[str, ...] = ()
+        self.buffered: tuple[str, ...] = ()
+        self.duplicates = 0
+
+    def on_sent(self, *, namespaces: tuple[str, ...], buffered: tuple[str, ...],
+                **_: Any) -> None:
+        self.namespaces, self.buffered = namespaces, buffered
+
+    def on_duplicate(self, *, message_id: str, namespace: str) -> None:
+        self.duplicates += 1
+
+
+class _ClientSender:
+    """The drill's sender: a client of the proxy (sends are sequential, so the proxy's
+    last ``on_sent`` is this send's)."""
+
+    def __init__(self, client: Transport, proxy: Proxy, sends: _Sends) -> None:
+        self.client, self.proxy, self.sends = client, proxy, sends
+
+    @property
+    def backlog(self) -> frozenset[str]:
+        return self.proxy.backend.backlog(ENTITY)
+
+    async def send_batch(self, messages: Sequence[Message]) -> SendResult:
+        self.sends.namespaces = self.sends.buffered = ()
+        await self.client.send(ENTITY, list(messages))
+        return SendResult(message_ids=tuple(m.message_id for m in messages),
+                          namespaces=self.sends.namespaces, buffered=self.sends.buffered)
+
+
+class ProxiedQueueDrill(QueueDrill):
+    """One queue drill whose application talks to the namespaces through a proxy."""
+
+    def _config(self, primary: NamespaceLike, secondary: NamespaceLike) -> GatewayConfig:
+        return GatewayConfig.load(env={}, overrides={
+            "primary": primary, "secondary": secondary, "entity": ENTITY,
+            "mode": self.mode.value, "data_dir": str(self.root / "namespaces"),
+            "state_dir": str(self.root / "state"),
+            "durable_queue": {"path": str(self.root / "buffer.db")},
+            "dedup": {"path": str(self.root / "dedup.db")},
+        })
+
+    async def _run(self, primary: NamespaceLike, secondary: NamespaceLike,
+                   settle_timeout: float) -> tuple[int, float | None]:
+        from gateway.transports.servicebus import ServiceBusTransport
+
+        sends = _Sends()
+        hooks = [self.counters, sends, DuplicateRecorder(self.timeline), *self.hooks]
+        stop = asyncio.Event()
+        async with contextlib.AsyncExitStack() as stack:
+            proxy = await stack.enter_async_context(
+                Proxy(self._config(primary, secondary), hooks=hooks))
+            client = await stack.enter_async_context(ServiceBusTransport.from_connection_string(
+                proxy.connection_string(), name="proxy"))
+            receiving = asyncio.create_task(self._receive(client, stop))
+            try:
+                await self._send_all(_ClientSender(client, proxy, sends))
+                replay_seconds = await self._settle(_ClientSender(client, proxy, sends),
+                                                    settle_timeout)
+                # A little longer, so that a late duplicate would be caught and counted.
+                await asyncio.sleep(0.5)
+            finally:
+                stop.set()
+                await receiving
+        return sends.duplicates, replay_seconds
+
+    async def _receive(self, client: Transport, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for message in await client.receive(ENTITY, max_messages=100,
+                                                max_wait=_RECEIVE_WAIT):
+                await self._handle(message)
+                await client.complete(message)

@@ -1,0 +1,106 @@
+"""Which node a proxy link attaches to: ``$cbs``, ``$management``, or a queue's geo
+sender (a sender link) or a geo receiver of it (a receiver link).
+
+Tokens are checked against the proxy's own shared access policies (the namespaces'
+keys are never seen by a client), with the rights the emulator and the service check:
+``Send`` for a sender link, ``Listen`` for a receiver link. The proxy does not know
+which entities exist behind it: a token and a link for any name are accepted, and a
+send to an entity that does not exist is refused then, as the namespaces refuse it
+(``amqp:not-found``). What this first slice does not carry is refused at attach with
+``amqp:not-implemented``: dead-letter sub-queues, topics' subscriptions, message
+sessions, event hubs' partitions, and the ``$management`` operations (they are
+answered with status 501).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from gateway.amqp import AmqpMessage
+from gateway.amqp.server import (
+    IncomingLink,
+    Link,
+    OutgoingLink,
+    Replies,
+    Reply,
+    Requests,
+    Right,
+    ServerNamespace,
+    entity_path,
+    put_token,
+    status,
+)
+from gateway.proxy._receive import ReceiveNode
+from gateway.proxy._send import SendNode
+
+if TYPE_CHECKING:
+    from gateway.amqp.server import Handler
+    from gateway.proxy._backend import GeoBackend
+
+__all__ = ["MAX_MESSAGE_SIZE", "ProxyRouter"]
+
+_LOG = logging.getLogger("gateway.proxy")
+#: The largest message a sender link takes: a standard tier Service Bus namespace's.
+MAX_MESSAGE_SIZE = 256 * 1024
+_MANAGEMENT = "$management"
+_NOT_YET = ("$deadletterqueue", "/subscriptions/", "/consumergroups/", "/partitions/")
+NOT_IMPLEMENTED = "amqp:not-implemented"
+
+
+async def _no_management(_: IncomingLink, request: AmqpMessage) -> Reply:
+    return Reply(properties=status(501, "the proxy does not carry $management operations "
+                                        "yet", NOT_IMPLEMENTED))
+
+
+class ProxyRouter:
+    """Binds each new link of the proxy's namespace to its node, or refuses it."""
+
+    def __init__(self, namespace: ServerNamespace, backend: GeoBackend) -> None:
+        self.namespace = namespace
+        self.backend = backend
+
+    def attach(self, link: Link) -> None:
+        """Route ``link``."""
+        try:
+            self._route(link, entity_path(link.address))
+        except Exception:
+            _LOG.exception("attaching %r failed", link.address)
+            link.refuse("amqp:internal-error", "the proxy failed to attach the link")
+
+    def _route(self, link: Link, path: str) -> None:
+        if path == "$cbs":
+            self._node(link, put_token)
+            return
+        if path == _MANAGEMENT or path.endswith("/" + _MANAGEMENT):
+            self._node(link, _no_management)
+            return
+        conn = link.session.connection
+        if not conn.authorized(path):
+            link.refuse("amqp:unauthorized-access",
+                        f"Unauthorized access to '{path}': put a token for it on $cbs first")
+            return
+        right = Right.SEND if isinstance(link, IncomingLink) else Right.LISTEN
+        if not conn.authorized(path, right):
+            link.refuse("amqp:unauthorized-access", f"Unauthorized access. '{right.value}' "
+                        f"claim(s) are required to perform this operation. Resource: '{path}'.")
+            return
+        if not path or any(part in path for part in _NOT_YET):
+            link.refuse(NOT_IMPLEMENTED, f"the proxy does not carry {path!r} yet: queues only")
+            return
+        if isinstance(link, IncomingLink):
+            link.accept(SendNode(self.namespace, self.backend, path),
+                        max_message_size=MAX_MESSAGE_SIZE)
+        elif isinstance(link, OutgoingLink):
+            source = link.source
+            if source is not None and any("session" in str(k) for k in source.filter or {}):
+                link.refuse(NOT_IMPLEMENTED, "the proxy does not carry message sessions yet")
+                return
+            link.accept(ReceiveNode(self.namespace, self.backend, path, link),
+                        max_message_size=MAX_MESSAGE_SIZE)
+
+    def _node(self, link: Link, handler: Handler) -> None:
+        if isinstance(link, IncomingLink):
+            link.accept(Requests(self.namespace, handler))
+        else:
+            link.accept(Replies())
