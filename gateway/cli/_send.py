@@ -150,7 +150,7 @@ def _unusable_said_once() -> Iterator[dict[str, str]]:
     warning line says it. At the default log level the ERROR line itself is held back."""
     import logging
 
-    from gateway.geo.sender._namespaces import UNUSABLE_LOG
+    from gateway.geo.sender import UNUSABLE_LOG
 
     found: dict[str, str] = {}
 

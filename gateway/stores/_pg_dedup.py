@@ -43,7 +43,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import LazyTarget, PgTarget, check_target, open_pool
+from gateway.stores._pg import PgTarget, check_target, open_pool
+from gateway.stores._pg_lazy import LazyTarget
 from replication import (
     DEFAULT_DEDUP_WINDOW,
     ConfigError,

@@ -20,7 +20,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.stores._pg import LazyTarget, check_target, open_pool
+from gateway.stores._pg import check_target, open_pool
+from gateway.stores._pg_lazy import LazyTarget
 from replication import ConfigError, RoleState
 
 if TYPE_CHECKING:
