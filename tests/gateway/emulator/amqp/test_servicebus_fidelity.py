@@ -163,7 +163,7 @@ async def test_a_dead_letter_keeps_its_properties_and_gets_the_reason(conn_str: 
 
 async def test_scheduled_messages_wait_for_their_time_and_can_be_cancelled(
         conn_str: str) -> None:
-    soon = datetime.datetime.now(UTC) + datetime.timedelta(seconds=1.5)
+    soon = datetime.datetime.now(UTC) + datetime.timedelta(seconds=4)
     later = datetime.datetime.now(UTC) + datetime.timedelta(hours=1)
     async with client(conn_str) as c:
         async with c.get_queue_sender(QUEUE, keep_alive=None) as sender:
