@@ -29,7 +29,9 @@ with ``amqp:connection:forced`` (a front end that came back has lost its
 connections), and clients reconnect at their next operation; resuming them instead
 would hand the SDKs replies to operations they gave up on. The hang takes effect on
 a connection when it next reads (the control file is looked at then, at most once a
-millisecond), and everywhere within the control file's poll interval.
+millisecond), and everywhere within the control file's poll interval. A hung
+namespace still completes a WebSocket handshake, as it accepts a TCP connection, and
+then sends no frame on the AMQP connection over it (WebSocket pings are answered).
 """
 
 from __future__ import annotations

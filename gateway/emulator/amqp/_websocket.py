@@ -170,7 +170,7 @@ class WebSocketStream:
                  name: str = "") -> None:
         self._reader, self._writer = reader, writer
         self._buf = bytearray(buffered)
-        self._data = b""  # payload read but not yet returned (a read asked for less)
+        self._data, self._pos = b"", 0  # a payload, and how much of it was returned
         self._max = max_message_size
         self._name = name
         self._message: int | None = None  # bytes of the message in progress, None between
@@ -182,19 +182,20 @@ class WebSocketStream:
 
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes of the stream (any number when ``n`` < 0); b"" at its end."""
-        while not self._data:
+        while self._pos >= len(self._data):
             if self._eof:
                 return b""
             try:
-                self._data = await self._next()
+                self._data, self._pos = await self._next(), 0
             except _Failure as exc:
                 self._fail(exc.code, str(exc))
             except (ConnectionError, asyncio.IncompleteReadError):
                 self._end()
-        if 0 <= n < len(self._data):
-            data, self._data = self._data[:n], self._data[n:]
+        if self._pos == 0 and not 0 <= n < len(self._data):
+            data, self._data = self._data, b""  # the whole payload, uncopied
             return data
-        data, self._data = self._data, b""
+        end = len(self._data) if n < 0 else self._pos + n
+        data, self._pos = self._data[self._pos:end], min(end, len(self._data))
         return data
 
     async def _fill(self, size: int) -> None:

@@ -66,19 +66,19 @@ async def test_servicebus_async_sends_receives_and_completes(emulator: Emulator,
 
 
 def test_servicebus_sync_sends_receives_and_completes(tmp_path: Path) -> None:
-    with EmulatorThread(Emulator({"primary": 0}, data_dir=tmp_path, queues=[QUEUE])) as emu:
-        # Given the sync client (websocket-client) over WebSockets
-        with SyncClient.from_connection_string(emu.connection_string("primary"),
-                                               **over_websockets(emu)) as c:
-            # When a message is sent, received and completed
-            with c.get_queue_sender(QUEUE, keep_alive=None) as sender:
-                sender.send_messages(ServiceBusMessage("sync ws", message_id="ws-2"))
-            with c.get_queue_receiver(QUEUE) as r:
-                [m] = r.receive_messages(max_wait_time=2)
-                r.complete_message(m)
-                # Then it came back whole, and once completed it is gone
-                assert (str(m), m.message_id) == ("sync ws", "ws-2")
-                assert r.receive_messages(max_wait_time=0.3) == []
+    emulator = Emulator({"primary": 0}, data_dir=tmp_path, queues=[QUEUE])
+    # Given the sync client (websocket-client) over WebSockets
+    with EmulatorThread(emulator) as emu, SyncClient.from_connection_string(
+            emu.connection_string("primary"), **over_websockets(emu)) as c:
+        # When a message is sent, received and completed
+        with c.get_queue_sender(QUEUE, keep_alive=None) as sender:
+            sender.send_messages(ServiceBusMessage("sync ws", message_id="ws-2"))
+        with c.get_queue_receiver(QUEUE) as r:
+            [m] = r.receive_messages(max_wait_time=2)
+            r.complete_message(m)
+            # Then it came back whole, and once completed it is gone
+            assert (str(m), m.message_id) == ("sync ws", "ws-2")
+            assert r.receive_messages(max_wait_time=0.3) == []
 
 
 async def test_eventhubs_async_sends_and_receives_by_partition(emulator: Emulator,
@@ -278,20 +278,20 @@ async def test_a_malformed_frame_gets_a_close_code_and_the_server_serves_on(
     caplog.set_level(logging.INFO, logger="gateway.emulator")
     # Given an SDK client on another WebSocket connection
     async with ServiceBusClient.from_connection_string(
-            conn_str, **over_websockets(emulator)) as c:
-        async with c.get_queue_sender(QUEUE, keep_alive=None) as sender:
-            await sender.send_messages(ServiceBusMessage("before"))
-            # When a raw client sends a malformed frame
-            peer = await upgraded(emulator)
-            peer.writer.write(frame)
-            # Then it gets a close frame with the code and a reason, and end of file
-            opcode, payload = await peer.frame()
-            assert opcode == 0x8 and struct.unpack("!H", payload[:2])[0] == code
-            assert payload[2:].decode()
-            assert await peer.closed()
-            peer.writer.close()
-            # and the SDK client keeps working
-            await sender.send_messages(ServiceBusMessage("after"))
+            conn_str, **over_websockets(emulator)) as c, c.get_queue_sender(
+            QUEUE, keep_alive=None) as sender:
+        await sender.send_messages(ServiceBusMessage("before"))
+        # When a raw client sends a malformed frame
+        peer = await upgraded(emulator)
+        peer.writer.write(frame)
+        # Then it gets a close frame with the code and a reason, and end of file
+        opcode, payload = await peer.frame()
+        assert opcode == 0x8 and struct.unpack("!H", payload[:2])[0] == code
+        assert payload[2:].decode()
+        assert await peer.closed()
+        peer.writer.close()
+        # and the SDK client keeps working
+        await sender.send_messages(ServiceBusMessage("after"))
     # with one log line for the failure and no traceback
     assert any(f" {code} " in r.getMessage() for r in caplog.records)
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
