@@ -21,7 +21,8 @@ from azure.servicebus import ServiceBusClient as SyncClient
 from azure.servicebus import ServiceBusMessage, TransportType
 from azure.servicebus.aio import ServiceBusClient
 
-from gateway.amqp._frames import AMQP_HEADER
+from gateway.amqp._frames import AMQP_HEADER, FRAME_AMQP, Frame, FrameReader, encode_frame
+from gateway.amqp._performatives import Close, Open
 from gateway.emulator import Emulator, EmulatorThread, EventHubSpec
 from gateway.emulator.amqp import _websocket
 from gateway.transports import LocalTransport
@@ -234,6 +235,34 @@ async def test_the_handshake_accepts_the_key_and_echoes_the_subprotocol(
     peer.writer.write(client_frame(0x8, struct.pack("!H", 1000) + b"bye"))
     assert await peer.frame() == (0x8, struct.pack("!H", 1000))
     assert await peer.closed()
+    peer.writer.close()
+
+
+@pytest.mark.parametrize("answer", [True, False], ids=["peer-answers", "peer-silent"])
+async def test_an_amqp_close_ends_with_the_servers_close_handshake(emulator: Emulator,
+                                                                  answer: bool) -> None:
+    # Given an AMQP connection over a WebSocket
+    peer = await upgraded(emulator)
+    for item in (AMQP_HEADER, encode_frame(Frame(FRAME_AMQP, 0, Open(container_id="raw")))):
+        peer.writer.write(client_frame(0x2, item))
+    # When the client closes the AMQP connection
+    peer.writer.write(client_frame(0x2, encode_frame(Frame(FRAME_AMQP, 0, Close()))))
+    # Then the server answers the header, Open and Close in binary messages
+    frames, got = FrameReader(), []
+    while not any(isinstance(f, Frame) and isinstance(f.body, Close) for f in got):
+        opcode, payload = await peer.frame()
+        assert opcode == 0x2
+        got += frames.feed(payload)
+    # and begins the close handshake with 1000
+    assert await peer.frame() == (0x8, struct.pack("!H", 1000))
+    started = asyncio.get_running_loop().time()
+    if answer:
+        peer.writer.write(client_frame(0x8, struct.pack("!H", 1000)))
+    # and closes the socket once the peer answered, or after the grace period
+    assert await peer.closed()
+    waited = asyncio.get_running_loop().time() - started
+    grace = _websocket.CLOSE_GRACE * 0.9
+    assert waited < grace if answer else waited >= grace
     peer.writer.close()
 
 
