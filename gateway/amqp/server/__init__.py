@@ -16,6 +16,7 @@ a namespace (:class:`ServerNamespace`, with a router that binds each new link to
 connection to :class:`Connection`. Nothing here knows what is behind a node.
 """
 
+from gateway.amqp.server import _websocket as websocket
 from gateway.amqp.server._auth import (
     ALL_RIGHTS,
     DEFAULT_KEY,
@@ -120,5 +121,6 @@ __all__ = [
     "to_local",
     "to_queued",
     "wait_first",
+    "websocket",
     "with_default",
 ]

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from typing import Protocol
 
 from gateway.amqp import (
     AMQP_HEADER,
@@ -48,7 +49,7 @@ from gateway.amqp.server._auth import Grant, Right, entity_path
 from gateway.amqp.server._interfaces import ProtocolError
 from gateway.amqp.server._session import Session, SessionNamespace
 
-__all__ = ["MAX_FRAME_SIZE", "Connection"]
+__all__ = ["MAX_FRAME_SIZE", "ByteReader", "ByteWriter", "Connection"]
 
 
 #: The largest frame the emulator accepts (and advertises in its Open).
@@ -59,11 +60,29 @@ _SESSION_FRAMES = (Begin, Attach, Flow, Transfer, Disposition, Detach, End)
 _ids = itertools.count(1)
 
 
+class ByteReader(Protocol):
+    """What a connection reads: an :class:`asyncio.StreamReader`, or a WebSocket's messages."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class ByteWriter(Protocol):
+    """What a connection writes: an :class:`asyncio.StreamWriter`, or a WebSocket."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
 class Connection:
     """The server side of one AMQP connection of a namespace."""
 
-    def __init__(self, namespace: SessionNamespace, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(self, namespace: SessionNamespace, reader: ByteReader,
+                 writer: ByteWriter) -> None:
         self.namespace = namespace
         self.id = next(_ids)
         self.grants: list[Grant] = []
@@ -136,11 +155,16 @@ class Connection:
 
     # -- the read loop --------------------------------------------------------------
 
-    async def serve(self) -> None:
-        """Read and handle frames until the peer or the namespace closes the connection."""
+    async def serve(self, first: bytes = b"") -> None:
+        """Read and handle frames until the peer or the namespace closes the connection.
+
+        Args:
+            first: bytes the namespace already read from the peer (to tell AMQP from a
+                WebSocket upgrade), handled before anything else.
+        """
         try:
             while self._state != "closed":
-                data = await self._reader.read(1 << 16)
+                data, first = first or await self._reader.read(1 << 16), b""
                 if not data:
                     break
                 # A hang that began or ended takes effect before these bytes are handled

@@ -1,5 +1,9 @@
 """One emulated namespace: a listening socket over one local namespace's file.
 
+The socket serves AMQP and AMQP over WebSockets (``/$servicebus/websocket``), told
+apart by a connection's first byte: ``gateway.amqp.server._websocket`` says why one
+port serves both.
+
 The entities live in the local namespace's SQLite file (``local://NAME`` and the
 emulated ``NAME`` share them). The file is used from the event loop itself: its
 transactions take tens of microseconds, while handing each one to a worker thread
@@ -26,7 +30,9 @@ with ``amqp:connection:forced`` (a front end that came back has lost its
 connections), and clients reconnect at their next operation; resuming them instead
 would hand the SDKs replies to operations they gave up on. The hang takes effect on
 a connection when it next reads (the control file is looked at then, at most once a
-millisecond), and everywhere within the control file's poll interval.
+millisecond), and everywhere within the control file's poll interval. A hung
+namespace still completes a WebSocket handshake, as it accepts a TCP connection, and
+then sends no frame on the AMQP connection over it (WebSocket pings are answered).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from gateway.amqp.server import Connection, Policy
+from gateway.amqp.server import Connection, Policy, websocket
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._declare import declare
@@ -109,6 +115,7 @@ class Namespace:
         self._topics = tuple(topics)
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
+        self._opening: set[asyncio.StreamWriter] = set()  # accepted, protocol not yet known
         self._tasks: set[asyncio.Task[Any]] = set()
         self._changed: dict[str, asyncio.Event] = {}
         self._file_stamp: tuple[int, ...] = ()
@@ -169,6 +176,8 @@ class Namespace:
             server.close()
         for conn in list(self._connections):
             conn.close(condition, description)
+        for writer in list(self._opening):
+            writer.close()
         if server is not None:
             await server.wait_closed()
 
@@ -189,14 +198,30 @@ class Namespace:
         if self.state.down:
             writer.close()
             return
-        conn = Connection(self, reader, writer)
+        # AMQP or a WebSocket upgrade: the first byte tells (``A`` or ``G``; see
+        # gateway.amqp.server._websocket).
+        self._opening.add(writer)
+        try:
+            first = await reader.read(1 << 16)
+            ws = await websocket.accept(reader, writer, first, name=self.name) \
+                if first[:1] == b"G" else None
+        except ConnectionError:
+            first, ws = b"", None
+        finally:
+            self._opening.discard(writer)
+        if not first or (first[:1] == b"G" and ws is None) or self._server is None:
+            writer.close()  # gone, refused, or the namespace went down meanwhile
+            return
+        conn = Connection(self, reader, writer) if ws is None else Connection(self, ws, ws)
         if self.refresh().hang:
             conn.stall()  # accepted, and never answered
         self._connections.add(conn)
         try:
-            await conn.serve()
+            await conn.serve(b"" if ws is not None else first)
         finally:
             self._connections.discard(conn)
+            if ws is not None:
+                await ws.aclose()
 
     # -- the control file -----------------------------------------------------------
 

@@ -43,7 +43,11 @@ class Emulator(AsyncService):
 
     Each namespace is served over AMQP (no TLS) on its own port, and keeps its
     entities in the local namespace of the same name (``local://NAME`` sees the same
-    queues and event hubs). Clients use :meth:`connection_string`.
+    queues and event hubs). Clients use :meth:`connection_string`. The same port
+    serves AMQP over WebSockets (plain ``ws://``, ``/$servicebus/websocket``): the SDKs
+    drop the endpoint's port for WebSockets, so they are given it once more as
+    ``custom_endpoint_address="sb://HOST:PORT"`` (``gateway.amqp.server._websocket``
+    says why one port).
 
     Args:
         namespaces: namespace name → port (0 picks a free port).
