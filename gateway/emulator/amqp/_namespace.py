@@ -38,7 +38,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from gateway.emulator._auth import Policy
@@ -113,6 +113,10 @@ class Namespace:
                                   Callable[[GatewayError | None], None]]] = []
         self._flushing = False
         self._looked = 0.0  # when refresh() last read the control file (monotonic)
+        #: Looks at a new connection first: True to serve it as AMQP, False when it took
+        #: it (the administration API, on this same port: ``emulator.admin``).
+        self.front: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                             Awaitable[bool]] | None = None
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -180,6 +184,11 @@ class Namespace:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.state.down:
+            writer.close()
+            return
+        if self.front is not None and not await self.front(reader, writer):
+            return
+        if self.state.down:  # it went down while the front looked
             writer.close()
             return
         conn = Connection(self, reader, writer)
