@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
-from gateway.emulator.admin._entities import prepare
+from gateway.emulator.admin._entities import administered, prepare
 from gateway.emulator.admin._tls import certificate_files
 
 if TYPE_CHECKING:
@@ -43,5 +43,5 @@ def missing_modules() -> list[str]:
     return [m for m in MODULES if importlib.util.find_spec(m) is None]
 
 
-__all__ = ["MODULES", "AdminFront", "certificate_files", "create_app", "missing_modules",
+__all__ = ["MODULES", "AdminFront", "administered", "certificate_files", "create_app", "missing_modules",
            "prepare"]

@@ -91,7 +91,8 @@ class _Handler:
 
     def _authorize(self, request: Request, path: str) -> None:
         token = request.headers.get("authorization", "")
-        audience = "" if path.startswith("$") else path
+        # The entity asked about, as a URI (a path alone would be read as a host).
+        audience = "sb://namespace/" + ("" if path.startswith("$") else path)
         try:
             grant = authorize(token, audience=audience, policies=self.ns.policies,
                               now=self.clock())

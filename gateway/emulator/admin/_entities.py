@@ -29,12 +29,13 @@ from gateway.transports import (
 )
 from gateway.transports.filters import rules_to_json
 
-__all__ = ["Counts", "Described", "EntityExists", "NoSuchEntity", "Settings", "create",
-           "delete", "describe", "listing", "prepare", "set_rules", "update"]
+__all__ = ["Counts", "Described", "EntityExists", "NoSuchEntity", "Settings", "administered",
+           "create", "delete", "describe", "listing", "prepare", "set_rules", "update"]
 
+# ``by_api``: created or changed through the API (a declaration no longer applies to it).
 _SCHEMA = """CREATE TABLE IF NOT EXISTS admin_entities (
     name TEXT PRIMARY KEY COLLATE NOCASE, created REAL NOT NULL, updated REAL NOT NULL,
-    extras TEXT NOT NULL DEFAULT '{}')"""
+    extras TEXT NOT NULL DEFAULT '{}', by_api INTEGER NOT NULL DEFAULT 0)"""
 
 
 class NoSuchEntity(LookupError):
@@ -101,6 +102,18 @@ def prepare(store: Store, now: float) -> None:
         conn.execute("INSERT OR IGNORE INTO admin_entities (name, created, updated) "
                      "SELECT name, ?, ? FROM entities", (now, now))
     store.db.write(txn)
+
+
+def administered(store: Store) -> set[str]:
+    """The entities (lower-case paths) created or changed through the API: the emulator
+    leaves them as the API left them instead of declaring them again at its start."""
+    def txn(conn: sqlite3.Connection) -> set[str]:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'admin_entities'"
+                        ).fetchone() is None:
+            return set()
+        return {n.lower() for (n,) in conn.execute(
+            "SELECT name FROM admin_entities WHERE by_api")}
+    return store.db.read(txn)
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -204,8 +217,8 @@ def listing(store: Store, kind: EntityKind, now: float, *,
 def _write_record(conn: sqlite3.Connection, path: str, now: float,
                   extras: Mapping[str, str], *, new: bool) -> None:
     created = now if new else _record(conn, path, now)[0]
-    conn.execute("INSERT OR REPLACE INTO admin_entities (name, created, updated, extras) "
-                 "VALUES (?, ?, ?, ?)", (path, created, now, json.dumps(dict(extras))))
+    conn.execute("INSERT OR REPLACE INTO admin_entities (name, created, updated, extras, "
+                 "by_api) VALUES (?, ?, ?, ?, 1)", (path, created, now, json.dumps(dict(extras))))
 
 
 def create(store: Store, path: str, kind: EntityKind, settings: Settings,
@@ -348,8 +361,9 @@ def set_rules(store: Store, subscription: str, rules: Sequence[Rule], now: float
         conn.execute("UPDATE entity_options SET rules = ? WHERE entity = ?",
                      (rules_to_json(rules) if rules else None, found[0]))
         created, _, extras = _record(conn, found[0], now)
-        conn.execute("INSERT OR REPLACE INTO admin_entities (name, created, updated, extras) "
-                     "VALUES (?, ?, ?, ?)", (found[0], created, now, json.dumps(extras)))
+        conn.execute("INSERT OR REPLACE INTO admin_entities (name, created, updated, extras, "
+                     "by_api) VALUES (?, ?, ?, ?, 1)", (found[0], created, now,
+                                                       json.dumps(extras)))
         return str(found[0])
 
     store.forget(store.db.write(txn))

@@ -38,7 +38,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 from gateway.emulator._auth import Policy
@@ -117,6 +117,9 @@ class Namespace:
         #: it (the administration API, on this same port: ``emulator.admin``).
         self.front: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
                              Awaitable[bool]] | None = None
+        #: The entities its start leaves as they are (lower-case paths; the ones the
+        #: administration API created or changed), read from the store.
+        self.kept: Callable[[Store], Collection[str]] | None = None
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -136,8 +139,9 @@ class Namespace:
         self.spawn(self._watch_file())
 
     def _create_entities(self) -> None:
+        kept = self.kept(self.store) if self.kept is not None else ()
         declare(self.store, queues=self._queues, event_hubs=self._event_hubs,
-                topics=self._topics)
+                topics=self._topics, kept=kept)
 
     async def _listen(self) -> None:
         try:

@@ -139,10 +139,13 @@ class Emulator(AsyncService):
         Raises:
             ConfigError: a port is in use, or an entity exists with other settings.
         """
+        from gateway.emulator.admin import administered
+
         try:
             if self.admin:
                 self._start_admin()
             for ns in self._namespaces.values():
+                ns.kept = administered  # even without the API now, what it set holds
                 await ns.start()
                 if self.admin:
                     await ns.run(_prepare, ns.store)
