@@ -40,8 +40,15 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 
 def missing_modules() -> list[str]:
     """The modules the administration API needs that are not installed."""
-    return [m for m in MODULES if importlib.util.find_spec(m) is None]
+    return [m for m in MODULES if not _installed(m)]
 
 
-__all__ = ["MODULES", "AdminFront", "administered", "certificate_files", "create_app", "missing_modules",
-           "prepare"]
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # None in sys.modules: taken away on purpose
+        return False
+
+
+__all__ = ["MODULES", "AdminFront", "administered", "certificate_files", "create_app",
+           "missing_modules", "prepare"]
