@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +42,16 @@ class AdminFront:
     Args:
         namespace: the namespace served.
         certificate: the (certificate, key) PEM files for HTTPS.
-        hung: tells whether the namespace hangs (its connections are then not answered).
+        state: the namespace's control state now (``down``, ``hang``): a request is
+            not answered while it hangs (the connection is closed when the hang ends, as
+            AMQP ones are), and its connections close when it goes down.
     """
 
     def __init__(self, namespace: AdminNamespace, certificate: tuple[Path, Path], *,
-                 hung: Any) -> None:
+                 state: Callable[[], Any]) -> None:
         self.namespace = namespace
         self.certificate = certificate
-        self._hung = hung
+        self._state = state
         self._ports: dict[bool, int] = {}
         self._servers: list[tuple[Any, asyncio.Task[None]]] = []
         self._starting: asyncio.Lock | None = None
@@ -66,7 +68,7 @@ class AdminFront:
             writer.close()
             return False
         is_tls = first[0] == _TLS_HANDSHAKE
-        if (not is_tls and first[0] not in _HTTP_FIRST) or self._hung():
+        if (not is_tls and first[0] not in _HTTP_FIRST) or self._state().hang:
             reader.feed_data(first)  # nothing arrived since: the buffer was emptied above
             return True
         try:
@@ -88,7 +90,7 @@ class AdminFront:
             return
         self._relays.update((writer, up_writer))
         up_writer.write(first)
-        pumps = [asyncio.ensure_future(_pump(reader, up_writer)),
+        pumps = [asyncio.ensure_future(self._requests(reader, up_writer)),
                  asyncio.ensure_future(_pump(up_reader, writer))]
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
@@ -99,6 +101,21 @@ class AdminFront:
             for w in (writer, up_writer):
                 self._relays.discard(w)
                 w.close()
+
+    async def _requests(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        # The client's bytes, dropped while the namespace hangs; the connection ends when
+        # it goes down or a hang it saw is over.
+        stalled = False
+        with contextlib.suppress(ConnectionError):
+            while data := await source.read(1 << 16):
+                state = self._state()
+                if state.down or (stalled and not state.hang):
+                    return
+                if state.hang:
+                    stalled = True
+                    continue
+                sink.write(data)
+                await sink.drain()
 
     async def _port(self, *, tls: bool) -> int:
         if self._starting is None:

@@ -11,10 +11,17 @@ and the address the emulator listens on. The key never leaves that directory (mo
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
+from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (Windows: one emulator per data directory at a time)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["certificate_files"]
 
@@ -42,6 +49,9 @@ def _names(host: str) -> list[object]:
 def certificate_files(data_dir: str | os.PathLike[str], host: str) -> tuple[Path, Path]:
     """(certificate, key) PEM files for ``host``, made if missing or not naming ``host``.
 
+    Several emulators may start on one data directory at once: the files are made
+    under a lock, each written whole then renamed into place.
+
     Raises:
         OSError: the data directory cannot be written.
     """
@@ -50,6 +60,32 @@ def certificate_files(data_dir: str | os.PathLike[str], host: str) -> tuple[Path
     wanted = _names(host)
     if cert.exists() and key.exists() and _covers(cert, wanted):
         return cert, key
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked(directory / ".lock"):
+        if not (cert.exists() and key.exists() and _covers(cert, wanted)):
+            key_pem, cert_pem = _make(wanted)
+            _write(key, key_pem, 0o600)
+            _write(cert, cert_pem, 0o644)
+    return cert, key
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as fp:
+        if fcntl is not None:
+            fcntl.flock(fp, fcntl.LOCK_EX)
+        yield
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fp:
+        fp.write(data)
+    os.replace(temporary, path)
+
+
+def _make(wanted: list[object]) -> tuple[bytes, bytes]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -78,14 +114,10 @@ def certificate_files(data_dir: str | os.PathLike[str], host: str) -> tuple[Path
                        critical=False)
         .sign(private, hashes.SHA256())
     )
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fp:
-        fp.write(private.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    cert.write_bytes(built.public_bytes(serialization.Encoding.PEM))
-    return cert, key
+    key_pem = private.private_bytes(serialization.Encoding.PEM,
+                                    serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    return key_pem, built.public_bytes(serialization.Encoding.PEM)
 
 
 def _covers(cert: Path, wanted: list[object]) -> bool:

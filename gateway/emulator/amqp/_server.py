@@ -164,7 +164,7 @@ class Emulator(AsyncService):
             raise ConfigError(f"cannot write the emulator's certificate: {exc}") from None
         self._certificate = str(files[0])
         for ns in self._namespaces.values():
-            front = AdminFront(ns, files, hung=lambda ns=ns: ns.refresh().hang)
+            front = AdminFront(ns, files, state=ns.refresh)
             ns.front = front.accept
             self._fronts.append(front)
 

@@ -5,6 +5,7 @@ as the service gives them, and what it creates served over AMQP and kept on rest
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,11 +48,11 @@ def emu(tmp_path: Path) -> Iterator[Emulator]:
         yield emu
 
 
-def admin(emu: Emulator, policy: str | None = None,
-          conn_str: str | None = None) -> ServiceBusAdministrationClient:
+def admin(emu: Emulator, policy: str | None = None, conn_str: str | None = None,
+          **options: float) -> ServiceBusAdministrationClient:
     return ServiceBusAdministrationClient.from_connection_string(
         conn_str or emu.connection_string("primary", policy=policy),
-        connection_verify=emu.certificate, retry_total=0)
+        connection_verify=emu.certificate, retry_total=0, **options)
 
 
 def send(emu: Emulator, entity: str, *bodies: str) -> None:
@@ -281,3 +282,34 @@ def test_plain_http_reaches_the_api_on_the_amqp_port(emu):
     answer = httpx.get(f"http://127.0.0.1:{port}/$Resources/queues?api-version=2021-05")
     assert answer.status_code == 401
     assert "Error" in answer.text
+
+
+def test_a_namespace_down_or_hung_does_not_answer_the_api(emu, tmp_path):
+    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+
+    from gateway.transports import LocalNamespace
+
+    namespace = LocalNamespace("primary", data_dir=tmp_path)
+    timeouts = {"connection_timeout": 2, "read_timeout": 1}
+    with admin(emu, **timeouts) as client:
+        assert client.get_queue(QUEUE).name == QUEUE
+        # When it hangs, a request on the open connection and on a new one is not answered
+        namespace.hang()
+        time.sleep(0.3)
+        with pytest.raises(ServiceResponseError):
+            client.get_queue(QUEUE)
+        with admin(emu, **timeouts) as other, pytest.raises(ServiceResponseError):
+            other.get_queue(QUEUE)
+        # When the hang is over, it answers again
+        namespace.up()
+        time.sleep(0.3)
+        assert client.get_queue(QUEUE).name == QUEUE
+        # When it is down, requests fail at once
+        namespace.down()
+        time.sleep(0.3)
+        with pytest.raises((ServiceRequestError, ServiceResponseError)):
+            client.get_queue(QUEUE)
+        namespace.up()
+        time.sleep(0.3)
+        assert client.get_queue(QUEUE).name == QUEUE
+    namespace.close()

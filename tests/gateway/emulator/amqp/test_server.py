@@ -78,8 +78,13 @@ def emulator_dir(emulator: Emulator) -> Path:
 
 
 async def test_a_foreign_protocol_gets_the_amqp_header_and_a_closed_socket(
-        emulator: Emulator) -> None:
-    got = await raw_exchange(emulator.port("primary"), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        emulator: Emulator, data_dir: Path) -> None:
+    # Neither AMQP nor HTTP (which the administration API answers on this port)
+    got = await raw_exchange(emulator.port("primary"), b"SSH-2.0-OpenSSH_9.6\r\n")
+    assert got == [AMQP_HEADER]
+    # HTTP too, when the emulator serves no administration API
+    async with Emulator({"primary": 0}, data_dir=data_dir / "plain", admin=False) as plain:
+        got = await raw_exchange(plain.port("primary"), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert got == [AMQP_HEADER]
 
 
