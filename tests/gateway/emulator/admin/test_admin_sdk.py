@@ -313,3 +313,23 @@ def test_a_namespace_down_or_hung_does_not_answer_the_api(emu, tmp_path):
         time.sleep(0.3)
         assert client.get_queue(QUEUE).name == QUEUE
     namespace.close()
+
+
+def test_an_update_applies_to_the_messages_served_at_once(emu):
+    with admin(emu) as client:
+        # Given a queue used over AMQP with 5 deliveries, then updated to 1
+        client.create_queue("strict", max_delivery_count=5)
+        send(emu, "strict", "warm-up")
+        assert receive(emu, "strict") == ["warm-up"]
+        q = client.get_queue("strict")
+        q.max_delivery_count = 1
+        client.update_queue(q)
+        # When a message is abandoned once
+        send(emu, "strict", "m1")
+        with ServiceBusClient.from_connection_string(emu.connection_string("primary")) as sb, \
+                sb.get_queue_receiver("strict", max_wait_time=1) as receiver:
+            [m] = receiver.receive_messages(max_message_count=1, max_wait_time=1)
+            receiver.abandon_message(m)
+        # Then it is dead-lettered, as the new setting says
+        props = client.get_queue_runtime_properties("strict")
+        assert (props.active_message_count, props.dead_letter_message_count) == (0, 1)
