@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from gateway.emulator._auth import AuthError, Policy, Right, authorize
 from gateway.emulator.admin import _atom as atom
+from gateway.emulator.admin import _descriptions as descriptions
 from gateway.emulator.admin import _entities as entities
 from gateway.transports import EntityKind, Rule, Store, subscription_path
 from replication import ConfigError, GatewayError
@@ -84,7 +85,7 @@ class _Handler:
             return _xml(atom.error(404, f"{exc}. TrackingId:emulator"), 404)
         except entities.EntityExists as exc:
             return _xml(atom.error(409, f"{exc}. TrackingId:emulator"), 409)
-        except (atom.BadRequest, ConfigError, ValueError) as exc:
+        except (descriptions.BadRequest, ConfigError, ValueError) as exc:
             return _xml(atom.error(400, str(exc)), 400)
         except GatewayError as exc:  # the namespace file is unavailable
             return _xml(atom.error(503, str(exc)), 503)
@@ -144,11 +145,11 @@ class _Handler:
         if request.method != "PUT":
             raise _Failed(405, f"{request.method} is not allowed on an entity")
         body = await request.body()
-        kind = atom.request_kind(body)
+        kind = descriptions.request_kind(body)
         return await self._put(request, name, kind, body)
 
     async def _put(self, request: Request, path: str, kind: EntityKind, body: bytes) -> Response:
-        settings = atom.parse_settings(body, kind, forward_to=self._forward_name)
+        settings = descriptions.parse_settings(body, kind, forward_to=self._forward_name)
         now = self.clock()
         if request.headers.get("if-match") == "*":
             found = entities.update(self.store, path, kind, settings, now)
@@ -205,7 +206,7 @@ class _Handler:
             return _xml("", 200)
         if request.method != "PUT":
             raise _Failed(405, f"{request.method} is not allowed on a rule")
-        rule = atom.parse_rule(await request.body(), name)
+        rule = descriptions.parse_rule(await request.body(), name)
         if request.headers.get("if-match") == "*":
             if existing is None:
                 raise entities.NoSuchEntity(f"no rule {name!r} in {sub!r}")

@@ -1,5 +1,5 @@
 """The ATOM XML of the Service Bus administration API: the entries and feeds it answers
-with, and the descriptions a create or update sends.
+with (what a create or update sends is read by ``_descriptions``).
 
 An entry is ``<entry xmlns="http://www.w3.org/2005/Atom">`` with ``title`` (the name)
 and ``content type="application/xml"`` holding a ``QueueDescription``,
@@ -7,33 +7,22 @@ and ``content type="application/xml"`` holding a ``QueueDescription``,
 ``NamespaceInfo`` in the ``.../2010/10/servicebus/connect`` namespace; message counts
 are a ``CountDetails`` whose children are in ``.../2011/06/servicebus``; a list is a
 ``feed`` of entries, with a second ``link`` (``rel="next"``) when more follow. Durations
-are ISO 8601 (``PT1M``); "never" is .NET's ``TimeSpan.MaxValue``. Requests are read by
-local names, whatever prefixes the client wrote (azure-servicebus removes some).
+are ISO 8601 (``PT1M``); "never" is .NET's ``TimeSpan.MaxValue``.
 """
 
 from __future__ import annotations
 
 import datetime
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from gateway.emulator._servicebus_config import duration
-from gateway.emulator.admin._entities import Described, Settings
-from gateway.transports import (
-    CorrelationFilter,
-    EntityKind,
-    FalseFilter,
-    Rule,
-    SqlFilter,
-    SqlRuleAction,
-    TrueFilter,
-)
-from replication import ConfigError
+from gateway.emulator.admin._entities import Described
+from gateway.transports import EntityKind, FalseFilter, Rule, SqlFilter, TrueFilter
 
-__all__ = ["BadRequest", "entry", "error", "feed", "namespace_entry", "parse_rule",
-           "parse_settings", "rule_entry"]
+__all__ = ["ATOM", "COUNTS", "DESCRIPTIONS", "KEPT", "NEVER", "NEVER_SECONDS", "SB", "XSD",
+           "XSI", "entry", "error", "feed", "iso_duration", "local_name", "namespace_entry",
+           "rule_entry"]
 
 ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
@@ -42,20 +31,18 @@ XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSD = "http://www.w3.org/2001/XMLSchema"
 #: .NET's TimeSpan.MaxValue: what Service Bus writes for "never".
 NEVER = "P10675199DT2H48M5.4775807S"
-_NEVER_SECONDS = 10675199 * 86400.0
-_DESCRIPTIONS = {EntityKind.QUEUE: "QueueDescription", EntityKind.TOPIC: "TopicDescription",
-                 EntityKind.SUBSCRIPTION: "SubscriptionDescription"}
+NEVER_SECONDS = 10675199 * 86400.0
+DESCRIPTIONS = {EntityKind.QUEUE: "QueueDescription", EntityKind.TOPIC: "TopicDescription",
+                EntityKind.SUBSCRIPTION: "SubscriptionDescription"}
 #: Properties kept as sent and given back, by kind (the emulator does not act on them).
-_KEPT = {
+KEPT = {
     EntityKind.QUEUE: ("MaxSizeInMegabytes", "EnableBatchedOperations", "AutoDeleteOnIdle",
-                       "EnablePartitioning", "EnableExpress", "UserMetadata", "Status",
-                       "ForwardDeadLetteredMessagesTo"),
+                       "EnablePartitioning", "EnableExpress", "UserMetadata", "Status"),
     EntityKind.TOPIC: ("MaxSizeInMegabytes", "EnableBatchedOperations", "AutoDeleteOnIdle",
                        "EnablePartitioning", "EnableExpress", "UserMetadata", "Status",
                        "SupportOrdering"),
     EntityKind.SUBSCRIPTION: ("EnableBatchedOperations", "AutoDeleteOnIdle", "UserMetadata",
-                              "Status", "ForwardDeadLetteredMessagesTo",
-                              "DeadLetteringOnFilterEvaluationExceptions"),
+                              "Status", "DeadLetteringOnFilterEvaluationExceptions"),
 }
 _DEFAULTS = {"MaxSizeInMegabytes": "1024", "EnableBatchedOperations": "true",
              "AutoDeleteOnIdle": NEVER, "EnablePartitioning": "false",
@@ -63,16 +50,12 @@ _DEFAULTS = {"MaxSizeInMegabytes": "1024", "EnableBatchedOperations": "true",
              "DeadLetteringOnFilterEvaluationExceptions": "true"}
 
 
-class BadRequest(ValueError):
-    """A request body the service would refuse with 400."""
-
-
 # -- values ------------------------------------------------------------------------------
 
 
 def iso_duration(seconds: float | None) -> str:
     """``seconds`` as ISO 8601 (``PT1M``, ``P1DT2H``); None is "never"."""
-    if seconds is None or seconds >= _NEVER_SECONDS:
+    if seconds is None or seconds >= NEVER_SECONDS:
         return NEVER
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -89,173 +72,8 @@ def _timestamp(t: float) -> str:
         "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _seconds(text: str, what: str) -> float | None:
-    try:
-        value = duration(text.strip(), what)
-    except ConfigError as exc:
-        raise BadRequest(str(exc)) from None
-    return None if value >= _NEVER_SECONDS else value
-
-
-def _bool(text: str) -> bool:
-    return text.strip().lower() == "true"
-
-
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise BadRequest(f"{what} must be an integer, not {text!r}") from None
-
-
-def _local(tag: str) -> str:
+def local_name(tag: str) -> str:
     return tag.rpartition("}")[2]
-
-
-# -- requests ----------------------------------------------------------------------------
-
-
-def _description(body: bytes, name: str) -> ET.Element | None:
-    try:
-        root = ET.fromstring(body)
-    except ET.ParseError as exc:
-        raise BadRequest(f"the request body is not XML: {exc}") from None
-    return next((e for e in root.iter() if _local(e.tag) == name), None)
-
-
-def request_kind(body: bytes) -> EntityKind:
-    """Whether a PUT to a top-level name creates a queue or a topic.
-
-    Raises:
-        BadRequest: neither description is in the body.
-    """
-    for kind in (EntityKind.QUEUE, EntityKind.TOPIC):
-        if _description(body, _DESCRIPTIONS[kind]) is not None:
-            return kind
-    raise BadRequest("the body holds no QueueDescription or TopicDescription")
-
-
-def parse_settings(body: bytes, kind: EntityKind, forward_to: Any = None) -> Settings:
-    """The settings a create or update of a ``kind`` entity asks for.
-
-    ``forward_to``: turns a ``ForwardTo`` URL into an entity name.
-
-    Raises:
-        BadRequest: no description of that kind, or a bad value.
-    """
-    element = _description(body, _DESCRIPTIONS[kind])
-    if element is None:
-        raise BadRequest(f"the body holds no {_DESCRIPTIONS[kind]}")
-    values = {_local(child.tag): (child.text or "") for child in element}
-    settings: dict[str, Any] = {}
-    if "LockDuration" in values:
-        settings["lock_duration"] = _seconds(values["LockDuration"], "LockDuration") or 60.0
-    if "MaxDeliveryCount" in values:
-        settings["max_delivery_count"] = _int(values["MaxDeliveryCount"], "MaxDeliveryCount")
-    if values.get("MaxMessageSizeInKilobytes"):
-        settings["max_message_size"] = 1024 * _int(values["MaxMessageSizeInKilobytes"],
-                                                   "MaxMessageSizeInKilobytes")
-    for key, name in (("dead_lettering_on_message_expiration",
-                       "DeadLetteringOnMessageExpiration"), ("requires_session",
-                                                              "RequiresSession")):
-        if name in values:
-            settings[key] = _bool(values[name])
-    if "DefaultMessageTimeToLive" in values:
-        settings["default_ttl"] = _seconds(values["DefaultMessageTimeToLive"],
-                                           "DefaultMessageTimeToLive")
-    if _bool(values.get("RequiresDuplicateDetection", "false")):
-        window = values.get("DuplicateDetectionHistoryTimeWindow") or "PT10M"
-        settings["duplicate_window"] = _seconds(window, "DuplicateDetectionHistoryTimeWindow")
-    if values.get("ForwardTo"):
-        target = values["ForwardTo"]
-        settings["forward_to"] = forward_to(target) if forward_to else target
-    settings["extras"] = {k: values[k] for k in _KEPT[kind] if values.get(k)}
-    rule = next((e for e in element if _local(e.tag) == "DefaultRuleDescription"), None)
-    if rule is not None:
-        settings["rules"] = (_rule(rule, "$Default"),)
-    try:
-        return Settings(**settings)
-    except ConfigError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def parse_rule(body: bytes, name: str) -> Rule:
-    """The rule a create or update sends.
-
-    Raises:
-        BadRequest: no RuleDescription, a filter or action not emulated, or bad SQL.
-    """
-    element = _description(body, "RuleDescription")
-    if element is None:
-        raise BadRequest("the body holds no RuleDescription")
-    return _rule(element, name)
-
-
-def _child(element: ET.Element, name: str) -> ET.Element | None:
-    return next((e for e in element if _local(e.tag) == name), None)
-
-
-def _xsi_type(element: ET.Element) -> str:
-    return element.get(f"{{{XSI}}}type", "").rpartition(":")[2]
-
-
-def _value(element: ET.Element) -> Any:
-    kind, text = _xsi_type(element), element.text or ""
-    if kind in ("int", "long"):
-        return int(text)
-    if kind == "double":
-        return float(text)
-    if kind == "boolean":
-        return text.lower() == "true"
-    return text
-
-
-def _no_parameters(element: ET.Element, what: str) -> None:
-    parameters = _child(element, "Parameters")
-    if parameters is not None and len(parameters):
-        raise BadRequest(f"{what} parameters are not emulated by the geogateway emulator")
-
-
-def _rule(element: ET.Element, name: str) -> Rule:
-    f = _child(element, "Filter")
-    kind = "TrueFilter" if f is None else _xsi_type(f)
-    rule_filter: Any
-    if kind == "TrueFilter":
-        rule_filter = TrueFilter()
-    elif kind == "FalseFilter":
-        rule_filter = FalseFilter()
-    elif kind == "SqlFilter" and f is not None:
-        _no_parameters(f, "SQL filter")
-        rule_filter = SqlFilter(_text(f, "SqlExpression"))
-    elif kind == "CorrelationFilter" and f is not None:
-        fields = {"CorrelationId": "correlation_id", "MessageId": "message_id", "To": "to",
-                  "ReplyTo": "reply_to", "Label": "subject", "SessionId": "session_id",
-                  "ReplyToSessionId": "reply_to_session_id", "ContentType": "content_type"}
-        given = {fields[_local(c.tag)]: c.text or "" for c in f if _local(c.tag) in fields}
-        properties = _child(f, "Properties")
-        pairs = {} if properties is None else {
-            _text(kv, "Key"): _value(v) for kv in properties
-            if (v := _child(kv, "Value")) is not None}
-        try:
-            rule_filter = CorrelationFilter(**given, properties=pairs)
-        except ConfigError as exc:
-            raise BadRequest(str(exc)) from None
-    else:
-        raise BadRequest(f"filter type {kind!r} is not known")
-    a = _child(element, "Action")
-    action = None
-    if a is not None and _xsi_type(a) == "SqlRuleAction":
-        _no_parameters(a, "SQL action")
-        action = SqlRuleAction(_text(a, "SqlExpression"))
-    try:
-        return Rule(name=name, filter=rule_filter, action=action)
-    except ConfigError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _text(element: ET.Element, name: str) -> str:
-    child = _child(element, name)
-    return "" if child is None or child.text is None else child.text
 
 
 # -- responses ---------------------------------------------------------------------------
@@ -286,7 +104,7 @@ def _counts(d: Described) -> str:
 
 def _properties(d: Described, forward_url: str | None) -> list[tuple[str, object]]:
     s, kind = d.settings, d.kind
-    kept = {k: s.extras.get(k, _DEFAULTS.get(k)) for k in _KEPT[kind]}
+    kept = {k: s.extras.get(k, _DEFAULTS.get(k)) for k in KEPT[kind]}
     props: list[tuple[str, object]] = []
     if kind is not EntityKind.TOPIC:
         props.append(("LockDuration", iso_duration(s.lock_duration)))
@@ -329,8 +147,6 @@ def _properties(d: Described, forward_url: str | None) -> list[tuple[str, object
     if kind is not EntityKind.SUBSCRIPTION:
         props += [("EnablePartitioning", kept["EnablePartitioning"])]
     props.append(("EntityAvailabilityStatus", "Available"))
-    if kept.get("ForwardDeadLetteredMessagesTo"):
-        props.append(("ForwardDeadLetteredMessagesTo", kept["ForwardDeadLetteredMessagesTo"]))
     if kind is not EntityKind.SUBSCRIPTION:
         props += [("EnableExpress", kept["EnableExpress"]),
                   ("MaxMessageSizeInKilobytes", d.settings.max_message_size // 1024)]
@@ -339,7 +155,7 @@ def _properties(d: Described, forward_url: str | None) -> list[tuple[str, object
 
 def entry(d: Described, url: str, forward_url: str | None = None) -> str:
     """The entry of one queue, topic or subscription."""
-    name = _DESCRIPTIONS[d.kind]
+    name = DESCRIPTIONS[d.kind]
     body = "".join(_element(k, v) for k, v in _properties(d, forward_url)
                    if k != "AuthorizationRules")
     # CountDetails sits right after AccessedAt, as the service writes it.

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.emulator.admin._atom import NEVER, BadRequest, iso_duration, parse_rule, parse_settings
+from gateway.emulator.admin._atom import NEVER, iso_duration
+from gateway.emulator.admin._descriptions import BadRequest, parse_rule, parse_settings
 from gateway.transports import CorrelationFilter, EntityKind, SqlFilter
 
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
@@ -54,3 +55,10 @@ def test_rules_are_read_and_what_is_not_emulated_is_refused():
         parse_rule(with_parameters, "r")
     with pytest.raises(BadRequest, match="not XML"):
         parse_rule(b"<entry", "r")
+
+
+def test_forwarding_dead_letters_is_refused_not_ignored():
+    body = entry(f'<QueueDescription xmlns="{SB}"><ForwardDeadLetteredMessagesTo>'
+                 "https://h/elsewhere</ForwardDeadLetteredMessagesTo></QueueDescription>")
+    with pytest.raises(BadRequest, match="ForwardDeadLetteredMessagesTo"):
+        parse_settings(body, EntityKind.QUEUE)
