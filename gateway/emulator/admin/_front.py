@@ -7,7 +7,8 @@ beside the AMQP one would need a second connection string; on the same port the 
 emulator prints serves both clients unchanged.
 
 How: the first bytes of a connection tell the protocols apart. AMQP begins with ``AMQP``,
-a TLS handshake with byte 0x16, an HTTP request with its method's capital letter. An
+a TLS handshake with byte 0x16, an HTTP request with its method's capital letter (one
+asking for a WebSocket upgrade is AMQP over WebSockets, left to the AMQP side). An
 AMQP connection gets its bytes back (``StreamReader.feed_data`` on an empty buffer) and
 goes on as before; any other is relayed, bytes as they come, to one of two uvicorn
 servers on loopback ports of this process (one speaking HTTPS with the emulator's
@@ -32,6 +33,8 @@ __all__ = ["AdminFront"]
 _LOG = logging.getLogger("gateway.emulator")
 _TLS_HANDSHAKE = 0x16
 _HTTP_FIRST = frozenset(b"GPDHOCT")  # GET PUT POST PATCH DELETE HEAD OPTIONS CONNECT TRACE
+#: A WebSocket upgrade is AMQP over WebSockets, not the API: the AMQP side has it.
+_WEBSOCKET = b"upgrade: websocket"
 #: Far more than a client sends before its first answer: read at once, given back whole.
 _FIRST_READ = 1 << 20
 
@@ -68,7 +71,8 @@ class AdminFront:
             writer.close()
             return False
         is_tls = first[0] == _TLS_HANDSHAKE
-        if (not is_tls and first[0] not in _HTTP_FIRST) or self._state().hang:
+        amqp = not is_tls and (first[0] not in _HTTP_FIRST or _WEBSOCKET in first.lower())
+        if amqp or self._state().hang:
             reader.feed_data(first)  # nothing arrived since: the buffer was emptied above
             return True
         try:
