@@ -129,7 +129,9 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
     """Serve Service Bus queues and event hubs of the local namespaces to the Azure SDKs.
 
     Prints one ready line per namespace with its connection string, then serves
-    until interrupted (Ctrl-C or SIGTERM).
+    until interrupted (Ctrl-C or SIGTERM). ServiceBusAdministrationClient manages
+    each namespace on the same port (HTTPS with the certificate named when ready;
+    needs the serve extra).
     """
     try:
         config = load_config(config_path) if config_path else EmulatorConfig()

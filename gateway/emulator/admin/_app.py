@@ -139,8 +139,10 @@ class _Handler:
             found = (entities.describe(self.store, name, EntityKind.QUEUE, now)
                      or entities.describe(self.store, name, EntityKind.TOPIC, now))
             return self._one(request, found)
-        if request.method == "DELETE":
-            self.ns.wrote(entities.delete(self.store, name))
+        if request.method == "DELETE":  # a queue or a topic (an event hub is not theirs)
+            queue = entities.describe(self.store, name, EntityKind.QUEUE, now)
+            kind = EntityKind.QUEUE if queue is not None else EntityKind.TOPIC
+            self.ns.wrote(entities.delete(self.store, name, kind))
             return _xml("", 200)
         if request.method != "PUT":
             raise _Failed(405, f"{request.method} is not allowed on an entity")

@@ -59,14 +59,22 @@ class AdminFront:
         self._servers: list[tuple[Any, asyncio.Task[None]]] = []
         self._starting: asyncio.Lock | None = None
         self._relays: set[asyncio.StreamWriter] = set()
+        self._waiting: set[asyncio.StreamWriter] = set()
+        self._closed = False
 
     async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Look at a new connection's first bytes: True to serve it as AMQP (its bytes
         given back), False when this front took it (or it closed)."""
+        if self._closed:  # the emulator is shutting down
+            writer.close()
+            return False
+        self._waiting.add(writer)  # closed with the front, as AMQP connections are
         try:
             first = await reader.read(_FIRST_READ)
         except ConnectionError:
             first = b""
+        finally:
+            self._waiting.discard(writer)
         if not first:
             writer.close()
             return False
@@ -151,8 +159,10 @@ class AdminFront:
         return int(sock.getsockname()[1])
 
     async def aclose(self) -> None:
-        """Close the relayed connections and stop the HTTP servers."""
-        for writer in list(self._relays):
+        """Close the connections not yet handed over, the relayed ones, and stop the
+        HTTP servers."""
+        self._closed = True
+        for writer in [*self._waiting, *self._relays]:
             writer.close()
         for server, _ in self._servers:
             server.should_exit = server.force_exit = True

@@ -28,6 +28,7 @@ from azure.servicebus.management import (
 from gateway.emulator import Emulator, EmulatorThread, parse_policy
 
 QUEUE = "orders"
+HUB = "telemetry"
 KEY = "cG9saWN5IGtleQ=="
 POLICIES = [
     parse_policy(f"listener={KEY}:Listen,Send"),
@@ -39,7 +40,7 @@ SECONDS = datetime.timedelta(seconds=1)
 
 def start(data_dir: Path) -> EmulatorThread:
     return EmulatorThread(Emulator({"primary": 0}, data_dir=data_dir, queues=[QUEUE],
-                                   policies=POLICIES))
+                                   event_hubs={HUB: 2}, policies=POLICIES))
 
 
 @pytest.fixture
@@ -197,6 +198,8 @@ def test_errors_are_the_services(emu):
             client.delete_queue("nothing")
         with pytest.raises(ResourceNotFoundError):
             client.delete_subscription("nothing", "sub")
+        with pytest.raises(ResourceNotFoundError):
+            client.delete_queue(HUB)  # an event hub is not the API's to delete
         q = client.get_queue(QUEUE)
         q.name = "nothing"
         with pytest.raises(ResourceNotFoundError):
