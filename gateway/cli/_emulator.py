@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gateway.cli._common import data_dir_option, fail
+from gateway.cli._common import data_dir_option, fail, warning_line
 from gateway.emulator import (
     DEFAULT_KEY,
     DEFAULT_KEY_NAME,
@@ -129,7 +129,9 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
     """Serve Service Bus queues and event hubs of the local namespaces to the Azure SDKs.
 
     Prints one ready line per namespace with its connection string, then serves
-    until interrupted (Ctrl-C or SIGTERM).
+    until interrupted (Ctrl-C or SIGTERM). ServiceBusAdministrationClient manages
+    each namespace on the same port (HTTPS with the certificate named when ready;
+    needs the serve extra).
     """
     try:
         config = load_config(config_path) if config_path else EmulatorConfig()
@@ -158,6 +160,11 @@ def emulator(namespaces: dict[str, int], queues: tuple[str, ...],
     except ConfigError as exc:
         fail(str(exc), code=2)
     _log_to(config.logging, data_dir)
+    if not emu.admin:
+        from gateway.emulator.admin import missing_modules
+
+        warning_line(f"no administration API ({', '.join(missing_modules())} missing): "
+                     "pip install 'geogateway[serve]'")
     code = asyncio.run(_serve(emu, secret=key is not None and key != DEFAULT_KEY,
                               as_json=as_json, relay=relay))
     if code:
@@ -229,12 +236,17 @@ def _ready(emu: Emulator, *, secret: bool, as_json: bool,
         report = {name: {"port": emu.port(name),
                          "connection_string": emu.connection_string(name, redact_key=secret)}
                   for name in emu.namespaces}
-        extra = {"relay": relay_report} if relay else {}
+        extra: dict[str, object] = {"relay": relay_report} if relay else {}
+        if emu.certificate is not None:
+            extra["certificate"] = emu.certificate
         click.echo(json.dumps({"namespaces": report, **extra}, sort_keys=True))
     else:
         for name in emu.namespaces:
             click.echo(f"namespace {name} ready on {emu.host}:{emu.port(name)}: "
                        f"{emu.connection_string(name, redact_key=secret)}")
+        if emu.certificate is not None:
+            click.echo("administration API on the same ports (HTTP, and HTTPS trusting "
+                       f"{emu.certificate}: connection_verify=)")
         for line in relay_lines:
             click.echo(line)
     sys.stdout.flush()

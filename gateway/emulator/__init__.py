@@ -28,10 +28,11 @@ scheduling through a topic's ``$management``.
 
 Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer, then its links, sessions
 and connections, the nodes they reach, the router, the namespaces and the server, each
-importing only the layers below it), ``relay/`` the Azure Relay Hybrid Connections
-emulator (:class:`RelayEmulator`); ``_config`` and ``_auth`` are shared by both,
-``_process`` runs ``geogateway emulator`` as a child process for drills, tests and
-benchmarks (:class:`EmulatorProcess`).
+importing only the layers below it), ``admin/`` the Service Bus administration API over
+HTTP(S) on the namespaces' own ports (``ServiceBusAdministrationClient``; the ``serve``
+extra), ``relay/`` the Azure Relay Hybrid Connections emulator (:class:`RelayEmulator`);
+``_config`` and ``_auth`` are shared by them, ``_process`` runs ``geogateway emulator``
+as a child process for drills, tests and benchmarks (:class:`EmulatorProcess`).
 """
 
 from __future__ import annotations

@@ -56,6 +56,8 @@ class EmulatorProcess:
         self.process: asyncio.subprocess.Process | None = None
         self._strings: dict[str, str] = {}
         self._ports: dict[str, int] = {}
+        #: The certificate of the administration API's HTTPS (None: no API), once started.
+        self.certificate: str | None = None
 
     def connection_string(self, namespace: str) -> str:
         """The namespace's connection string (with the well-known development key)."""
@@ -117,7 +119,9 @@ class EmulatorProcess:
         except asyncio.TimeoutError:
             line = b""
         try:
-            ready = json.loads(line)["namespaces"]
+            report = json.loads(line)
+            ready = report["namespaces"]
+            self.certificate = report.get("certificate")
             self._strings = {n: ready[n]["connection_string"] for n in self.namespaces}
             self._ports = {n: int(ready[n]["port"]) for n in self.namespaces}
         except (ValueError, KeyError, TypeError):

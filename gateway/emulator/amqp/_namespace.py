@@ -44,7 +44,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 from gateway.amqp.server import Connection, Policy, websocket
@@ -123,6 +123,13 @@ class Namespace:
                                   Callable[[GatewayError | None], None]]] = []
         self._flushing = False
         self._looked = 0.0  # when refresh() last read the control file (monotonic)
+        #: Looks at a new connection first: True to serve it as AMQP, False when it took
+        #: it (the administration API, on this same port: ``emulator.admin``).
+        self.front: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                             Awaitable[bool]] | None = None
+        #: The entities its start leaves as they are (lower-case paths; the ones the
+        #: administration API created or changed), read from the store.
+        self.kept: Callable[[Store], Collection[str]] | None = None
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -142,8 +149,9 @@ class Namespace:
         self.spawn(self._watch_file())
 
     def _create_entities(self) -> None:
+        kept = self.kept(self.store) if self.kept is not None else ()
         declare(self.store, queues=self._queues, event_hubs=self._event_hubs,
-                topics=self._topics)
+                topics=self._topics, kept=kept)
 
     async def _listen(self) -> None:
         try:
@@ -198,8 +206,14 @@ class Namespace:
         if self.state.down:
             writer.close()
             return
-        # AMQP or a WebSocket upgrade: the first byte tells (``A`` or ``G``; see
-        # gateway.amqp.server._websocket).
+        # The administration API's front takes HTTP and TLS (it gives the bytes of
+        # anything else back); then AMQP or a WebSocket upgrade: the first byte tells
+        # (``A`` or ``G``; see gateway.amqp.server._websocket).
+        if self.front is not None and not await self.front(reader, writer):
+            return
+        if self.state.down:  # it went down while the front looked
+            writer.close()
+            return
         self._opening.add(writer)
         try:
             first = await reader.read(1 << 16)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from gateway._support.service_thread import AsyncService, ServiceThread
 from gateway.amqp.server import (
@@ -23,6 +25,7 @@ from gateway.emulator._config import (
 )
 from gateway.emulator._servicebus_config import TopicSpec
 from gateway.emulator.amqp._namespace import Namespace
+from gateway.transports import Store
 from replication import ConfigError
 
 __all__ = ["Emulator", "EmulatorThread"]
@@ -36,6 +39,22 @@ def _hubs(hubs: Mapping[str, int] | Iterable[EventHubSpec]) -> list[EventHubSpec
     if isinstance(hubs, Mapping):
         return [EventHubSpec(name=n, partitions=p) for n, p in hubs.items()]
     return list(hubs)
+
+
+def _admin(wanted: bool | None) -> bool:
+    from gateway.emulator.admin import missing_modules
+
+    missing = missing_modules() if wanted is not False else []
+    if wanted and missing:
+        raise ConfigError(f"the administration API needs {', '.join(missing)}: "
+                          "pip install 'geogateway[serve]'")
+    return wanted is not False and not missing
+
+
+def _prepare(store: Store) -> None:
+    from gateway.emulator.admin import prepare
+
+    prepare(store, time.time())
 
 
 class Emulator(AsyncService):
@@ -67,11 +86,14 @@ class Emulator(AsyncService):
             limit applies too. Event hubs keep their own limit.
         topics: topics to declare in every namespace, with their subscriptions and
             rules (:class:`TopicSpec`).
+        admin: serve the administration API (``ServiceBusAdministrationClient``) on each
+            namespace's port, over HTTP and HTTPS (:attr:`certificate`); None (the
+            default): when its modules (the ``serve`` extra) are installed.
 
     Raises:
         ConfigError: no namespace, a bad name or port, two namespaces on one port,
-            a max_message_size outside 1 KiB to 100 MiB, or two policies of one name
-            on the same scope.
+            a max_message_size outside 1 KiB to 100 MiB, two policies of one name
+            on the same scope, or ``admin=True`` without the ``serve`` extra.
     """
 
     def __init__(self, namespaces: Mapping[str, int], *,
@@ -82,7 +104,8 @@ class Emulator(AsyncService):
                  host: str = "127.0.0.1",
                  max_message_size: int = SERVICE_BUS_MAX_MESSAGE_SIZE,
                  topics: Iterable[TopicSpec] = (),
-                 policies: Iterable[Policy] = ()) -> None:
+                 policies: Iterable[Policy] = (),
+                 admin: bool | None = None) -> None:
         if not namespaces:
             raise ConfigError("an emulator serves at least one namespace")
         fixed = [p for p in namespaces.values() if p]
@@ -103,6 +126,15 @@ class Emulator(AsyncService):
             for name, port in namespaces.items()
         }
         self._started = False
+        self.admin = _admin(admin)
+        self._fronts: list[Any] = []
+        self._certificate: str | None = None
+
+    @property
+    def certificate(self) -> str | None:
+        """The PEM file of the certificate the administration API's HTTPS uses (for the
+        SDK's ``connection_verify=``), once started; None without the API."""
+        return self._certificate
 
     async def start(self) -> None:
         """Create the declared entities and start listening.
@@ -110,16 +142,39 @@ class Emulator(AsyncService):
         Raises:
             ConfigError: a port is in use, or an entity exists with other settings.
         """
+        from gateway.emulator.admin import administered
+
         try:
+            if self.admin:
+                self._start_admin()
             for ns in self._namespaces.values():
+                ns.kept = administered  # even without the API now, what it set holds
                 await ns.start()
+                if self.admin:
+                    await ns.run(_prepare, ns.store)
         except BaseException:
             await self.aclose()
             raise
         self._started = True
 
+    def _start_admin(self) -> None:
+        from gateway.emulator.admin import AdminFront, certificate_files
+
+        first = next(iter(self._namespaces.values()))
+        try:
+            files = certificate_files(os.path.dirname(first.db_path), self.host)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the emulator's certificate: {exc}") from None
+        self._certificate = str(files[0])
+        for ns in self._namespaces.values():
+            front = AdminFront(ns, files, state=ns.refresh)
+            ns.front = front.accept
+            self._fronts.append(front)
+
     async def aclose(self) -> None:
         """Close every connection and listener. Safe to call twice."""
+        fronts, self._fronts = self._fronts, []
+        await asyncio.gather(*(f.aclose() for f in fronts), return_exceptions=True)
         namespaces = list(self._namespaces.values())
         await asyncio.gather(*(ns.aclose() for ns in namespaces), return_exceptions=True)
         self._started = False

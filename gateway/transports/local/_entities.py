@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.transports._topic_paths import split_subscription
@@ -115,9 +116,14 @@ class Catalog:
     def __init__(self, *, namespace: str, auto_create: bool) -> None:
         self.namespace = namespace
         self.auto_create = auto_create
-        # Entities are never deleted and their settings never change, so a
-        # positive lookup can be cached for the life of the store.
+        # Entities are deleted or changed only through the emulator's administration
+        # API, which calls forget(): a positive lookup is cached until then.
         self._entities: dict[str, Entity] = {}
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop the cached settings of ``names`` (changed or deleted since)."""
+        for name in names:
+            self._entities.pop(name, None)
 
     def cached(self, name: str) -> Entity | None:
         """``name``'s settings if a lookup found them already (no read)."""

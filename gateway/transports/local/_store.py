@@ -127,6 +127,13 @@ class Store:
                 f"settings ({existing}); use another name or the same settings"
             )
 
+    def forget(self, *names: str) -> None:
+        """Drop what this store cached of entities ``names``: their settings or options
+        were changed, or they were deleted, in the namespace file (the emulator's
+        administration API does so). Other stores on the file keep theirs until reopened."""
+        self._catalog.forget(names)
+        self.topics.forget(names)
+
     def entities(self) -> list[EntityInfo]:
         """Every entity of the namespace with its counts, by name."""
         return self.db.read(self._catalog.infos)

@@ -128,9 +128,15 @@ class Topics:
     def __init__(self, db: Database, catalog: Catalog, *, namespace: str,
                  codec: SectionsCodec | None = None) -> None:
         self.db, self.catalog, self.namespace, self.codec = db, catalog, namespace, codec
-        # Options never change once their entity exists; a missing row is cached too.
+        # Options change only through the emulator's administration API, which calls
+        # forget(); a missing row is cached too.
         self._options: dict[str, EntityOptions] = {}
         self._warned: set[tuple[str, str]] = set()
+
+    def forget(self, names: Collection[str]) -> None:
+        """Drop the cached options of ``names`` (changed or deleted since)."""
+        for name in names:
+            self._options.pop(name, None)
 
     # -- administration -------------------------------------------------------------
 

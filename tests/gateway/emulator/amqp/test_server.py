@@ -79,7 +79,8 @@ def emulator_dir(emulator: Emulator) -> Path:
 
 async def test_a_foreign_protocol_gets_the_amqp_header_and_a_closed_socket(
         emulator: Emulator) -> None:
-    # (an HTTP GET is a WebSocket handshake: see test_websocket)
+    # Neither AMQP nor HTTP (the administration API and AMQP over WebSockets answer
+    # HTTP on this port: see admin/ and test_websocket)
     got = await raw_exchange(emulator.port("primary"), b"SSH-2.0-OpenSSH_9.6\r\n")
     assert got == [AMQP_HEADER]
 

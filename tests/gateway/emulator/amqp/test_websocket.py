@@ -9,6 +9,7 @@ import logging
 import os
 import struct
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ pytestmark = [
     # deprecates (a warning only; the connection is made).
     pytest.mark.filterwarnings("ignore:ssl=None is deprecated:DeprecationWarning"),
 ]
+
+
+@pytest.fixture
+async def emulator(data_dir: Path) -> AsyncIterator[Emulator]:
+    """The raw WebSocket checks talk to the AMQP side alone: with the administration
+    API on (the SDK tests here), HTTP that asks for no upgrade is the API's."""
+    async with Emulator({"primary": 0}, data_dir=data_dir, queues=[QUEUE],
+                        event_hubs=[EventHubSpec(name=HUB, partitions=4)], admin=False) as emu:
+        yield emu
 
 
 def over_websockets(emulator: Emulator) -> dict[str, Any]:
