@@ -62,7 +62,8 @@ DOTTED = re.compile(
 
 def named_in_docs() -> list[tuple[str, str]]:
     found = []
-    for doc in ("README.md", "benchmarks/README.md"):
+    docs = sorted(str(page.relative_to(ROOT)) for page in (ROOT / "docs").rglob("*.md"))
+    for doc in ("README.md", "benchmarks/README.md", *docs):
         text = (ROOT / doc).read_text(encoding="utf-8")
         found += [(doc, m) for m in SOURCE_PATH.findall(text)]
         found += [(doc, m) for m in DOTTED.findall(text)]
