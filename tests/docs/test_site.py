@@ -72,6 +72,13 @@ def small_site(tmp_path: Path, page: str, nav: list[object]) -> Path:
     docs.mkdir()
     (docs / "index.md").write_text(page)
     config.update(docs_dir=str(docs), nav=nav)
+    # paths in the API reference's settings are relative to mkdocs.yml: make them absolute
+    for plugin in config["plugins"]:
+        if isinstance(plugin, dict) and "mkdocstrings" in plugin:
+            python = plugin["mkdocstrings"]["handlers"]["python"]
+            python["paths"] = [str(ROOT / path) for path in python["paths"]]
+            options = python["options"]
+            options["extensions"] = [str(ROOT / path) for path in options["extensions"]]
     path = tmp_path / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config))
     return path
