@@ -64,6 +64,8 @@ if _TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
+"""The version of geogateway: the distribution's (pyproject.toml reads it from here) and
+``geogateway --version``'s. CHANGELOG.md says what each one brought."""
 
 # Everything else is imported on first use (PEP 562): the sender and receiver bring in
 # SQLite stores and the transports, the consumer its blob store (azure-storage), and the

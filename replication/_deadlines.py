@@ -126,10 +126,10 @@ class DeadlinePolicy:
         return min(self.ceiling, max(self.floor, self.multiplier * latency))
 
 
-#: The receivers' and the partition consumer's default: they only need a hung namespace
-#: (or store) not to hold up the other namespace, the other partitions or a stop, so a
-#: slow answer is given more room than a sender, which must hedge within a second, gives.
 RECEIVE_DEADLINES = DeadlinePolicy(floor=1.0, ceiling=3.0, initial=3.0)
+"""The receivers' and the partition consumer's default: they only need a hung namespace (or
+store) not to hold up the other namespace, the other partitions or a stop, so a slow answer
+is given more room than a sender, which must hedge within a second, gives."""
 
 
 class LatencyWindow:

@@ -54,6 +54,7 @@ class DedupWindow:
 
 
 DEFAULT_DEDUP_WINDOW = DedupWindow()
+"""The de-duplication window by default: 10 minutes and 1,000,000 ids."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ from replication._errors import MessageRejected
 __all__ = ["Message", "PropertyValue", "with_properties"]
 
 PropertyValue = str | int | float | bool | None
+"""What an application property may hold: ``str``, ``int``, ``float``, ``bool`` or ``None``."""
 
 _EMPTY: Mapping[str, PropertyValue] = MappingProxyType({})
 

@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 ANY_NAMESPACE = "*"
+"""The namespace part of a durable queue destination that whichever namespace comes back first
+may take (``*/orders``)."""
 
 
 class Failure(enum.Enum):

@@ -29,8 +29,8 @@ __all__ = ["SESSION_POSITION", "ReorderBuffer", "SessionGap", "SessionOffer", "s
 
 T = TypeVar("T")
 
-#: The application property that holds a message's position in its session.
 SESSION_POSITION = "geogateway-session-seq"
+"""The application property that holds a message's position in its session."""
 #: How many recently handed-over ids a buffer remembers, to know their late copies.
 _RECENT = 4096
 

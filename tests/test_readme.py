@@ -1,9 +1,10 @@
-"""The README's commands are the ones CI runs, and its samples are what they print.
+"""The README's commands are the ones CI runs, and the docs' samples are what they print.
 
 ``.ci/run`` must contain, as one of its lines, exactly the command in the README's
 ```sh block under "## Running the tests"; the Quick start's first block runs the drill,
-and the sample report under it is what that command prints (its varying figures as
-ranges); the outbox's snippets define every name they use.
+which is the command of Getting started's first drill (docs/getting-started.md), and the
+sample report there is what that command prints (its varying figures as ranges); the
+outbox guide's snippets define every name they use.
 """
 
 from __future__ import annotations
@@ -20,19 +21,23 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```sh[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
-def section(heading: str) -> str:
-    """The README text under ``heading``, up to the next heading of the same level."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+#: The page of the site that shows the first drill and its sample report.
+GETTING_STARTED = "docs/getting-started.md"
+
+
+def section(heading: str, doc: str = "README.md") -> str:
+    """The text of ``doc`` under ``heading``, up to the next heading of the same level."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
     match = re.search(rf"^{re.escape(heading)}[ \t]*$(.*?)(?=^## |\Z)", text,
                       re.MULTILINE | re.DOTALL)
-    assert match, f"README.md has no {heading!r} section"
+    assert match, f"{doc} has no {heading!r} section"
     return match.group(1)
 
 
-def first_sh_command(heading: str) -> str:
+def first_sh_command(heading: str, doc: str = "README.md") -> str:
     """The one command line of the first ```sh block under ``heading``."""
-    block = FENCE.search(section(heading))
-    assert block, f"no ```sh block under {heading!r} in README.md"
+    block = FENCE.search(section(heading, doc))
+    assert block, f"no ```sh block under {heading!r} in {doc}"
     lines = [line.strip() for line in block.group(1).splitlines()
              if line.strip() and not line.strip().startswith("#")]
     assert len(lines) == 1, f"the ```sh block under {heading!r} should be one command: {lines}"
@@ -51,6 +56,11 @@ def test_quick_start_runs_the_drill() -> None:
     assert "geogateway drill" in first_sh_command("## Quick start")
 
 
+def test_getting_started_shows_the_quick_starts_drill() -> None:
+    *_, command = first_sh_command("## Quick start").split("&&")
+    assert first_sh_command("## The first drill", GETTING_STARTED) == command.strip()
+
+
 #: A source path (``gateway/geo/sender/_sender.py``) or dotted module name
 #: (``gateway.geo.sender._sender``, maybe followed by an attribute) of the project, as the
 #: docs name them. (``durable_queue.path``
@@ -62,7 +72,8 @@ DOTTED = re.compile(
 
 def named_in_docs() -> list[tuple[str, str]]:
     found = []
-    for doc in ("README.md", "benchmarks/README.md"):
+    docs = sorted(str(page.relative_to(ROOT)) for page in (ROOT / "docs").rglob("*.md"))
+    for doc in ("README.md", "benchmarks/README.md", *docs):
         text = (ROOT / doc).read_text(encoding="utf-8")
         found += [(doc, m) for m in SOURCE_PATH.findall(text)]
         found += [(doc, m) for m in DOTTED.findall(text)]
@@ -130,13 +141,14 @@ def test_the_sample_check_can_tell_a_wrong_sample() -> None:
 
 @pytest.mark.timeout(600)
 def test_the_quick_start_sample_is_what_the_drill_prints(tmp_path: Path) -> None:
-    # Given the quick start's drill command (its last step) and the sample under it
-    text = section("## Quick start")
+    # Given the quick start's drill command (its last step) and the sample report of the
+    # first drill in Getting started
+    text = section("## The first drill", GETTING_STARTED)
     *_, command = first_sh_command("## Quick start").split("&&")
     program, *args = command.split()
     assert program == ".venv/bin/geogateway", command
     samples = [body for language, body in BLOCK.findall(text) if not language]
-    assert samples, "no sample output block under the quick start"
+    assert samples, f"no sample output block under the first drill in {GETTING_STARTED}"
     sample_frame, sample_rows = split_table(samples[0])
     # When that command runs (the geogateway of this environment)
     script = Path(sys.executable).with_name("geogateway")
@@ -152,7 +164,7 @@ def test_the_quick_start_sample_is_what_the_drill_prints(tmp_path: Path) -> None
     assert [label for label, _ in sample_rows] == [label for label, _ in rows], proc.stdout
     wrong = [(label, want, got) for (label, want), (_, got) in zip(sample_rows, rows, strict=True)
              if not matches(want, got)]
-    assert wrong == [], f"README sample vs the run (label, sample, printed): {wrong}"
+    assert wrong == [], f"the sample vs the run (label, sample, printed): {wrong}"
     assert any(RANGE.fullmatch(value) for _, value in sample_rows)  # it has varying figures
 
 
@@ -162,9 +174,9 @@ PYTHON = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOT
 
 
 def test_the_outbox_snippets_define_every_name_they_use(tmp_path: Path) -> None:
-    # Given the outbox section's Python snippets, read in order as one program
-    code = "\n".join(PYTHON.findall(section("## Outbox: sending in the application's own "
-                                             "transaction")))
+    # Given the outbox guide's Python snippets, read in order as one program
+    code = "\n".join(PYTHON.findall((ROOT / "docs" / "guides" / "outbox.md")
+                                     .read_text(encoding="utf-8")))
     assert "PostgresOutbox" in code
     program = tmp_path / "outbox_snippets.py"
     program.write_text(code)
@@ -174,3 +186,16 @@ def test_the_outbox_snippets_define_every_name_they_use(tmp_path: Path) -> None:
          "--output-format", "concise", str(program)],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- the front page's links ---------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_readmes_links_name_files_that_exist() -> None:
+    # (the site's links are checked by its strict build, tests/docs/test_site.py)
+    targets = LINK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(targets) > 10
+    missing = sorted({t for t in targets if "://" not in t and not (ROOT / t).exists()})
+    assert missing == [], f"README.md links to files that do not exist: {missing}"

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from gateway import __version__
 from gateway.cli._common import error_line, extra_of
 from replication import GatewayError
 
@@ -104,7 +105,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="geogateway", prog_name="geogateway")
+@click.version_option(__version__, prog_name="geogateway")
 @click.option("-v", "--verbose", count=True,
               help="Log more (-v info, -vv debug, -vvv the Azure SDKs' debug too).")
 def cli(verbose: int) -> None:

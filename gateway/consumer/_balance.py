@@ -61,6 +61,7 @@ LEFT_SUFFIX = "#left"
 LEAVING_SUFFIX = "#leaving"
 """Heartbeats under ``instance_id + LEAVING_SUFFIX``: handing its partitions over."""
 SUFFIXES = (LEFT_SUFFIX, LEAVING_SUFFIX)
+"""Both heartbeat suffixes: an instance id ending in one is not a live member."""
 
 
 @dataclass(frozen=True, kw_only=True)

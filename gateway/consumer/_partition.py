@@ -24,6 +24,8 @@ __all__ = [
 ]
 
 StartingPosition = EventPosition | Callable[[str], EventPosition]
+"""Where a partition with no checkpoint starts: an ``EventPosition``, or a function of the
+partition id that returns one."""
 
 
 class CloseReason(enum.Enum):

@@ -96,7 +96,9 @@ class PartitionProcessor(PortalDriver):
         on_event: ``(ctx, event)``; ``event`` is None on an idle call. Give this or
             ``on_event_batch``.
         on_event_batch: ``(ctx, events)``.
-        on_partition_initialize / on_partition_close / on_error: lifecycle callbacks.
+        on_partition_initialize: called when a partition is claimed (lifecycle).
+        on_partition_close: called when it is released, with the ``CloseReason``.
+        on_error: called with each error (``ctx`` None for the balancing loop's).
         starting_position: where a partition with no checkpoint starts: an
             ``EventPosition`` or a function of the partition id.
         settings: batch size, idle calls, prefetch, checkpoint cadence.

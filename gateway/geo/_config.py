@@ -309,6 +309,17 @@ _TOP_KEYS = {
     "data_dir", "state_dir", "retry", "deadlines", "durable_queue", "dedup", "kind",
     "roles_store", "metrics", "tracing",
 }
+#: The keys each table takes (the configuration reference lists them; a test compares).
+SECTION_KEYS: dict[str, frozenset[str]] = {
+    "retry": frozenset({"attempts", "initial_backoff", "max_backoff", "max_delay"}),
+    "deadlines": frozenset(_DEADLINE_KEYS),
+    "durable_queue": frozenset({"path", "max_messages", "max_bytes", "synchronous"}),
+    "dedup": frozenset({"path", "store", "schema", "fallback", "window_seconds", "window_count"}),
+    "metrics": frozenset({"enabled"}), "tracing": frozenset({"enabled"}),
+    # [primary] and [secondary], when a namespace is a table rather than a string
+    **dict.fromkeys(("primary", "secondary"), frozenset({"url", "connection_string", "name",
+                                                         "kind"})),
+}
 
 
 def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayConfig:
@@ -319,9 +330,8 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
                 f"{required!r} is missing from {source}: set it in the file or "
                 f"${ENV_PREFIX}{required.upper()}"
             )
-    retry = _section(data, "retry", {"attempts", "initial_backoff", "max_backoff", "max_delay"},
-                     source)
-    deadlines = _section(data, "deadlines", set(_DEADLINE_KEYS), source)
+    retry = _section(data, "retry", SECTION_KEYS["retry"], source)
+    deadlines = _section(data, "deadlines", SECTION_KEYS["deadlines"], source)
     try:
         policy = ReplicationPolicy(
             mode=Mode.parse(data.get("mode", "passive")),
@@ -332,12 +342,10 @@ def _from_mapping(data: dict[str, Any], *, base: Path, source: str) -> GatewayCo
         )
     except TypeError as exc:  # a value of the wrong type inside the dataclasses
         raise ConfigError(f"bad value in {source}: {exc}") from None
-    queue = _section(data, "durable_queue", {"path", "max_messages", "max_bytes", "synchronous"},
-                     source)
-    dedup = _section(data, "dedup", {"path", "store", "schema", "fallback", "window_seconds",
-                                     "window_count"}, source)
-    metrics = _section(data, "metrics", {"enabled"}, source)
-    tracing = _section(data, "tracing", {"enabled"}, source)
+    queue = _section(data, "durable_queue", SECTION_KEYS["durable_queue"], source)
+    dedup = _section(data, "dedup", SECTION_KEYS["dedup"], source)
+    metrics = _section(data, "metrics", SECTION_KEYS["metrics"], source)
+    tracing = _section(data, "tracing", SECTION_KEYS["tracing"], source)
     kind = data.get("kind", "servicebus")
     return GatewayConfig(
         primary=_namespace(data["primary"], "primary", source, kind),
@@ -404,7 +412,7 @@ def _path(base: Path, value: Any, what: str, source: str) -> Path:
     return base / Path(value).expanduser()
 
 
-def _section(data: dict[str, Any], name: str, known: set[str], source: str) -> dict[str, Any]:
+def _section(data: dict[str, Any], name: str, known: frozenset[str], source: str) -> dict[str, Any]:
     section = data.get(name, {})
     if not isinstance(section, dict):
         raise ConfigError(f"[{name}] in {source} must be a table")
@@ -419,7 +427,7 @@ def _namespace(value: Any, role: str, source: str, kind: Any) -> NamespaceConfig
         return NamespaceConfig.parse(value, kind=kind)
     if not isinstance(value, dict):
         raise ConfigError(f"{role} in {source} must be a url, a connection string or a table")
-    _reject_unknown(value, {"url", "connection_string", "name", "kind"}, f"[{role}]", source)
+    _reject_unknown(value, SECTION_KEYS[role], f"[{role}]", source)
     kind = value.get("kind", kind)
     if not isinstance(kind, str):
         raise ConfigError(f"kind of {role} in {source} must be 'servicebus' or 'eventhubs'")
@@ -431,7 +439,8 @@ def _namespace(value: Any, role: str, source: str, kind: Any) -> NamespaceConfig
     )
 
 
-def _reject_unknown(section: Mapping[str, Any], known: set[str], where: str, source: str) -> None:
+def _reject_unknown(section: Mapping[str, Any], known: frozenset[str] | set[str], where: str,
+                    source: str) -> None:
     unknown = sorted(set(section) - known)
     if unknown:
         raise ConfigError(

@@ -42,15 +42,15 @@ __all__ = ["DEFAULT_PROBE_DEADLINE", "StatusReader", "StoreLike", "collect_statu
 
 logger = logging.getLogger("geogateway.observability")
 
-#: Seconds a namespace has to answer a probe: the initial send deadline of the policy.
 DEFAULT_PROBE_DEADLINE = 2.0
+"""Seconds a namespace has to answer a probe: the initial send deadline of the policy."""
 
 #: The transport module each kind of Azure namespace needs (imported off the loop).
 _SDK_MODULES = {"servicebus": "gateway.transports.servicebus",
                 "eventhubs": "gateway.transports.eventhubs"}
 
-#: A checkpoint store: an open one (the caller closes it), or a SQLite file's path.
 StoreLike = CheckpointStore | str | os.PathLike[str]
+"""A checkpoint store: an open one (the caller closes it), or a SQLite file's path."""
 
 
 async def collect_status(

@@ -2,7 +2,7 @@
 
 Give one to a sender or receiver (``hooks=PrometheusMetrics()``), or several: they
 share the metric objects of their registry (:mod:`gateway.observability._families`).
-The list of metrics, their types and labels is in the README ("Observability").
+The list of metrics, their types and labels is in docs/guides/observability.md.
 """
 
 from __future__ import annotations

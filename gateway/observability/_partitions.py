@@ -118,8 +118,8 @@ def _pid_key(pid: str) -> tuple[int, int | str]:
     return (0, int(pid)) if pid.isdigit() else (1, pid)
 
 
-#: (state, partition info by id or None when unknown, note) of one local namespace.
 LocalPartitions = tuple[str, dict[str, PartitionInfo] | None, str | None]
+"""(state, partition info by id or None when unknown, note) of one local namespace."""
 
 
 def local_partitions(name: str, entity: str, data_dir: str | os.PathLike[str] | None

@@ -60,8 +60,10 @@ class RelayResponse:
 
 
 Handler = Callable[[RelayRequest], Awaitable[RelayResponse]]
+"""A relay request handler: ``async (RelayRequest) -> RelayResponse``."""
 AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                     Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
+"""An ASGI application (``scope, receive, send``), served by :func:`asgi_handler`."""
 
 
 class AsgiError(GatewayError):

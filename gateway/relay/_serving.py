@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["Listener", "WebSocketHandler", "answer", "rendezvous", "take_websocket"]
 
 WebSocketHandler = Callable[[p.Accept, "aiohttp.ClientWebSocketResponse[bool]"], Awaitable[None]]
+"""What serves a WebSocket sender: ``async (accept, websocket)``."""
 
 
 class Listener(Protocol):

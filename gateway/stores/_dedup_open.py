@@ -12,10 +12,10 @@ from replication import ConfigError, DedupStore, DedupWindow
 
 __all__ = ["DedupTarget", "open_dedup_store"]
 
-#: What a receiver's ``dedup_store`` takes: a SQLite file path, a PostgreSQL DSN
-#: (``postgresql://...`` or ``host=... dbname=...``), a ``psycopg_pool.ConnectionPool``
-#: or a :class:`replication.DedupStore`.
 DedupTarget = str | os.PathLike[str] | DedupStore | Any
+"""What a receiver's ``dedup_store`` takes: a SQLite file path, a PostgreSQL DSN
+(``postgresql://...`` or ``host=... dbname=...``), a ``psycopg_pool.ConnectionPool`` or a
+:class:`replication.DedupStore`."""
 
 
 def _pool_kind(target: object) -> str | None:

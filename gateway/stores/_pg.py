@@ -110,7 +110,7 @@ def _config_error(exc: BaseException, where: str) -> ConfigError:
                            f"exist: create it (CREATE DATABASE {match.group(1)}) or fix the DSN")
     if "permission denied" in text:
         return ConfigError(f"PostgreSQL at {where}: {_reason(exc)}: grant the rights listed "
-                           "in the README (PostgreSQL stores) or use another user")
+                           "in the docs (The fleet on PostgreSQL) or use another user")
     return ConfigError(f"PostgreSQL at {where} is unreachable ({_reason(exc)}): start it, or "
                        "fix the DSN's host and port")
 
@@ -361,7 +361,7 @@ def migrate(target: PgTarget, component: str, steps: Sequence[str]) -> None:
     Raises:
         ConfigError: the database holds a newer version than this code knows (a newer
             geogateway migrated it: upgrade this one), or the user may not create the
-            schema or tables (the README lists the rights).
+            schema or tables (docs/guides/fleet.md lists the rights).
     """
     schema = target.schema
 

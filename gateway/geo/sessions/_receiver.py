@@ -76,9 +76,10 @@ class AsyncGeoSessionReceiver(HandOver):
     """Receives a session at a time from both namespaces, in the sender's order.
 
     Args:
-        primary, secondary: the namespaces (``local://NAME``, a connection string, a
+        primary: the primary namespace (``local://NAME``, a connection string, a
             ``NamespaceConfig`` or a ``Transport``); the queue must be session-enabled
             in both.
+        secondary: the secondary namespace, given the same way.
         entity: the queue.
         dedup_store: a path (a persistent SQLite window) or a ``DedupStore``.
         session_id: the one session to receive; ``None``: the next available one,

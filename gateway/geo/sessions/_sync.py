@@ -34,9 +34,10 @@ class GeoSessionReceiver(PortalDriver):
     and :meth:`set_state` for the session it is handling.
 
     Args:
-        primary, secondary: the namespaces (``local://NAME``, a connection string, a
+        primary: the primary namespace (``local://NAME``, a connection string, a
             ``NamespaceConfig`` or a ``Transport``); the queue must be session-enabled
             in both.
+        secondary: the secondary namespace, given the same way.
         entity: the queue.
         dedup_store: a path (a persistent SQLite window) or a ``DedupStore``.
         session_id: the one session to receive; ``None``: the next available one,

@@ -49,10 +49,10 @@ _INSERT = (
 )
 _COLUMNS = ('seq, "offset", message_id, body, partition_key, properties, enqueued_time, '
             "sections")
-#: How long an owner level stays held without a read (seconds). Only open readers
-#: fence: a closed reader releases its level at once, a reader whose process died
-#: (seen from this host) as soon as that is noticed, any other after its lease.
 LEASE = 30.0
+"""How long an owner level stays held without a read (seconds). Only open readers fence: a
+closed reader releases its level at once, a reader whose process died (seen from this host)
+as soon as that is noticed, any other after its lease."""
 _HOST = socket.gethostname()
 
 

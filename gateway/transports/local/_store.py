@@ -50,6 +50,7 @@ __all__ = ["DEAD_LETTER_SUFFIX", "EntityInfo", "EntityKind", "PartitionState", "
 T = TypeVar("T")
 
 DEAD_LETTER_SUFFIX = queues.DEAD_LETTER_SUFFIX
+"""The path suffix of an entity's dead-letter sub-queue (``QUEUE/$DeadLetterQueue``)."""
 
 
 def _message(item: Message | Queued) -> Message:

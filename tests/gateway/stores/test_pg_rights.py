@@ -1,4 +1,4 @@
-"""The rights the roles and checkpoint stores need (as the README lists them): once an
+"""The rights the roles and checkpoint stores need (as docs/guides/fleet.md lists them): once an
 administrator created the tables, a user with USAGE on the schema and SELECT, INSERT,
 UPDATE, DELETE on its tables runs both; inspecting needs SELECT only; less is one
 clear error."""
