@@ -70,6 +70,8 @@ T = TypeVar("T")
 _LOG = logging.getLogger("gateway.emulator")
 #: How often the control file and the namespace file are looked at (seconds).
 _CONTROL_POLL, _FILE_POLL = 0.1, 0.02
+#: Seconds a closing namespace waits for its cancelled tasks (then says which did not end).
+_CLOSE_WAIT = 5.0
 #: The least time between two looks at the control file by :meth:`Namespace.refresh`.
 _REFRESH = 0.001
 
@@ -165,9 +167,14 @@ class Namespace:
     async def aclose(self) -> None:
         """Close the listener, every connection and the namespace file."""
         await self._stop_serving("amqp:connection:forced", "the emulator is shutting down")
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=_CLOSE_WAIT)
+            for task in pending:  # closing must end: say what did not, and go on
+                _LOG.warning("namespace %s: a task did not end within %.0f s of closing: %r",
+                             self.name, _CLOSE_WAIT, task.get_coro())
         self.store.close()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
