@@ -65,13 +65,14 @@ PROFILE_HOOK = Path(__file__).resolve().parent / "emulator_profile"
 GROUPS = (
     ("decoding the messages (AMQP sections -> local messages)",
      ("amqp/_decode.py", "amqp/_message.py", "amqp/_convert.py", "amqp/_types.py",
-      "replication/_message.py")),
+      "server/_convert.py", "replication/_message.py")),
     ("tenacity around the SQLite transaction", ("tenacity/",)),
-    ("storing them (SQLite transaction)", ("transports/_local", "durable_queue/", "sqlite3")),
+    ("storing them (SQLite transaction)",
+     ("transports/_local", "transports/local/", "durable_queue/", "sqlite3")),
     ("reading frames, encoding dispositions",
      ("amqp/_frames.py", "amqp/_performative", "amqp/_composites.py", "amqp/_encode.py")),
     ("links, sessions, connection, namespace (incl. the control file's stat)",
-     ("gateway/emulator/",)),
+     ("gateway/emulator/", "gateway/amqp/server/")),
     ("event loop and sockets", ("asyncio/", "selectors.py")),
 )
 BODY = 1024
