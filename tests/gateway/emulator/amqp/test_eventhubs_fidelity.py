@@ -5,7 +5,6 @@ sections come back as sent, single and batched, with a partition key or id."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,13 @@ from azure.eventhub.aio import EventHubProducerClient
 from azure.eventhub.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
 
 from gateway.transports import EventPosition, LocalTransport
-from tests.gateway.emulator.amqp.test_eventhubs_sdk import read
+from tests.gateway.emulator.amqp.test_eventhubs_sdk import producer, read
 from tests.gateway.emulator.amqp.test_message_fidelity_sdk import as_read
 from tests.gateway.emulator.conftest import HUB
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture
-async def producer(conn_str: str) -> AsyncIterator[EventHubProducerClient]:
-    client = EventHubProducerClient.from_connection_string(
-        conn_str, eventhub_name=HUB, retry_total=0)
-    async with client:
-        yield client
+__all__ = ["producer"]  # the fixture, shared with the SDK tests
 
 
 VALUE = {"a": 1, "b": [1.5, "x", None], "c": {b"k": True}}
