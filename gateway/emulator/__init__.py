@@ -12,19 +12,21 @@ or from the command line: ``geogateway emulator --namespace primary=5672 --queue
 Emulated: SASL (ANONYMOUS, MSSBCBS, PLAIN), ``$cbs`` put-token checked against the
 shared access policies (Listen, Send, Manage; per namespace or entity, :class:`Policy`),
 then the entity's existence (404, as the service answers), queue send (batches too),
-peek-lock and receive-and-delete receive, complete / abandon / dead-letter on the link
-or by lock token over ``$management``, lock renewal and expiry, peek, the dead-letter
-sub-queue, scheduled messages and their cancellation, time to live (dropped or
-dead-lettered on expiry), a 256 KiB message limit (configurable); every property,
-annotation and application property of a queue message comes back as sent
-(``_convert``); event hub properties, sends by partition id or key, reads from every
-kind of starting position, owner levels; the local namespace's control file (down/up,
-latency, lost replies, hang); topics and their subscriptions
-(``TOPIC/Subscriptions/SUB``) with true, false, correlation and SQL filters and SQL
-actions, declared with ``topics=`` (:class:`TopicSpec`) or read from the official
-Service Bus emulator's ``Config.json`` (``load_config``). Not emulated (refused with
-``amqp:not-implemented``, never faked): session receivers, deferral, transactions,
-scheduling through a topic's ``$management``.
+peek-lock and receive-and-delete receive, complete / abandon / dead-letter / defer on
+the link or by lock token over ``$management``, lock renewal and expiry, peek, the
+dead-letter sub-queue, scheduled messages and their cancellation, deferred messages by
+sequence number, sessions with their state, time to live (dropped or dead-lettered on
+expiry), a 256 KiB message limit (configurable); every section of a message or event
+(any body: data, amqp-value, amqp-sequence, none) comes back as sent; event hub
+properties, sends by partition id or key, reads from every kind of starting position,
+owner levels; topics and their subscriptions (``TOPIC/Subscriptions/SUB``) with true,
+false, correlation and SQL filters and SQL actions, declared with ``topics=``
+(:class:`TopicSpec`) or read from the official Service Bus emulator's ``Config.json``
+(``load_config``); AMQP over WebSockets and the Service Bus administration API on each
+namespace's own port; the local namespace's control file (down/up, latency, lost
+replies, hang). Not emulated (refused with ``amqp:not-implemented``, never faked):
+transactions, scheduling through a topic's ``$management``. Where it still differs from
+the service: the emulators guide of the documentation.
 
 Rooms: ``amqp/`` is the AMQP 1.0 emulator (its wire layer, then its links, sessions
 and connections, the nodes they reach, the router, the namespaces and the server, each
