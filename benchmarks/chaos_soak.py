@@ -26,10 +26,11 @@ What runs, all in a temporary directory (``--keep DIR``: there, and left behind)
 * two chaos loops, seeded by ``--seed``: the **infrastructure** loop restarts
   PostgreSQL (down 1.5-4 s) or hangs one namespace (``LocalNamespace.hang()`` for
   2-5 s: every operation of every process on it waits, unanswered), one at a time,
-  2-6 s apart (``--gaps``); the **process** loop SIGKILLs a sender or a receiver picked
-  at random, 2-6 s apart, and starts it again 0.5-2 s later (a sender as its next generation, on
-  the same durable queue). A process that exits by itself is reported and started
-  again.
+  2-6 s apart (``--gaps``); the **process** loop SIGKILLs a sender or a receiver
+  picked at random, 2-6 s apart, and starts it again 0.5-2 s later (a sender as its
+  next generation, on the same durable queue). A process that exits by itself is
+  reported and started again (a receiver started while the server is down stops at
+  once, its store reporting the server unreachable: counted apart).
 
 After ``--seconds`` the loops stop and everything is brought back (namespaces up, the
 server running, every process running); the senders are stopped (their backlogs
@@ -194,7 +195,10 @@ class Soak:
         from gateway.transports import LocalNamespace
 
         self.root, self.args = root, args
-        self.rng = random.Random(args.seed)
+        # One generator per chaos loop: each loop's script depends on the seed only,
+        # not on how the two loops interleave.
+        self.infra_rng = random.Random(f"{args.seed}-infrastructure")
+        self.process_rng = random.Random(f"{args.seed}-processes")
         self.server = EmbeddedPostgres(root / "postgres", fsync=False)
         self.namespaces = {n: LocalNamespace(n, data_dir=root / "namespaces")
                            for n in ("primary", "secondary")}
@@ -263,19 +267,19 @@ class Soak:
 
     async def infrastructure_chaos(self) -> None:
         while not self.stopping:
-            await asyncio.sleep(self.rng.uniform(*self.args.gaps))
+            await asyncio.sleep(self.infra_rng.uniform(*self.args.gaps))
             if self.stopping:
                 return
-            if self.rng.random() < 0.45:
-                down = self.rng.uniform(1.5, 4.0)
+            if self.infra_rng.random() < 0.45:
+                down = self.infra_rng.uniform(1.5, 4.0)
                 self.note(f"PostgreSQL stopped for {down:.1f} s")
                 await asyncio.to_thread(self.server.stop, mode="fast")
                 await asyncio.sleep(down)
                 await asyncio.to_thread(self.server.start)
                 self.actions["PostgreSQL restarts"] += 1
             else:
-                name = self.rng.choice(sorted(self.namespaces))
-                length = self.rng.uniform(2.0, 5.0)
+                name = self.infra_rng.choice(sorted(self.namespaces))
+                length = self.infra_rng.uniform(2.0, 5.0)
                 self.note(f"{name} hung for {length:.1f} s")
                 began = time.monotonic()
                 await asyncio.to_thread(self.namespaces[name].hang)
@@ -289,26 +293,37 @@ class Soak:
     async def process_chaos(self) -> None:
         names = [*self.senders, *RECEIVERS]
         while not self.stopping:
-            await asyncio.sleep(self.rng.uniform(*self.args.gaps))
+            await asyncio.sleep(self.process_rng.uniform(*self.args.gaps))
             await self.restart_exited()
             if self.stopping:
                 return
-            name = self.rng.choice(names)
+            name = self.process_rng.choice(names)
             self.note(f"SIGKILL {name}")
             self.workers.kill(name)
             await self.workers.wait(name)
             self.actions["senders killed" if name in self.senders
                          else "receivers killed"] += 1
-            await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+            await asyncio.sleep(self.process_rng.uniform(0.5, 2.0))
             await self.start(name)
 
     async def restart_exited(self) -> None:
-        """Start again a process that exited by itself (counted: it should not)."""
+        """Start again, as a supervisor would, a process that exited by itself.
+
+        A receiver started while PostgreSQL is down stops at once: its store connects
+        when it is made and reports the server unreachable (``ConfigError``), by
+        design. That is counted apart; any other exit should not happen.
+        """
         for name in [*self.senders, *RECEIVERS]:
             if not self.workers.running(name):
                 code = self.workers.processes[name].returncode
-                self.note(f"{name} exited by itself ({code}): started again")
-                self.actions["exited by themselves"] += 1
+                tail = self.workers.log(name).read_text("utf-8", "replace")[-600:]
+                if "ConfigError" in tail and "unreachable" in tail:
+                    self.note(f"{name} had stopped at start, PostgreSQL unreachable: "
+                              "started again")
+                    self.actions["refused to start, PostgreSQL down"] += 1
+                else:
+                    self.note(f"{name} exited by itself ({code}): started again")
+                    self.actions["exited by themselves"] += 1
                 await self.start(name)
 
     # -- the end --
@@ -430,6 +445,7 @@ def table(result: dict[str, Any]) -> Table:
                     f"{result['receivers']} receivers)")
     t.add_column("measure")
     t.add_column("value", justify="right")
+
     def ms(seconds: float) -> str:
         return f"{seconds * 1e3:.0f} ms"
 
