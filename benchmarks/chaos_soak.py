@@ -460,40 +460,40 @@ class Soak:
             self.server.stop()
 
 
-async def soak(root: Path, args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    soak = Soak(root, args)
+async def soak(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    run = Soak(root, args)
     try:
-        await soak.prepare()
-        soak.started = time.monotonic()
-        await asyncio.gather(*(soak.start(name) for name in (*RECEIVERS, *soak.senders)))
-        soak.note(f"{len(soak.senders)} senders and {len(RECEIVERS)} receivers running")
-        chaos = [asyncio.create_task(soak.infrastructure_chaos()),
-                 asyncio.create_task(soak.process_chaos())]
-        while time.monotonic() - soak.started < args.seconds:
+        await run.prepare()
+        run.started = time.monotonic()
+        await asyncio.gather(*(run.start(name) for name in (*RECEIVERS, *run.senders)))
+        run.note(f"{len(run.senders)} senders and {len(RECEIVERS)} receivers running")
+        chaos = [asyncio.create_task(run.infrastructure_chaos()),
+                 asyncio.create_task(run.process_chaos())]
+        while time.monotonic() - run.started < args.seconds:
             await asyncio.sleep(1.0)
             for task in chaos:
                 if task.done():
                     task.result()  # a chaos loop failed: raise its error
-        soak.stopping = True
+        run.stopping = True
         await asyncio.gather(*chaos)  # each finishes the action it is in
-        chaos_seconds = time.monotonic() - soak.started
-        soak.note("chaos over: everything brought back")
-        await soak.bring_back()
-        await soak.stop_senders()
-        soak.note("senders stopped")
-        drained = await soak.drain()
-        await soak.workers.stop_all()
-        soak.note(f"receivers stopped after a {drained:.1f} s drain")
-        effects = await asyncio.to_thread(soak.effects)
-        dead = await asyncio.to_thread(soak.dead_letters)
+        chaos_seconds = time.monotonic() - run.started
+        run.note("chaos over: everything brought back")
+        await run.bring_back()
+        await run.stop_senders()
+        run.note("senders stopped")
+        drained = await run.drain()
+        await run.workers.stop_all()
+        run.note(f"receivers stopped after a {drained:.1f} s drain")
+        effects = await asyncio.to_thread(run.effects)
+        dead = await asyncio.to_thread(run.dead_letters)
     finally:
-        await soak.workers.stop_all()
-        await soak.close()
+        await run.workers.stop_all()
+        await run.close()
     journal = Journal.read(sorted((root / "senders").glob("*/journal-*.txt")))
     verdict = check(journal.returned, {i: c for i, (c, _) in effects.items()})
     backlogs = {str(p.relative_to(root)): json.loads(p.read_text())["backlog"]
                 for p in sorted((root / "senders").glob("*/stats-*.json"))}
-    overall, hung = journal.latencies(), journal.latencies(soak.hangs)
+    overall, hung = journal.latencies(), journal.latencies(run.hangs)
     return {
         "seconds": round(chaos_seconds, 1), "seed": args.seed, "senders": args.senders,
         "namespaces": args.namespaces,
@@ -503,11 +503,11 @@ async def soak(root: Path, args: argparse.Namespace, console: Console) -> dict[s
         "effected_not_returned": verdict.effected_not_returned,
         "lost": len(verdict.lost), "duplicates": len(verdict.duplicates),
         "lost_ids": verdict.lost[:50],
-        "duplicate_ids": {i: {"count": c, "last_worker": effects[i][1]}
+        "duplicate_ids": {i: {"count": c, "first_worker": effects[i][1]}
                           for i, c in list(verdict.duplicates.items())[:50]},
         "dead_lettered": dead, "drain_seconds": round(drained, 1),
         "backlogs_left": {k: v for k, v in backlogs.items() if v},
-        "actions": dict(soak.actions),
+        "actions": dict(run.actions),
         "latency": {"p50": percentile(overall, 50), "p99": percentile(overall, 99),
                     "max": max(overall, default=float("nan"))},
         "latency_during_hangs": {"sends": len(hung), "p50": percentile(hung, 50),
@@ -515,7 +515,7 @@ async def soak(root: Path, args: argparse.Namespace, console: Console) -> dict[s
                                  "max": max(hung, default=float("nan"))},
         "passed": verdict.passed,
         "hang_target_met": max(hung, default=0.0) <= HANG_TARGET,
-        "events": soak.events,
+        "events": run.events,
     }
 
 
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tempfile.mkdtemp(prefix="chaos-soak-", dir=args.keep))
     else:
         root = Path(tempfile.mkdtemp(prefix="geogateway-chaos-soak-"))
-    result = asyncio.run(soak(root, args, console))
+    result = asyncio.run(soak(root, args))
     if args.keep is None and result["passed"]:
         shutil.rmtree(root, ignore_errors=True)
     else:  # the journals, logs and namespaces of a failed run are the evidence
