@@ -43,3 +43,19 @@ async def test_every_queue_scenario_through_the_proxy_loses_nothing(
     # Then every message was delivered once
     assert (report.sent, report.lost, report.duplicates_delivered) == (30, 0, 0), report
     assert report.passed and report.transport == "proxy", report
+
+
+@pytest.mark.parametrize("mode", ["passive", "active"])
+async def test_the_topic_drill_through_the_proxy_reaches_each_subscription_once(
+        tmp_path: Path, mode: str) -> None:
+    # Given the primary outage over a topic with two subscriptions
+    # When the client sends to the topic and receives its subscriptions through a proxy
+    report = await run_drill(scenario="primary-outage", mode=mode, messages=30, batch_size=5,
+                             data_dir=tmp_path, settle_timeout=20, transport="proxy",
+                             entity="topic")
+    # Then each subscription got every message once
+    assert report.entity == "topic" and report.transport == "proxy", report
+    assert (report.sent, report.lost, report.duplicates_delivered) == (30, 0, 0), report
+    assert report.subscriptions and all(
+        s["delivered"] == 30 and s["lost"] == 0 for s in report.subscriptions.values()), report
+    assert report.passed
