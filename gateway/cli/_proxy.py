@@ -51,7 +51,11 @@ def _policies(ctx: click.Context, param: click.Parameter,
 @click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
               help="Where clients connect (port 0 picks a free port).")
 @click.option("--insecure", is_flag=True,
-              help="Allow a non-loopback address: plain AMQP, no TLS (TLS is not there yet).")
+              help="Allow a non-loopback address without TLS: plain AMQP.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path),
+              help="A PEM certificate (chain): serve AMQP over TLS (amqps) on the port given.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="The PEM private key of --tls-cert.")
 @click.option("--policy", "policies", multiple=True, callback=_policies,
               metavar="[ENTITY/]NAME=KEY:RIGHTS",
               help="A shared access policy clients may sign with besides the proxy's own "
@@ -63,8 +67,9 @@ def _policies(ctx: click.Context, param: click.Parameter,
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the ready line as one JSON object (connection_string, port).")
-def proxy(config_path: Path | None, listen: str, insecure: bool, policies: list[Policy],
-          mode: str | None, data_dir: Path | None, as_json: bool) -> None:
+def proxy(config_path: Path | None, listen: str, insecure: bool, tls_cert: Path | None,
+          tls_key: Path | None, policies: list[Policy], mode: str | None,
+          data_dir: Path | None, as_json: bool) -> None:
     """Serve AMQP 1.0 on a local port with the configured namespaces behind it: any SDK,
     geo-redundant.
 
@@ -83,7 +88,7 @@ def proxy(config_path: Path | None, listen: str, insecure: bool, policies: list[
     config = gateway_config(config_path, mode=mode, data_dir=data_dir, needs_entity=False)
     try:
         server = Proxy(config, host=host, port=port, insecure=insecure, policies=policies,
-                       hooks=hooks_from_config(config))
+                       hooks=hooks_from_config(config), tls_cert=tls_cert, tls_key=tls_key)
     except ConfigError as exc:
         fail(str(exc), code=2)
     sys.exit(run(_serve(server, as_json=as_json)))

@@ -17,14 +17,15 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.drill._queues import ENTITY, QueueDrill
+from gateway.drill._queues import ENTITY, Handler, QueueDrill
 from gateway.drill._timeline import DuplicateRecorder
+from gateway.drill._topics import SUBSCRIPTIONS, TOPIC, TopicDrill
 from gateway.geo import GatewayConfig, GatewayHooks, NamespaceLike, SendResult
 from gateway.proxy import Proxy
 from gateway.transports import Transport
 from replication import Message
 
-__all__ = ["ProxiedQueueDrill"]
+__all__ = ["ProxiedQueueDrill", "ProxiedTopicDrill"]
 
 #: How long one receive through the proxy waits for messages.
 _RECEIVE_WAIT = 0.25
@@ -50,16 +51,16 @@ class _ClientSender:
     """The drill's sender: a client of the proxy (sends are sequential, so the proxy's
     last ``on_sent`` is this send's)."""
 
-    def __init__(self, client: Transport, proxy: Proxy, sends: _Sends) -> None:
-        self.client, self.proxy, self.sends = client, proxy, sends
+    def __init__(self, client: Transport, proxy: Proxy, sends: _Sends, entity: str) -> None:
+        self.client, self.proxy, self.sends, self.entity = client, proxy, sends, entity
 
     @property
     def backlog(self) -> frozenset[str]:
-        return self.proxy.backend.backlog(ENTITY)
+        return self.proxy.backend.backlog(self.entity)
 
     async def send_batch(self, messages: Sequence[Message]) -> SendResult:
         self.sends.namespaces = self.sends.buffered = ()
-        await self.client.send(ENTITY, list(messages))
+        await self.client.send(self.entity, list(messages))
         return SendResult(message_ids=tuple(m.message_id for m in messages),
                           namespaces=self.sends.namespaces, buffered=self.sends.buffered)
 
@@ -88,11 +89,13 @@ class ProxiedQueueDrill(QueueDrill):
                 Proxy(self._config(primary, secondary), hooks=hooks))
             client = await stack.enter_async_context(ServiceBusTransport.from_connection_string(
                 proxy.connection_string(), name="proxy"))
-            receiving = asyncio.create_task(self._receive(client, stop))
+            receiving = asyncio.gather(*(
+                self._receive(client, stop, source, handle)
+                for source, handle in self._sources()))
+            sender = _ClientSender(client, proxy, sends, self.entity)
             try:
-                await self._send_all(_ClientSender(client, proxy, sends))
-                replay_seconds = await self._settle(_ClientSender(client, proxy, sends),
-                                                    settle_timeout)
+                await self._send_all(sender)
+                replay_seconds = await self._settle(sender, settle_timeout)
                 # A little longer, so that a late duplicate would be caught and counted.
                 await asyncio.sleep(0.5)
             finally:
@@ -100,9 +103,23 @@ class ProxiedQueueDrill(QueueDrill):
                 await receiving
         return sends.duplicates, replay_seconds
 
-    async def _receive(self, client: Transport, stop: asyncio.Event) -> None:
+    def _sources(self) -> list[tuple[str, Handler]]:
+        """What the client receives from through the proxy, each with its handler."""
+        return [(ENTITY, self._handle)]
+
+    async def _receive(self, client: Transport, stop: asyncio.Event, source: str,
+                       handle: Handler) -> None:
         while not stop.is_set():
-            for message in await client.receive(ENTITY, max_messages=100,
+            for message in await client.receive(source, max_messages=100,
                                                 max_wait=_RECEIVE_WAIT):
-                await self._handle(message)
+                await handle(message)
                 await client.complete(message)
+
+
+class ProxiedTopicDrill(ProxiedQueueDrill, TopicDrill):
+    """The queue scenarios over a topic through a proxy: the client sends to the topic
+    and receives from each of its subscriptions (``TOPIC/Subscriptions/SUB``)."""
+
+    def _sources(self) -> list[tuple[str, Handler]]:
+        return [(f"{TOPIC}/Subscriptions/{name}", self._handler(name))
+                for name in SUBSCRIPTIONS]

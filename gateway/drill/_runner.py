@@ -93,10 +93,9 @@ async def run_drill(
         raise ConfigError("store and dsn are for the fleet scenario")
     if store is not None and store not in STORES:
         raise ConfigError(f"unknown store {store!r}: use one of {', '.join(STORES)}")
-    if transport == "proxy" and (consumers or fleet or scenario is Scenario.SESSIONS
-                                 or entity != "queue"):
-        raise ConfigError("the proxy carries the queue scenarios on a queue only (not "
-                          "consumer-*, fleet or sessions, nor a topic) so far")
+    if transport == "proxy" and (consumers or fleet or scenario is Scenario.SESSIONS):
+        raise ConfigError("the proxy carries the queue scenarios, on a queue or a topic "
+                          "(not consumer-*, fleet or sessions) so far")
     if fleet and transport != "local":
         raise ConfigError("the fleet scenario runs on the local namespaces: use --transport local")
     if consumers and transport == "servicebus":
@@ -139,9 +138,10 @@ async def run_drill(
             progress=progress or (lambda phase, done, total: None), transport=transport,
         )
     elif transport == "proxy":
-        from gateway.drill._proxied import ProxiedQueueDrill
+        from gateway.drill._proxied import ProxiedQueueDrill, ProxiedTopicDrill
 
-        report = await ProxiedQueueDrill(
+        drill = ProxiedTopicDrill if entity == "topic" else ProxiedQueueDrill
+        report = await drill(
             mode, scenario, messages, batch_size, root, progress, transport, hooks,
         ).run(settle_timeout)
     else:

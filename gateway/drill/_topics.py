@@ -29,7 +29,7 @@ from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalNamespace
 from replication import Mode
 
-__all__ = ["SUBSCRIPTIONS", "TOPIC", "run_topic_drill"]
+__all__ = ["SUBSCRIPTIONS", "TOPIC", "TopicDrill", "run_topic_drill"]
 
 TOPIC = "drill-topic"
 SUBSCRIPTIONS = ("a", "b")
@@ -42,11 +42,11 @@ async def run_topic_drill(
     hooks: Sequence[GatewayHooks] = (),
 ) -> DrillReport:
     """Run one queue scenario over a topic in ``root``; see :func:`gateway.drill.run_drill`."""
-    drill = _TopicDrill(mode, scenario, messages, batch_size, root, progress, transport, hooks)
+    drill = TopicDrill(mode, scenario, messages, batch_size, root, progress, transport, hooks)
     return await drill.run(settle_timeout)
 
 
-class _TopicDrill(QueueDrill):
+class TopicDrill(QueueDrill):
     def __init__(self, mode: Mode, scenario: Scenario, messages: int, batch_size: int,
                  root: Path, progress: Progress | None, transport: str,
                  hooks: Sequence[GatewayHooks] = ()) -> None:

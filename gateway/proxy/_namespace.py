@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,15 +42,16 @@ class ProxyNamespace:
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def listen(self, router: LinkRouter) -> None:
-        """Listen on ``host:port`` (port 0: a free one, then kept in :attr:`port`).
+    async def listen(self, router: LinkRouter, *, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on ``host:port`` (port 0: a free one, then kept in :attr:`port`), over
+        TLS when ``tls`` is given (amqps).
 
         Raises:
             ConfigError: the address cannot be listened on.
         """
         self._router = router
         try:
-            self._server = await asyncio.start_server(self._accept, self.host, self.port)
+            self._server = await asyncio.start_server(self._accept, self.host, self.port, ssl=tls)
         except OSError as exc:
             raise ConfigError(f"the proxy cannot listen on {self.host}:{self.port}: "
                               f"{exc.strerror or exc}") from None

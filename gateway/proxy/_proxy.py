@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import ssl
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway._support.service_thread import AsyncService, ServiceThread
@@ -39,8 +41,9 @@ class Proxy(AsyncService):
     settled in the namespace of the copy delivered). Clients sign their tokens with
     the proxy's own keys (its shared access policies: the default one with every right,
     and any more with Listen, Send or Manage rights, on the whole proxy or one entity, as
-    an emulated namespace has); the namespaces' credentials never reach them. There is no TLS
-    yet, so the proxy listens on loopback unless ``insecure`` is set.
+    an emulated namespace has); the namespaces' credentials never reach them. With
+    ``tls_cert`` and ``tls_key`` it serves AMQP over TLS (amqps) and may listen on any
+    address; without, it listens on loopback unless ``insecure`` is set.
 
     Args:
         config: the geo configuration (its ``entity`` is unused: each link names one).
@@ -51,22 +54,28 @@ class Proxy(AsyncService):
         policies: more shared access policies (:class:`~gateway.amqp.server.Policy`, e.g.
             from :func:`~gateway.amqp.server.parse_policy`): a sender link needs a token
             whose policy has Send, a receiver link one with Listen.
-        insecure: allow a non-loopback ``host`` (plain AMQP, no TLS).
+        insecure: allow a non-loopback ``host`` without TLS (plain AMQP).
+        tls_cert: a PEM certificate (chain) file: serve AMQP over TLS.
+        tls_key: the PEM private key file of ``tls_cert``.
         recovery: run the geo senders' background probe/replay/failback task.
         hooks: given to every geo sender and receiver (metrics, tracing...).
 
     Raises:
-        ConfigError: a non-loopback ``host`` without ``insecure``, an empty key, or two
-            policies of one name on the same scope.
+        ConfigError: a non-loopback ``host`` without TLS or ``insecure``, an empty key,
+            two policies of one name on the same scope, only one of ``tls_cert`` and
+            ``tls_key``, or a certificate or key that cannot be read or does not match.
     """
 
     def __init__(self, config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 0,
                  key_name: str = DEFAULT_KEY_NAME, key: str | None = None,
                  policies: Iterable[Policy] = (), insecure: bool = False,
-                 recovery: bool = True, hooks: Sequence[GatewayHooks] = ()) -> None:
-        if not insecure and not is_loopback(host):
-            raise ConfigError(f"the proxy listens on loopback only ({host!r} is not): it has "
-                              "no TLS yet; pass --insecure to serve plain AMQP on it")
+                 recovery: bool = True, hooks: Sequence[GatewayHooks] = (),
+                 tls_cert: str | Path | None = None, tls_key: str | Path | None = None) -> None:
+        self._tls = _tls_context(tls_cert, tls_key)
+        if self._tls is None and not insecure and not is_loopback(host):
+            raise ConfigError(f"the proxy listens on loopback only without TLS ({host!r} is "
+                              "not loopback): pass --tls-cert and --tls-key, or --insecure to "
+                              "serve plain AMQP on it")
         key = secrets.token_urlsafe(32) if key is None else key
         if not key or not key_name:
             raise ConfigError("the proxy's key and key name must not be empty")
@@ -89,7 +98,7 @@ class Proxy(AsyncService):
         Raises:
             ConfigError: the address cannot be listened on.
         """
-        await self._namespace.listen(ProxyRouter(self._namespace, self.backend))
+        await self._namespace.listen(ProxyRouter(self._namespace, self.backend), tls=self._tls)
 
     async def stop(self) -> None:
         """Stop gracefully: accept no new connection, finish the sends and settlements
@@ -104,7 +113,8 @@ class Proxy(AsyncService):
         await self.backend.aclose()
 
     def connection_string(self, *, redact_key: bool = False, policy: str | None = None) -> str:
-        """The connection string clients use (``UseDevelopmentEmulator=true``: plain AMQP).
+        """The connection string clients use (``UseDevelopmentEmulator=true``: plain AMQP,
+        unless the proxy serves TLS: then the client verifies its certificate).
 
         Args:
             redact_key: write ``SharedAccessKey=***`` (for a log line).
@@ -120,7 +130,33 @@ class Proxy(AsyncService):
         entity = f"EntityPath={chosen.entity};" if chosen.entity else ""
         return (f"Endpoint=sb://{client_host(ns.host)}:{ns.port};"
                 f"SharedAccessKeyName={chosen.name};SharedAccessKey={key};{entity}"
-                "UseDevelopmentEmulator=true")
+                + ("" if self._tls is not None else "UseDevelopmentEmulator=true"))
+
+    @property
+    def tls(self) -> bool:
+        """Whether the proxy serves AMQP over TLS."""
+        return self._tls is not None
+
+
+def _tls_context(cert: str | Path | None, key: str | Path | None) -> ssl.SSLContext | None:
+    """The server TLS context of ``cert`` and ``key`` (None when neither is given)."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ConfigError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
+    for what, path in (("certificate", cert), ("key", key)):
+        try:
+            Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the TLS {what} {str(path)!r}: "
+                              f"{exc.strerror or exc}") from None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"cannot load the TLS certificate {str(cert)!r} with key "
+                          f"{str(key)!r}: {getattr(exc, 'reason', None) or exc}") from None
+    return context
 
 
 class ProxyThread(ServiceThread[Proxy]):

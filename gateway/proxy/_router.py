@@ -7,9 +7,10 @@ keys are never seen by a client), with the rights the emulator and the service c
 which entities exist behind it: a token and a link for any name are accepted, and a
 send to an entity that does not exist is refused then, as the namespaces refuse it
 (``amqp:not-found``). What this first slice does not carry is refused at attach with
-``amqp:not-implemented``: dead-letter sub-queues, topics' subscriptions, message
-sessions, event hubs' partitions, and the ``$management`` operations (they are
-answered with status 501).
+``amqp:not-implemented``: dead-letter sub-queues, message
+sessions, event hubs' partitions, sends to a subscription, and the ``$management``
+operations (they are answered with status 501). A topic is sent to as a queue is; a
+receiver link on ``TOPIC/Subscriptions/SUB`` gets a geo receiver of that subscription.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ _LOG = logging.getLogger("gateway.proxy")
 #: The largest message a sender link takes: a standard tier Service Bus namespace's.
 MAX_MESSAGE_SIZE = 256 * 1024
 _MANAGEMENT = "$management"
-_NOT_YET = ("$deadletterqueue", "/subscriptions/", "/consumergroups/", "/partitions/")
+_NOT_YET = ("$deadletterqueue", "/consumergroups/", "/partitions/")
+_SUBSCRIPTIONS = "/subscriptions/"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 
 
@@ -89,6 +91,9 @@ class ProxyRouter:
             link.refuse(NOT_IMPLEMENTED, f"the proxy does not carry {path!r} yet: queues only")
             return
         if isinstance(link, IncomingLink):
+            if _SUBSCRIPTIONS in path:
+                link.refuse(NOT_IMPLEMENTED, f"cannot send to {path!r}: send to its topic")
+                return
             link.accept(SendNode(self.namespace, self.backend, path),
                         max_message_size=MAX_MESSAGE_SIZE)
         elif isinstance(link, OutgoingLink):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.drill import Scenario, run_drill
-from gateway.drill._topics import _TopicDrill
+from gateway.drill._topics import TopicDrill
 from replication import ConfigError, Mode
 from tests.gateway.cli.cli_support import Run, expect_one_line_error
 
@@ -69,7 +69,7 @@ async def test_a_topic_drill_over_the_service_bus_sdk(scenario: Scenario, mode: 
 
 def test_a_subscription_that_misses_a_message_fails_the_drill(tmp_path: Path) -> None:
     # Given a topic drill where subscription b got one message fewer, and a one twice
-    drill = _TopicDrill(Mode.PASSIVE, Scenario.PRIMARY_OUTAGE, 3, 1, tmp_path, None, "local")
+    drill = TopicDrill(Mode.PASSIVE, Scenario.PRIMARY_OUTAGE, 3, 1, tmp_path, None, "local")
     drill.sent_ids = ["m0", "m1", "m2"]
     drill.by_subscription["a"].update(["m0", "m1", "m2", "m2"])
     drill.by_subscription["b"].update(["m0", "m1"])

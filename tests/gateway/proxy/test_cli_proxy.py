@@ -68,6 +68,16 @@ def test_a_non_loopback_address_needs_insecure(dirs: dict[str, Path]) -> None:
     assert "--insecure" in err and "TLS" in err and out == ""
 
 
+def test_a_missing_tls_key_is_one_line(dirs: dict[str, Path]) -> None:
+    cert = dirs["tmp"] / "proxy.crt"
+    cert.write_text("not a certificate")
+    proc = start("--config", str(write_config(dirs)), "--tls-cert", str(cert),
+                 "--tls-key", str(dirs["tmp"] / "absent.key"), cwd=dirs["tmp"])
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2 and out == ""
+    assert "cannot read the TLS key" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_a_policy_on_the_command_line_signs_with_its_rights(dirs: dict[str, Path]) -> None:
     # Given the proxy started with a listen-only policy besides its own key
     key = "cmVhZGVyIGtleQ=="

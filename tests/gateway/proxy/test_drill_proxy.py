@@ -27,3 +27,35 @@ async def test_the_primary_outage_drill_through_the_proxy_loses_nothing(tmp_path
 async def test_the_proxy_carries_queue_scenarios_only(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="proxy"):
         await run_drill(scenario="sessions", transport="proxy", data_dir=tmp_path)
+
+
+QUEUE_SCENARIOS = ("primary-outage", "both-down", "flapping", "lost-replies", "hang")
+
+
+@pytest.mark.parametrize("mode", ["passive", "active"])
+@pytest.mark.parametrize("scenario", QUEUE_SCENARIOS)
+async def test_every_queue_scenario_through_the_proxy_loses_nothing(
+        tmp_path: Path, scenario: str, mode: str) -> None:
+    # Given a queue scenario in one replication mode
+    # When its messages go through a proxy (a small run)
+    report = await run_drill(scenario=scenario, mode=mode, messages=30, batch_size=5,
+                             data_dir=tmp_path, settle_timeout=20, transport="proxy")
+    # Then every message was delivered once
+    assert (report.sent, report.lost, report.duplicates_delivered) == (30, 0, 0), report
+    assert report.passed and report.transport == "proxy", report
+
+
+@pytest.mark.parametrize("mode", ["passive", "active"])
+async def test_the_topic_drill_through_the_proxy_reaches_each_subscription_once(
+        tmp_path: Path, mode: str) -> None:
+    # Given the primary outage over a topic with two subscriptions
+    # When the client sends to the topic and receives its subscriptions through a proxy
+    report = await run_drill(scenario="primary-outage", mode=mode, messages=30, batch_size=5,
+                             data_dir=tmp_path, settle_timeout=20, transport="proxy",
+                             entity="topic")
+    # Then each subscription got every message once
+    assert report.entity == "topic" and report.transport == "proxy", report
+    assert (report.sent, report.lost, report.duplicates_delivered) == (30, 0, 0), report
+    assert report.subscriptions and all(
+        s["delivered"] == 30 and s["lost"] == 0 for s in report.subscriptions.values()), report
+    assert report.passed
