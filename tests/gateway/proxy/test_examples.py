@@ -9,7 +9,7 @@ from pathlib import Path
 from gateway.cli._proxy import proxy
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "proxy"
-README = EXAMPLES.parents[1] / "README.md"
+GUIDE = EXAMPLES.parents[1] / "docs" / "guides" / "proxy.md"
 
 
 def _proxy_options() -> set[str]:
@@ -50,7 +50,7 @@ def test_the_sidecar_pod_runs_the_app_and_a_proxy() -> None:
     assert "app" in containers
 
 
-def test_the_readme_links_both() -> None:
-    text = README.read_text()
+def test_the_proxy_guide_names_both() -> None:
+    text = GUIDE.read_text()
     assert "examples/proxy/geogateway-proxy.service" in text
     assert "examples/proxy/sidecar.yaml" in text
