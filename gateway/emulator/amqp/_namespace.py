@@ -216,8 +216,13 @@ class Namespace:
         # The administration API's front takes HTTP and TLS (it gives the bytes of
         # anything else back); then AMQP or a WebSocket upgrade: the first byte tells
         # (``A`` or ``G``; see gateway.amqp.server._websocket).
-        if self.front is not None and not await self.front(reader, writer):
-            return
+        if self.front is not None:
+            self._opening.add(writer)  # closed if the namespace goes down meanwhile
+            try:
+                if not await self.front(reader, writer):
+                    return
+            finally:
+                self._opening.discard(writer)
         if self.state.down:  # it went down while the front looked
             writer.close()
             return
