@@ -14,7 +14,8 @@ import pytest
 
 from gateway.amqp._frames import AMQP_HEADER, SASL_HEADER
 from gateway.emulator import Emulator
-from tests.gateway.emulator.amqp.test_hang import Raw, namespace_faults, open_session
+from tests.gateway.emulator.amqp.test_hang import namespace_faults
+from tests.gateway.emulator.amqp.test_protocol import Raw, open_session
 from tests.gateway.emulator.conftest import QUEUE
 
 pytestmark = pytest.mark.anyio
