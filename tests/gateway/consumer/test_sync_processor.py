@@ -28,7 +28,7 @@ from .test_handler_errors import FlakyStore
 
 HUB = "telemetry"
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
-                       heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
+                       heartbeat_expiry=3.0, fence_margin=0.1, settle_cycles=2)
 # Checkpoints only when the handler asks for them (and at hand-over).
 SETTINGS = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=None,
                              checkpoint_every_seconds=None)

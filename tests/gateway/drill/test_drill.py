@@ -23,7 +23,7 @@ from gateway.drill import DrillReport, Scenario, WorkerAction, run_drill
 from replication import ConfigError
 from tests.gateway.cli.cli_support import expect_one_line_error, run_process
 
-MESSAGES = 200
+MESSAGES = 120
 
 pytestmark = pytest.mark.anyio
 
@@ -210,7 +210,7 @@ def test_report_rows_leave_out_what_the_drill_does_not_measure() -> None:
 ])
 async def test_failovers_count_the_failover_times(mode: str, scenario: Scenario,
                                                   tmp_path: Path) -> None:
-    report = await drill(mode, scenario, tmp_path, messages=200)
+    report = await drill(mode, scenario, tmp_path, messages=120)
     data = report.to_dict()
     assert data["failovers"] == len(data["failover_seconds"]), data
     if scenario is Scenario.FLAPPING:

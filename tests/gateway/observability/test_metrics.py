@@ -205,7 +205,7 @@ async def test_a_namespace_that_refuses_to_be_read_is_flagged(
 
 HUB = "telemetry"
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
-                       heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
+                       heartbeat_expiry=3.0, fence_margin=0.1, settle_cycles=2)
 
 
 async def test_partitions_owned_and_checkpoint_lag_per_partition_per_namespace(

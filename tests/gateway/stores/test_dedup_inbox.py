@@ -42,7 +42,7 @@ pytestmark = pytest.mark.anyio
 WINDOW = DedupWindow(seconds=60, count=100)
 HUB = "inbox"
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
-                       heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
+                       heartbeat_expiry=3.0, fence_margin=0.1, settle_cycles=2)
 SETTINGS = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=5,
                              checkpoint_every_seconds=None)
 PROJECT = Path(__file__).resolve().parents[3]

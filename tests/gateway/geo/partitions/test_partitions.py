@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 HUB = "telemetry"
 NAMESPACES = ("primary", "secondary")
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
-                       heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
+                       heartbeat_expiry=3.0, fence_margin=0.1, settle_cycles=2)
 SETTINGS = ProcessorSettings(poll_wait=0.05, checkpoint_every_events=5,
                              checkpoint_every_seconds=None)
 QUICK = RetryPolicy(attempts=3, initial_backoff=0.001, max_backoff=0.005, max_delay=2.0)
