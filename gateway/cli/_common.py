@@ -21,11 +21,12 @@ if TYPE_CHECKING:
     from gateway.geo import GatewayConfig
 
 # And ``out`` and ``err``, made on first use by ``__getattr__`` below.
-__all__ = ["EXTRAS", "choice", "data_dir_option", "distinct", "error_line", "extra_of", "fail",
-           "gateway_config", "print_json", "print_table", "require_extra", "run",
-           "warning_line"]
+__all__ = ["EXTRAS", "choice", "data_dir_option", "distinct", "each_parsed", "error_line",
+           "extra_of", "fail", "gateway_config", "print_json", "print_table", "require_extra",
+           "run", "warning_line"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 _CONSOLES: dict[str, Console] = {}
 
@@ -119,6 +120,22 @@ def choice(values: Iterable[str]) -> click.Choice[str]:
     """A choice that takes any case (``--mode Active``), as ``GEOGATEWAY_MODE`` does;
     the command gets the value as listed."""
     return click.Choice(list(values), case_sensitive=False)
+
+
+def each_parsed(parse: Callable[[str], T]
+                ) -> Callable[[click.Context, click.Parameter, tuple[str, ...]], list[T]]:
+    """A callback for a repeatable option: each value through ``parse``; the
+    ``ConfigError`` it raises is the option's usage error (exit 2, one line)."""
+    def callback(ctx: click.Context, param: click.Parameter,
+                 values: tuple[str, ...]) -> list[T]:
+        from replication import ConfigError
+
+        try:
+            return [parse(v) for v in values]
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
 
 
 def data_dir_option(func: F) -> F:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from gateway.cli._common import data_dir_option, fail, warning_line
+from gateway._support.signals import stop_on_signals
+from gateway.cli._common import data_dir_option, each_parsed, fail, warning_line
 from gateway.emulator import (
     DEFAULT_KEY,
     DEFAULT_KEY_NAME,
@@ -55,28 +54,9 @@ def _namespace(ctx: click.Context, param: click.Parameter,
     return found
 
 
-def _topics(ctx: click.Context, param: click.Parameter,
-            values: tuple[str, ...]) -> list[TopicSpec]:
-    try:
-        return [parse_topic(v) for v in values]
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _policies(ctx: click.Context, param: click.Parameter,
-              values: tuple[str, ...]) -> list[Policy]:
-    try:
-        return [parse_policy(v) for v in values]
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _event_hubs(ctx: click.Context, param: click.Parameter,
-                values: tuple[str, ...]) -> list[EventHubSpec]:
-    try:
-        return [parse_event_hub(v) for v in values]
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
+_topics = each_parsed(parse_topic)
+_policies = each_parsed(parse_policy)
+_event_hubs = each_parsed(parse_event_hub)
 
 
 @click.command()
@@ -209,11 +189,7 @@ async def _serve(emu: Emulator, *, secret: bool, as_json: bool,
     except ConfigError as exc:
         await emu.aclose()
         fail(str(exc), code=2)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # not on Windows
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     log = logging.getLogger("gateway.emulator")
     for name in emu.namespaces:
         log.info("namespace %s serves on %s:%d", name, emu.host, emu.port(name))

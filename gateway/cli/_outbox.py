@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gateway._support.signals import stop_on_signals
 from gateway.cli._common import (
     choice,
     data_dir_option,
@@ -169,10 +170,7 @@ async def _dispatch(store: Outbox, config: GatewayConfig, entities: tuple[str, .
     fixed = [await made(e) for e in dict.fromkeys(entities)]
     dispatcher = AsyncOutboxDispatcher(store, fixed or made, batch_size=batch_size,
                                        concurrency=concurrency)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     err.print(f"dispatching the outbox at {store.where} as {dispatcher.name} "
               f"(pid {os.getpid()}); SIGINT or SIGTERM stops", markup=False)
     try:
@@ -183,7 +181,7 @@ async def _dispatch(store: Outbox, config: GatewayConfig, entities: tuple[str, .
             await dispatcher.run(stop=stop)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+            asyncio.get_running_loop().remove_signal_handler(sig)
         await dispatcher.aclose()
         for one in fixed:
             with contextlib.suppress(Exception):

@@ -3,17 +3,15 @@ namespaces behind it, until SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from gateway.cli._common import choice, data_dir_option, fail, gateway_config, run
+from gateway._support.signals import stop_on_signals
+from gateway.cli._common import choice, data_dir_option, each_parsed, fail, gateway_config, run
 
 if TYPE_CHECKING:
     from gateway.amqp.server import Policy
@@ -33,15 +31,13 @@ def _listen(value: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
-def _policies(ctx: click.Context, param: click.Parameter,
-              values: tuple[str, ...]) -> list[Policy]:
+def _policy(value: str) -> Policy:
     from gateway.amqp.server import parse_policy
-    from replication import ConfigError
 
-    try:
-        return [parse_policy(v) for v in values]
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
+    return parse_policy(value)
+
+
+_policies = each_parsed(_policy)
 
 
 @click.command()
@@ -102,11 +98,7 @@ async def _serve(server: Proxy, *, as_json: bool) -> int:
     except ConfigError as exc:
         await server.aclose()
         fail(str(exc), code=2)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # not on Windows
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         _ready(server, as_json=as_json)
         await stop.wait()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gateway._support.signals import stop_on_signals
 from gateway.cli._common import fail
 
 if TYPE_CHECKING:
@@ -315,10 +315,7 @@ async def _listen(endpoints: dict[str, RelayEndpoint], handler: Handler, app_spe
         if serving or not isinstance(error, (ConfigError, MessageRejected)):
             log.error("relay listener: %s: %s", type(error).__name__, error)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with GeoRelayListener(list(endpoints.values()), handler, on_error=on_error) as listener:
         stopping = asyncio.ensure_future(stop.wait())
         ready = asyncio.ensure_future(_ready(listener))

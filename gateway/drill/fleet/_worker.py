@@ -28,12 +28,12 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+from gateway._support.signals import stop_on_signals
 from gateway.drill.fleet._shared import (
     CONCURRENCY,
     DSN_VARIABLE,
@@ -71,10 +71,7 @@ def _store(root: Path, worker: str, kind: str) -> tuple[DedupStore, str]:
 
 
 async def run_worker(root: Path, worker: str, kind: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     print("ready", flush=True)  # the drill signals this process only from now on
     store, upsert = _store(root, worker, kind)
 

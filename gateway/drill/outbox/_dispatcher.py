@@ -17,10 +17,10 @@ import argparse
 import asyncio
 import os
 import random
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway._support.signals import stop_on_signals
 from gateway.geo import AsyncGeoSender, AsyncOutboxDispatcher, SendResult
 from gateway.stores import Outbox, PostgresOutbox, SqliteOutbox
 from replication import Message
@@ -60,10 +60,7 @@ async def run_dispatcher(args: argparse.Namespace) -> None:
         await made.start()
         return _SlowAck(made, args.ack_delay)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     print("ready", flush=True)
     try:
         async with AsyncOutboxDispatcher(outbox, sender, batch_size=args.batch,
