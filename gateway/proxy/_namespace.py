@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
+from gateway._support.tasks import OwnedTasks
 from gateway.amqp.server import Connection, LinkRouter, Policy
 from replication import ConfigError
 
@@ -40,7 +41,7 @@ class ProxyNamespace:
         self._router: LinkRouter | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = OwnedTasks(_LOG, "proxy task failed")
 
     async def listen(self, router: LinkRouter, *, tls: ssl.SSLContext | None = None) -> None:
         """Listen on ``host:port`` (port 0: a free one, then kept in :attr:`port`), over
@@ -79,21 +80,13 @@ class ProxyNamespace:
         # closes its geo receiver and the connections it opened), then cancel the rest.
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=_CLOSE_WAIT)
-        for task in list(self._tasks):
+        for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Run ``coro`` as a task owned by the namespace (cancelled when it closes)."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _LOG.error("proxy task failed", exc_info=task.exception())
+        return self._tasks.spawn(coro)
 
     async def delay(self) -> None:
         """No injected latency: the namespaces behind the proxy have their own."""

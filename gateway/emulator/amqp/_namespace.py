@@ -47,6 +47,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
+from gateway._support.tasks import OwnedTasks
 from gateway.amqp.server import Connection, Policy, websocket
 from gateway.emulator._config import SERVICE_BUS_MAX_MESSAGE_SIZE, EventHubSpec, QueueSpec
 from gateway.emulator._servicebus_config import TopicSpec
@@ -118,7 +119,7 @@ class Namespace:
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._opening: set[asyncio.StreamWriter] = set()  # accepted, protocol not yet known
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = OwnedTasks(_LOG, f"emulator task failed in namespace {self.name}")
         self._changed: dict[str, asyncio.Event] = {}
         self._file_stamp: tuple[int, ...] = ()
         self._pending: list[tuple[str, str | None, Sequence[Message | Queued],
@@ -198,16 +199,7 @@ class Namespace:
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Run ``coro`` as a task owned by the namespace (cancelled when it closes)."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _LOG.error("emulator task failed in namespace %s", self.name,
-                       exc_info=task.exception())
+        return self._tasks.spawn(coro)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.state.down:
