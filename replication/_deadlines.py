@@ -85,7 +85,10 @@ class DeadlinePolicy:
         multiplier: how many times the percentile a deadline allows (>= 1).
         percentile: which percentile of the recent latencies, from 50 to 100.
         window: how many recent latencies are kept per namespace and operation (>= 1).
-        initial: the deadline before a latency is known (>= floor).
+        initial: the deadline before a latency is known (>= floor). In active mode,
+            once the other namespace took a send, a namespace still at ``initial``
+            gets at most ``max(ceiling, 2 x the other's time)`` more: a sender started
+            while a namespace hangs returns within a second too.
         per_mib: seconds added per MiB of a batch sent (>= 0).
     """
 

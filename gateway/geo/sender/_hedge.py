@@ -166,6 +166,30 @@ def _move_dues(attempts: dict[str, Attempt], progress: SendProgress,
                 attempts[ns] = replace(attempt, due=due)
 
 
+def _bound_unmeasured(attempts: dict[str, Attempt], launched: dict[str, tuple[int, float]],
+                      deadlines: dict[str, float], estimator: DeadlineEstimator,
+                      now: float) -> bool:
+    """Once one namespace took an active send: an attempt on a namespace whose latency is
+    not known yet (its deadline is the policy's ``initial``, made for opening a
+    connection) waits at most ``max(ceiling, 2 x the first one's time)`` from now.
+
+    A sender started while a namespace hangs would otherwise hold its first sends for
+    the whole ``initial`` (2 s) although the other namespace took them at once; a
+    namespace up to three times slower than the first to open still makes it. True once
+    a namespace took the send (the bound is set once)."""
+    took = [launched[ns][1] for ns, a in attempts.items() if a.state is AttemptState.SUCCEEDED]
+    if not took:
+        return False
+    room = max(estimator.policy.ceiling, 2 * (now - max(took)))
+    for ns, attempt in attempts.items():
+        if (attempt.state is AttemptState.RUNNING
+                and estimator.samples(ns, Operation.SEND) == 0):
+            due = min(attempt.due, now + room)
+            attempts[ns] = replace(attempt, due=due)
+            deadlines[ns] = due - launched[ns][1]  # what _move_dues counts from
+    return True
+
+
 async def run_attempts(
     order: Sequence[str],
     send: Callable[[str], Coroutine[Any, Any, None]],
@@ -198,7 +222,7 @@ async def run_attempts(
     deadlines: dict[str, float] = {}
     launched: dict[str, tuple[int, float]] = {}  # each attempt's ticket and launch
     errors: dict[str, GatewayError] = {}
-    hedged = refused = False
+    hedged = refused = bounded = False
     waiter = _Waiter(loop)
     try:
         step = next_hedge_step(order, attempts, now=clock(), mode=mode)
@@ -235,6 +259,8 @@ async def run_attempts(
                                           and mode is Mode.PASSIVE)
             now = clock()
             _move_dues(attempts, progress, launched, deadlines, now)
+            if mode is Mode.ACTIVE and not bounded:
+                bounded = _bound_unmeasured(attempts, launched, deadlines, estimator, now)
             step = next_hedge_step(order, attempts, now=now, mode=mode)
     except BaseException:
         # The caller was cancelled (or a bug): the attempts go with it, as a plain

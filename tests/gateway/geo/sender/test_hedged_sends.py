@@ -279,6 +279,31 @@ async def test_active_mode_buffers_the_copy_the_hung_namespace_did_not_answer(
     assert sorted(ids) == ["m0", "m1"]
 
 
+async def test_an_active_sender_started_while_a_namespace_hangs_returns_within_a_second(
+    make_sender: SenderFactory, make_receiver: ReceiverFactory, primary: FaultyTransport,
+    queue: DurableQueue
+) -> None:
+    # Given an active sender with the default deadlines, started while its primary hangs
+    # (no latency known yet: the primary's deadline is the 2 s made for opening)
+    primary.hang()
+    sender = make_sender(mode="active", durable_queue=queue)
+    # When it sends its first message
+    began = anyio.current_time()
+    with anyio.fail_after(BOUND):
+        result = await sender.send(Message("a", message_id="m1"))
+    # Then it returned within a second: the secondary took it at once, and the primary's
+    # copy is on disk for it
+    assert anyio.current_time() - began < 1.0
+    assert result.namespaces == ("secondary",) and result.unanswered == ("primary",)
+    assert result.buffered == (f"primary/{ENTITY}",)
+    # And once the primary answers, nothing is lost and the id is delivered once
+    primary.unhang()
+    with anyio.fail_after(BOUND):
+        while sender.backlog:
+            await sender.replay()
+    assert sorted(await delivered_once(make_receiver, {"m1"})) == ["m1"]
+
+
 async def test_active_mode_without_a_queue_returns_and_says_the_copy_was_not_buffered(
     make_sender: SenderFactory, primary: FaultyTransport, caplog: pytest.LogCaptureFixture
 ) -> None:
