@@ -248,16 +248,21 @@ async def read_hub(raw: Raw, hub: str, delivery_id: int) -> int:
     return int(response.application_properties["status-code"])
 
 
-async def test_a_hub_token_does_not_read_another_hubs_properties(raw: Raw) -> None:
-    # Given a connection whose only token is for the event hub "telemetry"
-    await open_session(raw)
-    assert await put_token(raw, "sb://127.0.0.1/telemetry") == 202
+async def attach_management(raw: Raw) -> None:
+    """Attach the two $management links on channel 1 (handles 2 and 3), with credit."""
     raw.send(attach("mgmt-out", 2, sender=False, address="$management"), channel=1)
     raw.send(attach("mgmt-in", 3, sender=True, address="$management"), channel=1)
     await raw.expect(Attach)
     await raw.expect(Attach)
     raw.send(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=1,
                   outgoing_window=100, handle=2, delivery_count=0, link_credit=10), channel=1)
+
+
+async def test_a_hub_token_does_not_read_another_hubs_properties(raw: Raw) -> None:
+    # Given a connection whose only token is for the event hub "telemetry"
+    await open_session(raw)
+    assert await put_token(raw, "sb://127.0.0.1/telemetry") == 202
+    await attach_management(raw)
     # When it asks $management for a hub the token does not cover, that exists or not
     # Then the credential is refused first (401), as the service does: no 404 tells it
     # which hubs exist
@@ -270,12 +275,7 @@ async def test_a_token_for_the_hubs_management_node_reads_that_hub(raw: Raw) -> 
     # Given the token @azure/event-hubs puts before it asks $management: for HUB/$management
     await open_session(raw)
     assert await put_token(raw, "sb://127.0.0.1/telemetry/$management") == 202
-    raw.send(attach("mgmt-out", 2, sender=False, address="$management"), channel=1)
-    raw.send(attach("mgmt-in", 3, sender=True, address="$management"), channel=1)
-    await raw.expect(Attach)
-    await raw.expect(Attach)
-    raw.send(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=1,
-                  outgoing_window=100, handle=2, delivery_count=0, link_credit=10), channel=1)
+    await attach_management(raw)
     # When it reads that hub and another one
     # Then it reads its hub's properties only, as on the service
     assert await read_hub(raw, "telemetry", 1) == 200
