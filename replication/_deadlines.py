@@ -87,8 +87,8 @@ class DeadlinePolicy:
         window: how many recent latencies are kept per namespace and operation (>= 1).
         initial: the deadline before a latency is known (>= floor). In active mode,
             once the other namespace took a send, a namespace still at ``initial``
-            gets at most ``max(ceiling, 2 x the other's time)`` more: a sender started
-            while a namespace hangs returns within a second too.
+            gets at most ``max(ceiling, 2 x the other's time)`` from the send's start:
+            a sender started while a namespace hangs returns within a second too.
         per_mib: seconds added per MiB of a batch sent (>= 0).
     """
 

@@ -171,22 +171,24 @@ def _bound_unmeasured(attempts: dict[str, Attempt], launched: dict[str, tuple[in
                       now: float) -> bool:
     """Once one namespace took an active send: an attempt on a namespace whose latency is
     not known yet (its deadline is the policy's ``initial``, made for opening a
-    connection) waits at most ``max(ceiling, 2 x the first one's time)`` from now.
+    connection) may take at most ``max(ceiling, 2 x the time the first one took)`` from
+    its start.
 
     A sender started while a namespace hangs would otherwise hold its first sends for
     the whole ``initial`` (2 s) although the other namespace took them at once; a
-    namespace up to three times slower than the first to open still makes it. True once
-    a namespace took the send (the bound is set once)."""
-    took = [launched[ns][1] for ns, a in attempts.items() if a.state is AttemptState.SUCCEEDED]
+    namespace up to twice as slow to open as the other still makes it. True once a
+    namespace took the send (the bound is set once)."""
+    took = [now - launched[ns][1] for ns, a in attempts.items()
+            if a.state is AttemptState.SUCCEEDED]
     if not took:
         return False
-    room = max(estimator.policy.ceiling, 2 * (now - max(took)))
+    room = max(estimator.policy.ceiling, 2 * min(took))
     for ns, attempt in attempts.items():
         if (attempt.state is AttemptState.RUNNING
                 and estimator.samples(ns, Operation.SEND) == 0):
-            due = min(attempt.due, now + room)
-            attempts[ns] = replace(attempt, due=due)
-            deadlines[ns] = due - launched[ns][1]  # what _move_dues counts from
+            deadline = min(deadlines[ns], room)
+            attempts[ns] = replace(attempt, due=launched[ns][1] + deadline)
+            deadlines[ns] = deadline  # what _move_dues counts from
     return True
 
 
