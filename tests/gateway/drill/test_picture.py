@@ -60,7 +60,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> DrillReport:
     import anyio
 
     async def go() -> DrillReport:
-        return await run_drill(scenario=Scenario.BOTH_DOWN, messages=300,
+        return await run_drill(scenario=Scenario.BOTH_DOWN, messages=200,
                                data_dir=tmp_path_factory.mktemp("drill"))
 
     made = anyio.run(go)
@@ -126,7 +126,7 @@ def test_cli_drill_html_renders_in_headless_chromium_with_its_failover_marks(
         tmp_path: Path) -> None:
     # Given the page `geogateway drill --html` wrote
     page = tmp_path / "report.html"
-    code, out, err = run_process("drill", "--messages", "300", "--html", str(page),
+    code, out, err = run_process("drill", "--messages", "200", "--html", str(page),
                                  "--data-dir", str(tmp_path / "drill"), "--json", "-",
                                  cwd=tmp_path)
     assert code == 0, err
