@@ -94,10 +94,7 @@ class ProxiedQueueDrill(QueueDrill):
                 for source, handle in self._sources()))
             sender = _ClientSender(client, proxy, sends, self.entity)
             try:
-                await self._send_all(sender)
-                replay_seconds = await self._settle(sender, settle_timeout)
-                # A little longer, so that a late duplicate would be caught and counted.
-                await asyncio.sleep(0.5)
+                replay_seconds = await self._send_and_settle(sender, settle_timeout)
             finally:
                 stop.set()
                 await receiving

@@ -193,10 +193,7 @@ class QueueDrill:
                 else receiver.run(handle, max_messages=100, stop=stop))
                 for receiver, handle in receivers]
             try:
-                await self._send_all(sender)
-                replay_seconds = await self._settle(sender, settle_timeout)
-                # A little longer, so that a late duplicate would be caught and counted.
-                await asyncio.sleep(0.5)
+                replay_seconds = await self._send_and_settle(sender, settle_timeout)
             finally:
                 stop.set()
                 await asyncio.gather(*receiving)
@@ -233,6 +230,14 @@ class QueueDrill:
         delivered = len(self.delivered)
         if delivered % 500 == 0 or delivered == self.total:
             self.progress("delivered", delivered, self.total)
+
+    async def _send_and_settle(self, sender: BatchSender, settle_timeout: float) -> float | None:
+        """Send every message, wait until the backlog is replayed and all is delivered
+        (the replay's seconds), then a little longer: a late duplicate is caught too."""
+        await self._send_all(sender)
+        replay_seconds = await self._settle(sender, settle_timeout)
+        await asyncio.sleep(0.5)
+        return replay_seconds
 
     async def _send_all(self, sender: BatchSender) -> None:
         script = list(_SCRIPTS[self.scenario])
