@@ -8,8 +8,10 @@ which entities exist behind it: a token and a link for any name are accepted, an
 send to an entity that does not exist is refused then, as the namespaces refuse it
 (``amqp:not-found``). What this first slice does not carry is refused at attach with
 ``amqp:not-implemented``: dead-letter sub-queues, message
-sessions, event hubs' partitions, sends to a subscription, and the ``$management``
-operations (they are answered with status 501). A topic is sent to as a queue is; a
+sessions, sends to a subscription, and the ``$management``
+operations (they are answered with status 501). Event Hubs consumers are refused, at
+their first ``$management`` request for the hub's partitions or at a partition link's
+attach, with a description that says why and points to the partition-balanced consumer. A topic is sent to as a queue is; a
 receiver link on ``TOPIC/Subscriptions/SUB`` gets a geo receiver of that subscription.
 """
 
@@ -28,6 +30,7 @@ from gateway.amqp.server import (
     Requests,
     Right,
     ServerNamespace,
+    app_property,
     entity_path,
     put_token,
     status,
@@ -45,12 +48,23 @@ _LOG = logging.getLogger("gateway.proxy")
 #: The largest message a sender link takes: a standard tier Service Bus namespace's.
 MAX_MESSAGE_SIZE = 256 * 1024
 _MANAGEMENT = "$management"
-_NOT_YET = ("$deadletterqueue", "/consumergroups/", "/partitions/")
+_NOT_YET = ("$deadletterqueue",)
+_CONSUMER_GROUPS, _PARTITIONS = "/consumergroups/", "/partitions/"
+#: The ``type`` of Event Hubs' ``$management`` requests (hub and partition properties).
+_EVENT_HUB_TYPES = ("com.microsoft:eventhub", "com.microsoft:partition")
+#: Why an Event Hubs consumer or partition link is refused, and what to use instead.
+_NO_EVENT_HUBS = (
+    "the proxy does not serve Event Hubs consumers or partitions: its positions would not "
+    "survive a failover (each namespace numbers its events itself). Read the hub from both "
+    "namespaces with geogateway's partition-balanced consumer (AsyncGeoPartitionReceiver, "
+    "checkpoints per partition per namespace), or connect the Event Hubs SDK to a namespace")
 _SUBSCRIPTIONS = "/subscriptions/"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 
 
 async def _no_management(_: IncomingLink, request: AmqpMessage) -> Reply:
+    if str(app_property(request, "type") or "").startswith(_EVENT_HUB_TYPES):
+        return Reply(properties=status(501, _NO_EVENT_HUBS, NOT_IMPLEMENTED))
     return Reply(properties=status(501, "the proxy does not carry $management operations "
                                         "yet", NOT_IMPLEMENTED))
 
@@ -86,6 +100,9 @@ class ProxyRouter:
         if not conn.authorized(path, right):
             link.refuse("amqp:unauthorized-access", f"Unauthorized access. '{right.value}' "
                         f"claim(s) are required to perform this operation. Resource: '{path}'.")
+            return
+        if _CONSUMER_GROUPS in path or _PARTITIONS in path:
+            link.refuse(NOT_IMPLEMENTED, _NO_EVENT_HUBS)
             return
         if not path or any(part in path for part in _NOT_YET):
             link.refuse(NOT_IMPLEMENTED, f"the proxy does not carry {path!r} yet: queues only")
