@@ -7,12 +7,12 @@ keys are never seen by a client), with the rights the emulator and the service c
 which entities exist behind it: a token and a link for any name are accepted, and a
 send to an entity that does not exist is refused then, as the namespaces refuse it
 (``amqp:not-found``). What this first slice does not carry is refused at attach with
-``amqp:not-implemented``: dead-letter sub-queues, message
-sessions, sends to a subscription, and the ``$management``
-operations (they are answered with status 501). Event Hubs consumers are refused, at
-their first ``$management`` request for the hub's partitions or at a partition link's
-attach, with a description that says why and points to the partition-balanced consumer. A topic is sent to as a queue is; a
-receiver link on ``TOPIC/Subscriptions/SUB`` gets a geo receiver of that subscription.
+``amqp:not-implemented``: dead-letter sub-queues, message sessions, sends to a
+subscription, and the ``$management`` operations (they are answered with status 501).
+Event Hubs consumers are refused, at their first ``$management`` request for the hub's
+partitions or at a partition link's attach, with a description that says why and points
+to the partition-balanced consumer. A topic is sent to as a queue is; a receiver link on
+``TOPIC/Subscriptions/SUB`` gets a geo receiver of that subscription.
 """
 
 from __future__ import annotations
