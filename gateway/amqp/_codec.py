@@ -8,7 +8,14 @@ safe on untrusted data).
 
 from __future__ import annotations
 
-from gateway.amqp._decode import MAX_DEPTH, Buffer, DecodeError, decode, decode_all
+from gateway.amqp._decode import (
+    MAX_DEPTH,
+    Buffer,
+    DecodeError,
+    decode,
+    decode_all,
+    decode_described_value,
+)
 from gateway.amqp._encode import encode, encode_into
 from gateway.amqp._types import (
     ARRAY_TYPES,
@@ -55,6 +62,7 @@ __all__ = [
     "UShort",
     "decode",
     "decode_all",
+    "decode_described_value",
     "encode",
     "encode_into",
 ]

@@ -40,7 +40,7 @@ from gateway.amqp._types import (
     UShort,
 )
 
-__all__ = ["MAX_DEPTH", "Buffer", "DecodeError", "decode", "decode_all"]
+__all__ = ["MAX_DEPTH", "Buffer", "DecodeError", "decode", "decode_all", "decode_described_value"]
 
 #: Deepest nesting of lists, maps, arrays and described values that decode accepts.
 MAX_DEPTH = 64
@@ -290,6 +290,31 @@ def decode(data: Buffer, offset: int = 0) -> tuple[object, int]:
         raise DecodeError(f"offset {offset} is outside {len(data)} bytes of data")
     try:
         return _READERS[data[offset]](data, offset + 1, 0)
+    except DecodeError:
+        raise
+    except _FAILURES as exc:
+        raise DecodeError(f"malformed AMQP data: {exc!r}") from exc
+
+
+def decode_described_value(data: Buffer, offset: int) -> tuple[object, int]:
+    """Decode the value of a described value whose descriptor ends at ``offset``: what
+    :func:`decode` of the whole puts in its ``Described``, one level of nesting down.
+
+    A message's sections are described values with a one-byte descriptor (``0x00 0x53
+    CODE``); reading their values directly spares building each descriptor and
+    ``Described``, which is most of the work for a data section.
+
+    Returns:
+        The value and the offset just past it.
+
+    Raises:
+        DecodeError: the data is malformed or truncated.
+    """
+    data = _as_octets(data)
+    if not 0 <= offset < len(data):
+        raise DecodeError(f"offset {offset} is outside {len(data)} bytes of data")
+    try:
+        return _READERS[data[offset]](data, offset + 1, 1)
     except DecodeError:
         raise
     except _FAILURES as exc:

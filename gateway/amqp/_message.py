@@ -24,7 +24,7 @@ from gateway.amqp._codec import (
     UInt,
     ULong,
     decode,
-    decode_all,
+    decode_described_value,
     encode_into,
 )
 
@@ -307,6 +307,26 @@ def _section_code(descriptor: object) -> int:
     return code
 
 
+def _section_at(payload: bytes, p: int) -> tuple[int, object, int]:
+    # The value at p as (section code, its value, end) when it is written as sections
+    # are (``0x00 0x53 CODE`` and a value); otherwise (-1, what decode gives, end).
+    if payload[p] == 0x00 and p + 3 < len(payload) and payload[p + 1] == 0x53 and (
+            0x70 <= payload[p + 2] <= 0x78):
+        value, q = decode_described_value(payload, p + 3)
+        return payload[p + 2], value, q
+    value, q = decode(payload, p)
+    return -1, value, q
+
+
+def _section(code: int, value: object) -> tuple[int, object]:
+    # (code, value) of a value _section_at read in another form: a Described section.
+    if code >= 0:
+        return code, value
+    if not isinstance(value, Described):
+        raise DecodeError(f"a message holds sections, not {value!r}")
+    return _section_code(value.descriptor), value.value
+
+
 def decode_message(payload: Buffer) -> AmqpMessage:
     """Decode the sections of a message (in any order; repeated ones: the last wins,
     except data and amqp-sequence sections, which accumulate).
@@ -314,11 +334,14 @@ def decode_message(payload: Buffer) -> AmqpMessage:
     Raises:
         DecodeError: the payload is malformed or holds something other than sections.
     """
+    data = payload if isinstance(payload, bytes) else bytes(payload)
+    found, p, end = [], 0, len(data)
+    while p < end:  # every value is decoded before any is checked, as always
+        code, value, p = _section_at(data, p)
+        found.append((code, value))
     msg = AmqpMessage()
-    for section in decode_all(payload):
-        if not isinstance(section, Described):
-            raise DecodeError(f"a message holds sections, not {section!r}")
-        _apply(msg, _section_code(section.descriptor), section.value)
+    for code, value in found:
+        _apply(msg, *_section(code, value))
     return msg
 
 
@@ -331,11 +354,9 @@ def decode_spans(payload: bytes) -> tuple[AmqpMessage, list[tuple[int, int, int]
     msg, spans = AmqpMessage(), []
     p, end = 0, len(payload)
     while p < end:
-        section, q = decode(payload, p)
-        if not isinstance(section, Described):
-            raise DecodeError(f"a message holds sections, not {section!r}")
-        code = _section_code(section.descriptor)
-        _apply(msg, code, section.value)
+        code, value, q = _section_at(payload, p)
+        code, value = _section(code, value)
+        _apply(msg, code, value)
         spans.append((code, p, q))
         p = q
     return msg, spans
