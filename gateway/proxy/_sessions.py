@@ -54,12 +54,10 @@ from gateway.amqp.server import (
     ServerNamespace,
     Terminus,
     accept_session_link,
+    asked_session,
     attach_timeout,
     queue_message,
-    raw_session_filter,
-    session_filter,
     status,
-    wait_first,
 )
 from gateway.proxy._outcomes import INTERNAL, condition, describe, rejected
 from gateway.transports.base import ReceivedMessage
@@ -152,11 +150,7 @@ class SessionNode(Terminus):
         while not link.can_send():
             if link.state == "detached" or self._stop.is_set():
                 return []
-            self._wake.clear()
-            waits = [self._wake.wait(), self._stop.wait()]
-            if link.credit > 0:  # the session window is closed
-                waits.append(link.session.window_open.wait())
-            await wait_first(waits, None)
+            await link.wait_to_send(self._wake, self._stop.wait())
         loop = asyncio.get_running_loop()
         answers: list[asyncio.Future[bool]] = []
         for r in messages:
@@ -221,12 +215,9 @@ class SessionNode(Terminus):
 async def attach_session(namespace: ServerNamespace, backend: GeoBackend, link: OutgoingLink,
                          entity: str, links: SessionLinks, *, max_message_size: int) -> None:
     """Lock the session ``link`` asks for, then accept it; or refuse it (module docstring)."""
-    _, raw = raw_session_filter(link)
-    if raw is not None and not isinstance(raw, str | bytes):
-        link.refuse(_ARGUMENT_ERROR, f"the session filter must be a string session id, not "
-                    f"{raw!r} ({type(raw).__name__})")
+    asked, wanted = asked_session(link)
+    if not asked:
         return
-    _, wanted = session_filter(link)
     receiver = backend.session_receiver(entity, wanted)
     try:
         session_id = await _accept(receiver, link)

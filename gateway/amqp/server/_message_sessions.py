@@ -15,12 +15,13 @@ from typing import Any
 from gateway.amqp import Long
 from gateway.amqp.server._links import Link
 
-__all__ = ["LOCKED_UNTIL", "SESSION_FILTER", "accept_session_link", "attach_timeout",
-           "raw_session_filter", "session_filter", "ticks"]
+__all__ = ["LOCKED_UNTIL", "SESSION_FILTER", "accept_session_link", "asked_session",
+           "attach_timeout", "raw_session_filter", "session_filter", "ticks"]
 
 SESSION_FILTER = "com.microsoft:session-filter"
 LOCKED_UNTIL = "com.microsoft:locked-until-utc"
 _TIMEOUT = "com.microsoft:timeout"
+_ARGUMENT_ERROR = "com.microsoft:argument-error"
 #: .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 _TICKS_AT_EPOCH = 621_355_968_000_000_000
 
@@ -45,6 +46,23 @@ def session_filter(link: Link) -> tuple[bool, str | None]:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     return found, None if value is None else str(value)
+
+
+def asked_session(link: Link) -> tuple[bool, str | None]:
+    """The session ``link`` asks for (``None``: the next available one); ``(False,
+    None)`` once the link is refused because its filter is not a string.
+
+    A session id is a string. What the service answers to another value
+    (``session_id=1``) is not documented; an argument error is how it answers other
+    malformed requests (the SDK raises a ``ServiceBusError``), and such a filter never
+    matches a session id.
+    """
+    _, raw = raw_session_filter(link)
+    if raw is not None and not isinstance(raw, str | bytes):
+        link.refuse(_ARGUMENT_ERROR, f"the session filter must be a string session id, not "
+                    f"{raw!r} ({type(raw).__name__})")
+        return False, None
+    return True, session_filter(link)[1]
 
 
 def attach_timeout(link: Link, default: float) -> float:

@@ -33,8 +33,8 @@ from gateway.amqp.server import (
     NodeConnection,
     OutgoingLink,
     accept_session_link,
+    asked_session,
     attach_timeout,
-    raw_session_filter,
     session_filter,
     wait_first,
 )
@@ -48,7 +48,6 @@ __all__ = ["SESSION_FILTER", "SessionLocks", "SessionReader", "attach_session_re
 
 _TIMEOUT = "com.microsoft:timeout"
 _CANNOT_LOCK = "com.microsoft:session-cannot-be-locked"
-_ARGUMENT_ERROR = "com.microsoft:argument-error"
 #: How long a next-available attach waits when the client gives no timeout.
 _DEFAULT_WAIT = 60.0
 #: How often a waiting attach looks again, besides when the queue changes.
@@ -109,15 +108,9 @@ async def _release(namespace: NodeNamespace, entity: str, session_id: str, token
 async def attach_session_reader(namespace: NodeNamespace, link: OutgoingLink, entity: str,
                                 max_message_size: int, locks: SessionLocks) -> None:
     """Lock the session ``link`` asks for, then accept it; or refuse it (module docstring)."""
-    _, raw = raw_session_filter(link)
-    if raw is not None and not isinstance(raw, str | bytes):
-        # A session id is a string. What the service answers is not documented; an
-        # argument error is how it answers other malformed requests (the SDK raises a
-        # ServiceBusError), and the filter is never matched against a string session id.
-        link.refuse(_ARGUMENT_ERROR, f"the session filter must be a string session id, not "
-                    f"{raw!r} ({type(raw).__name__})")
+    asked, wanted = asked_session(link)
+    if not asked:
         return
-    _, wanted = session_filter(link)
     token = uuid.uuid4().hex
     deadline = time.monotonic() + attach_timeout(link, _DEFAULT_WAIT)
     while True:

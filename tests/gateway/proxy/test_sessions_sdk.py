@@ -18,7 +18,7 @@ from gateway.geo import AsyncGeoSender, GatewayConfig
 from gateway.proxy import Proxy
 from gateway.transports import LocalNamespace, LocalTransport
 from replication import Message, Mode
-from tests.gateway.proxy.conftest import client
+from tests.gateway.proxy.conftest import client, local_config
 
 pytestmark = pytest.mark.anyio
 
@@ -31,11 +31,7 @@ def config(tmp_path: Path, data_dir: Path) -> GatewayConfig:
     for name in ("primary", "secondary"):
         LocalNamespace(name, data_dir=data_dir).create_queue(
             SESSIONS, requires_session=True, lock_duration=5.0)
-    return GatewayConfig.load(env={}, overrides={
-        "primary": "local://primary", "secondary": "local://secondary", "entity": SESSIONS,
-        "data_dir": str(data_dir), "state_dir": str(tmp_path / "state"),
-        "durable_queue": {"path": str(tmp_path / "buffer.db")},
-    })
+    return local_config(tmp_path, data_dir, SESSIONS)
 
 
 @pytest.fixture
@@ -147,3 +143,12 @@ async def test_dead_lettering_a_session_message_is_refused_and_it_comes_again(
             await r.dead_letter_message(m, reason="bad")
     # The message was abandoned, not lost
     assert await receive_session(proxy, "a") == ("a", ["a-0"])
+
+
+async def test_a_session_id_that_is_not_a_string_is_refused(proxy: Proxy) -> None:
+    await send_through(proxy, msg("1", 0))
+    async with client(proxy.connection_string()) as c:
+        receiver = c.get_queue_receiver(SESSIONS, session_id=1)  # type: ignore[arg-type]
+        with pytest.raises(ServiceBusError, match="session"):
+            async with receiver:
+                await receiver.receive_messages(max_wait_time=1)
