@@ -225,7 +225,7 @@ class _StateFolder:
               help="local: the embedded namespaces; servicebus / eventhubs: the Azure SDK "
                    "transports against two emulated namespaces the drill starts; proxy: an "
                    "azure-servicebus client through a proxy in front of the embedded "
-                   "namespaces (queue scenarios, on a queue or a topic).")
+                   "namespaces (the queue scenarios, on a queue or a topic, and sessions).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the run as a self-contained HTML page: messages per second, "
                    "outages shaded, failovers marked, the backlog, duplicates suppressed.")

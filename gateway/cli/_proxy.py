@@ -60,12 +60,16 @@ _policies = each_parsed(_policy)
                    "reader=KEY:Listen or orders/app=KEY:Send,Listen.")
 @click.option("--mode", type=choice(["passive", "active"]),
               help="Replication mode [env var: GEOGATEWAY_MODE; default: passive].")
+@click.option("--session-gap-timeout", type=click.FloatRange(min=0), default=30.0,
+              show_default=True, metavar="SECONDS",
+              help="How long a session receiver waits for a missing message of its session "
+                   "(in a namespace that is down) before it goes on without it.")
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the ready line as one JSON object (connection_string, port).")
 def proxy(config_path: Path | None, listen: str, insecure: bool, tls_cert: Path | None,
           tls_key: Path | None, policies: list[Policy], mode: str | None,
-          data_dir: Path | None, as_json: bool) -> None:
+          session_gap_timeout: float, data_dir: Path | None, as_json: bool) -> None:
     """Serve AMQP 1.0 on a local port with the configured namespaces behind it: any SDK,
     geo-redundant.
 
@@ -84,7 +88,8 @@ def proxy(config_path: Path | None, listen: str, insecure: bool, tls_cert: Path 
     config = gateway_config(config_path, mode=mode, data_dir=data_dir, needs_entity=False)
     try:
         server = Proxy(config, host=host, port=port, insecure=insecure, policies=policies,
-                       hooks=hooks_from_config(config), tls_cert=tls_cert, tls_key=tls_key)
+                       hooks=hooks_from_config(config), tls_cert=tls_cert, tls_key=tls_key,
+                       session_gap_timeout=session_gap_timeout)
     except ConfigError as exc:
         fail(str(exc), code=2)
     sys.exit(run(_serve(server, as_json=as_json)))

@@ -1,4 +1,5 @@
-"""The queue drill with its clients on the far side of a proxy (``--transport proxy``).
+"""The queue, topic and sessions drills with their clients on the far side of a proxy
+(``--transport proxy``).
 
 The drill's scenario runs as on the local transport (the same script of outages on
 the embedded namespaces), but the application is an unmodified azure-servicebus
@@ -8,6 +9,11 @@ receivers run inside the proxy, over the local namespaces. The report counts wha
 the client saw: a message the proxy accepted and the client never received is lost;
 one it received twice is a duplicate delivered. Where each send landed, the
 failovers and the buffering come from the proxy's hooks.
+
+In the sessions drill the client's receivers are session receivers of the proxy
+(next available session, given up after a second without messages): the proxy holds
+each session with a geo session receiver, which keeps the session's order across the
+namespaces; the report's out-of-order count is what the client saw.
 """
 
 from __future__ import annotations
@@ -18,17 +24,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.drill._queues import ENTITY, Handler, QueueDrill
+from gateway.drill._sessions import SessionsDrill
 from gateway.drill._timeline import DuplicateRecorder
 from gateway.drill._topics import SUBSCRIPTIONS, TOPIC, TopicDrill
 from gateway.geo import GatewayConfig, GatewayHooks, NamespaceLike, SendResult
 from gateway.proxy import Proxy
 from gateway.transports import Transport
-from replication import Message
+from replication import GatewayError, Message
 
-__all__ = ["ProxiedQueueDrill", "ProxiedTopicDrill"]
+__all__ = ["ProxiedQueueDrill", "ProxiedSessionsDrill", "ProxiedTopicDrill"]
 
 #: How long one receive through the proxy waits for messages.
 _RECEIVE_WAIT = 0.25
+#: How long a client session receiver waits for a session, and how many empty
+#: receives in a row make it give its session up.
+_SESSION_WAIT, _SESSION_IDLE = 0.5, 4
 
 
 class _Sends(GatewayHooks):
@@ -70,7 +80,7 @@ class ProxiedQueueDrill(QueueDrill):
 
     def _config(self, primary: NamespaceLike, secondary: NamespaceLike) -> GatewayConfig:
         return GatewayConfig.load(env={}, overrides={
-            "primary": primary, "secondary": secondary, "entity": ENTITY,
+            "primary": primary, "secondary": secondary, "entity": self.entity,
             "mode": self.mode.value, "data_dir": str(self.root / "namespaces"),
             "state_dir": str(self.root / "state"),
             "durable_queue": {"path": str(self.root / "buffer.db")},
@@ -82,16 +92,16 @@ class ProxiedQueueDrill(QueueDrill):
         from gateway.transports.servicebus import ServiceBusTransport
 
         sends = _Sends()
-        hooks = [self.counters, sends, DuplicateRecorder(self.timeline), *self.hooks]
+        hooks = [self.counters, sends, DuplicateRecorder(self.timeline), *self._more_hooks(),
+                 *self.hooks]
         stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
             proxy = await stack.enter_async_context(
-                Proxy(self._config(primary, secondary), hooks=hooks))
+                Proxy(self._config(primary, secondary), hooks=hooks,
+                      session_gap_timeout=settle_timeout))
             client = await stack.enter_async_context(ServiceBusTransport.from_connection_string(
                 proxy.connection_string(), name="proxy"))
-            receiving = asyncio.gather(*(
-                self._receive(client, stop, source, handle)
-                for source, handle in self._sources()))
+            receiving = asyncio.gather(*self._receivers_of(client, stop))
             sender = _ClientSender(client, proxy, sends, self.entity)
             try:
                 replay_seconds = await self._send_and_settle(sender, settle_timeout)
@@ -99,6 +109,15 @@ class ProxiedQueueDrill(QueueDrill):
                 stop.set()
                 await receiving
         return sends.duplicates, replay_seconds
+
+    def _more_hooks(self) -> list[GatewayHooks]:
+        """The drill's own hooks the proxy's geo senders and receivers call."""
+        return []
+
+    def _receivers_of(self, client: Transport, stop: asyncio.Event) -> list[Any]:
+        """The client's receive loops (coroutines), until ``stop``."""
+        return [self._receive(client, stop, source, handle)
+                for source, handle in self._sources()]
 
     def _sources(self) -> list[tuple[str, Handler]]:
         """What the client receives from through the proxy, each with its handler."""
@@ -120,3 +139,39 @@ class ProxiedTopicDrill(ProxiedQueueDrill, TopicDrill):
     def _sources(self) -> list[tuple[str, Handler]]:
         return [(f"{TOPIC}/Subscriptions/{name}", self._handler(name))
                 for name in SUBSCRIPTIONS]
+
+
+class ProxiedSessionsDrill(ProxiedQueueDrill, SessionsDrill):
+    """The sessions drill through a proxy: the client sends each session's messages to
+    the proxy, and its session receivers take the sessions from the proxy once the
+    primary is down (what was sent before is all in the primary, out of reach)."""
+
+    def _more_hooks(self) -> list[GatewayHooks]:
+        return [self.gap_hook]
+
+    def _receivers_of(self, client: Transport, stop: asyncio.Event) -> list[Any]:
+        return [self._receive_sessions(client, stop) for _ in range(self.receivers)]
+
+    async def _receive_sessions(self, client: Transport, stop: asyncio.Event) -> None:
+        await self._outage.wait()
+        while not stop.is_set():
+            try:
+                session = await client.accept_session(self.entity, max_wait=_SESSION_WAIT)
+            except GatewayError:  # both namespaces out of reach for a moment
+                await asyncio.sleep(_RECEIVE_WAIT)
+                continue
+            if session is None:
+                continue
+            async with session:
+                with contextlib.suppress(GatewayError):  # the session comes again
+                    await self._drain_session(client, session, stop)
+
+    async def _drain_session(self, client: Transport, session: Any,
+                             stop: asyncio.Event) -> None:
+        idle = 0
+        while not stop.is_set() and idle < _SESSION_IDLE:
+            got = await session.receive(max_messages=100, max_wait=_RECEIVE_WAIT)
+            idle = 0 if got else idle + 1
+            for message in got:
+                await self._handle(message)
+                await client.complete(message)

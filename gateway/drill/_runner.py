@@ -93,9 +93,9 @@ async def run_drill(
         raise ConfigError("store and dsn are for the fleet scenario")
     if store is not None and store not in STORES:
         raise ConfigError(f"unknown store {store!r}: use one of {', '.join(STORES)}")
-    if transport == "proxy" and (consumers or fleet or scenario is Scenario.SESSIONS):
-        raise ConfigError("the proxy carries the queue scenarios, on a queue or a topic "
-                          "(not consumer-*, fleet or sessions) so far")
+    if transport == "proxy" and (consumers or fleet):
+        raise ConfigError("the proxy carries the queue scenarios (on a queue or a topic) and "
+                          "the sessions scenario, not consumer-* or fleet")
     if fleet and transport != "local":
         raise ConfigError("the fleet scenario runs on the local namespaces: use --transport local")
     if consumers and transport == "servicebus":
@@ -121,9 +121,12 @@ async def run_drill(
     if on_state_dir is not None:
         on_state_dir(root)
     if scenario is Scenario.SESSIONS:
+        from gateway.drill._proxied import ProxiedSessionsDrill
+
         report = await run_sessions_drill(
             mode=mode, messages=messages, batch_size=batch_size, root=root,
             settle_timeout=settle_timeout, progress=progress, transport=transport,
+            drill=ProxiedSessionsDrill if transport == "proxy" else None,
         )
     elif fleet:
         report = await run_fleet_drill(

@@ -39,7 +39,7 @@ from gateway.transports.base import ReceivedMessage
 from gateway.transports.local import LocalNamespace
 from replication import ConfigError, Message, Mode
 
-__all__ = ["RECEIVERS", "run_sessions_drill"]
+__all__ = ["RECEIVERS", "SessionsDrill", "run_sessions_drill"]
 
 ENTITY = "drill-sessions"
 _LOCK, _MAX_DELIVERIES = 5.0, 100
@@ -49,8 +49,10 @@ RECEIVERS = ("session", "plain")
 async def run_sessions_drill(*, mode: Mode, messages: int, batch_size: int, root: Path,
                              settle_timeout: float, progress: Progress | None,
                              transport: str = "local", sessions: int = 8,
-                             receivers: int = 2, receiver: str = "session") -> DrillReport:
-    """Run the sessions drill in ``root``; see the module docstring.
+                             receivers: int = 2, receiver: str = "session",
+                             drill: type[SessionsDrill] | None = None) -> DrillReport:
+    """Run the sessions drill in ``root``; see the module docstring. ``drill``: the
+    drill's class (the proxy's runs its clients through a proxy).
 
     Raises:
         ConfigError: an Event Hubs transport (sessions are Service Bus's), a bad
@@ -61,9 +63,10 @@ async def run_sessions_drill(*, mode: Mode, messages: int, batch_size: int, root
                           "local or servicebus")
     if receiver not in RECEIVERS or sessions < 1 or receivers < 1:
         raise ConfigError(f"receiver must be one of {RECEIVERS}; sessions and receivers >= 1")
-    drill = _SessionsDrill(mode, messages, batch_size, root, progress, transport,
-                           sessions=sessions, receivers=receivers, plain=receiver == "plain")
-    return await drill.run(settle_timeout)
+    made = (drill or SessionsDrill)(mode, messages, batch_size, root, progress, transport,
+                                     sessions=sessions, receivers=receivers,
+                                     plain=receiver == "plain")
+    return await made.run(settle_timeout)
 
 
 class _Gaps(GatewayHooks):
@@ -74,7 +77,9 @@ class _Gaps(GatewayHooks):
         self.gaps += 1
 
 
-class _SessionsDrill(QueueDrill):
+class SessionsDrill(QueueDrill):
+    """The sessions drill with its geo sender and session receivers in this process."""
+
     def __init__(self, mode: Mode, messages: int, batch_size: int, root: Path,
                  progress: Progress | None, transport: str, *, sessions: int, receivers: int,
                  plain: bool) -> None:
@@ -128,7 +133,7 @@ class _SessionsDrill(QueueDrill):
         tasks: list[asyncio.Task[None]] = []
         try:
             async with sender:
-                tasks.append(asyncio.create_task(self._receive(made, stop)))
+                tasks.append(asyncio.create_task(self._run_receivers(made, stop)))
                 await self._send_all(sender)
                 replay_seconds = await self._settle(sender, settle_timeout)
                 await asyncio.sleep(0.5)  # a late duplicate would be caught and counted
@@ -141,7 +146,7 @@ class _SessionsDrill(QueueDrill):
         suppressed = sum(r.stats.duplicates_suppressed for r in made)
         return suppressed, replay_seconds
 
-    async def _receive(self, made: list[Any], stop: asyncio.Event) -> None:
+    async def _run_receivers(self, made: list[Any], stop: asyncio.Event) -> None:
         # The receivers start with the outage: what was sent before is all in the primary.
         await self._outage.wait()
         runs = [r.run(self._handle, stop=stop) if self.plain else

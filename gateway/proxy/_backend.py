@@ -2,7 +2,8 @@
 
 One :class:`~gateway.geo.AsyncGeoSender` per entity clients send to (made on the first
 link to it, kept until the proxy closes: its roles, hedging and durable queue are the
-entity's), and one :class:`~gateway.geo.AsyncGeoReceiver` per receiver link (its
+entity's), and one :class:`~gateway.geo.AsyncGeoReceiver` per receiver link, or one
+:class:`~gateway.geo.AsyncGeoSessionReceiver` per session receiver link (their
 de-duplication store is the configuration's, shared by every receiver, so a copy one
 link took is not delivered on another). The namespaces' credentials stay here: no
 node ever sees more than the messages.
@@ -17,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from gateway.geo import AsyncGeoReceiver, AsyncGeoSender, GatewayConfig, GatewayHooks
+    from gateway.geo import (
+        AsyncGeoReceiver,
+        AsyncGeoSender,
+        AsyncGeoSessionReceiver,
+        GatewayConfig,
+        GatewayHooks,
+    )
+
+    Receiver = AsyncGeoReceiver | AsyncGeoSessionReceiver
 
 __all__ = ["GeoBackend"]
 
@@ -32,15 +41,20 @@ class GeoBackend:
             its ``entity`` is not used: each link names its own.
         recovery: run each sender's background probe/replay/failback task.
         hooks: given to every sender and receiver (metrics, tracing, a drill's counters).
+        session_gap_timeout: seconds a session receiver waits for a missing position of
+            its session before it goes on without it (longer than the outages to ride
+            out: a session's first part may be in a namespace that is down).
     """
 
     def __init__(self, config: GatewayConfig, *, recovery: bool = True,
-                 hooks: Sequence[GatewayHooks] = ()) -> None:
+                 hooks: Sequence[GatewayHooks] = (),
+                 session_gap_timeout: float = 30.0) -> None:
         self.config = config
+        self._gap_timeout = session_gap_timeout
         self._recovery = recovery
         self._hooks = list(hooks)
         self._senders: dict[str, AsyncGeoSender] = {}
-        self._receivers: set[AsyncGeoReceiver] = set()
+        self._receivers: set[Receiver] = set()
         self._inflight: set[asyncio.Future[Any]] = set()
         self._closed = False
 
@@ -78,8 +92,21 @@ class GeoBackend:
         self._receivers.add(receiver)
         return receiver
 
-    async def release(self, receiver: AsyncGeoReceiver) -> None:
-        """Close a receiver :meth:`receiver` made."""
+    def session_receiver(self, entity: str, session_id: str | None) -> AsyncGeoSessionReceiver:
+        """A new geo session receiver of ``entity`` for ``session_id`` (``None``: the next
+        available session); close it with :meth:`release`."""
+        from gateway.geo import AsyncGeoSessionReceiver
+
+        c = self.config
+        receiver = AsyncGeoSessionReceiver(
+            primary=c.primary, secondary=c.secondary, entity=entity, session_id=session_id,
+            dedup_store=self._dedup_store(), data_dir=c.data_dir, state_dir=c.state_dir,
+            gap_timeout=self._gap_timeout, hooks=self._hooks)
+        self._receivers.add(receiver)
+        return receiver
+
+    async def release(self, receiver: Receiver) -> None:
+        """Close a receiver :meth:`receiver` or :meth:`session_receiver` made."""
         self._receivers.discard(receiver)
         await receiver.aclose()
 

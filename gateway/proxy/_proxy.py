@@ -59,6 +59,9 @@ class Proxy(AsyncService):
         tls_key: the PEM private key file of ``tls_cert``.
         recovery: run the geo senders' background probe/replay/failback task.
         hooks: given to every geo sender and receiver (metrics, tracing...).
+        session_gap_timeout: seconds a session link waits for a missing position of its
+            session (its message in a namespace that is down, or a sender's durable
+            queue) before it goes on without it.
 
     Raises:
         ConfigError: a non-loopback ``host`` without TLS or ``insecure``, an empty key,
@@ -70,7 +73,8 @@ class Proxy(AsyncService):
                  key_name: str = DEFAULT_KEY_NAME, key: str | None = None,
                  policies: Iterable[Policy] = (), insecure: bool = False,
                  recovery: bool = True, hooks: Sequence[GatewayHooks] = (),
-                 tls_cert: str | Path | None = None, tls_key: str | Path | None = None) -> None:
+                 tls_cert: str | Path | None = None, tls_key: str | Path | None = None,
+                 session_gap_timeout: float = 30.0) -> None:
         self._tls = _tls_context(tls_cert, tls_key)
         if self._tls is None and not insecure and not is_loopback(host):
             raise ConfigError(f"the proxy listens on loopback only without TLS ({host!r} is "
@@ -80,7 +84,8 @@ class Proxy(AsyncService):
         if not key or not key_name:
             raise ConfigError("the proxy's key and key name must not be empty")
         chosen = with_default(Policy(name=key_name, key=key), policies)
-        self.backend = GeoBackend(config, recovery=recovery, hooks=hooks)
+        self.backend = GeoBackend(config, recovery=recovery, hooks=hooks,
+                                  session_gap_timeout=session_gap_timeout)
         self._namespace = ProxyNamespace("proxy", host=host, port=port, policies=chosen)
 
     @property

@@ -39,7 +39,6 @@ from gateway.amqp.server import (
     ServerNamespace,
     Terminus,
     queue_message,
-    wait_first,
 )
 from gateway.proxy._outcomes import condition, describe, rejected
 from gateway.transports.base import ReceivedMessage
@@ -95,11 +94,7 @@ class ReceiveNode(Terminus):
         while link.state != "detached":
             if not link.can_send():
                 link.drained()
-                self._wake.clear()
-                waits = [self._wake.wait()]
-                if link.credit > 0:  # the session window is closed
-                    waits.append(link.session.window_open.wait())
-                await wait_first(waits, None)
+                await link.wait_to_send(self._wake)
                 continue
             try:
                 got = await self.receiver.receive(max_messages=min(link.credit, _MAX_TAKE),

@@ -6,9 +6,11 @@ keys are never seen by a client), with the rights the emulator and the service c
 ``Send`` for a sender link, ``Listen`` for a receiver link. The proxy does not know
 which entities exist behind it: a token and a link for any name are accepted, and a
 send to an entity that does not exist is refused then, as the namespaces refuse it
-(``amqp:not-found``). What this first slice does not carry is refused at attach with
-``amqp:not-implemented``: dead-letter sub-queues, message sessions, sends to a
-subscription, and the ``$management`` operations (they are answered with status 501).
+(``amqp:not-found``). A session receiver link (``com.microsoft:session-filter``) gets a
+geo session receiver of its session (``_sessions``), and ``$management`` answers the
+operations on the sessions a connection holds. What the proxy does not carry yet is
+refused at attach with ``amqp:not-implemented``: dead-letter sub-queues and sends to a
+subscription; the other ``$management`` operations are answered with status 501.
 Event Hubs consumers are refused, at their first ``$management`` request for the hub's
 partitions or at a partition link's attach, with a description that says why and points
 to the partition-balanced consumer. A topic is sent to as a queue is; a receiver link on
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import AmqpMessage
 from gateway.amqp.server import (
+    Handler,
     IncomingLink,
     Link,
     OutgoingLink,
@@ -33,13 +36,14 @@ from gateway.amqp.server import (
     app_property,
     entity_path,
     put_token,
+    session_filter,
     status,
 )
 from gateway.proxy._receive import ReceiveNode
 from gateway.proxy._send import SendNode
+from gateway.proxy._sessions import SESSION_OPERATIONS, SessionLinks, attach_session, manage_session
 
 if TYPE_CHECKING:
-    from gateway.amqp.server import Handler
     from gateway.proxy._backend import GeoBackend
 
 __all__ = ["MAX_MESSAGE_SIZE", "ProxyRouter"]
@@ -62,11 +66,21 @@ _SUBSCRIPTIONS = "/subscriptions/"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 
 
-async def _no_management(_: IncomingLink, request: AmqpMessage) -> Reply:
-    if str(app_property(request, "type") or "").startswith(_EVENT_HUB_TYPES):
-        return Reply(properties=status(501, _NO_EVENT_HUBS, NOT_IMPLEMENTED))
-    return Reply(properties=status(501, "the proxy does not carry $management operations "
-                                        "yet", NOT_IMPLEMENTED))
+def _management(links: SessionLinks, entity: str) -> Handler:
+    """The ``$management`` node of ``entity``: the operations on its sessions."""
+
+    async def manage(requests: IncomingLink, request: AmqpMessage) -> Reply:
+        if str(app_property(request, "type") or "").startswith(_EVENT_HUB_TYPES):
+            return Reply(properties=status(501, _NO_EVENT_HUBS, NOT_IMPLEMENTED))
+        operation = str(app_property(request, "operation") or "")
+        if operation in SESSION_OPERATIONS and entity:
+            body = request.value if isinstance(request.value, dict) else {}
+            return await manage_session(links, requests.session.connection, entity,
+                                        operation, {str(k): v for k, v in body.items()})
+        return Reply(properties=status(501, f"the proxy does not carry the $management "
+                                            f"operation {operation!r} yet", NOT_IMPLEMENTED))
+
+    return manage
 
 
 class ProxyRouter:
@@ -75,6 +89,7 @@ class ProxyRouter:
     def __init__(self, namespace: ServerNamespace, backend: GeoBackend) -> None:
         self.namespace = namespace
         self.backend = backend
+        self.sessions = SessionLinks()
 
     def attach(self, link: Link) -> None:
         """Route ``link``."""
@@ -89,7 +104,7 @@ class ProxyRouter:
             self._node(link, put_token)
             return
         if path == _MANAGEMENT or path.endswith("/" + _MANAGEMENT):
-            self._node(link, _no_management)
+            self._node(link, _management(self.sessions, path[:-len(_MANAGEMENT)].rstrip("/")))
             return
         conn = link.session.connection
         if not conn.authorized(path):
@@ -114,9 +129,10 @@ class ProxyRouter:
             link.accept(SendNode(self.namespace, self.backend, path),
                         max_message_size=MAX_MESSAGE_SIZE)
         elif isinstance(link, OutgoingLink):
-            source = link.source
-            if source is not None and any("session" in str(k) for k in source.filter or {}):
-                link.refuse(NOT_IMPLEMENTED, "the proxy does not carry message sessions yet")
+            if session_filter(link)[0]:
+                self.namespace.spawn(attach_session(
+                    self.namespace, self.backend, link, path, self.sessions,
+                    max_message_size=MAX_MESSAGE_SIZE))
                 return
             link.accept(ReceiveNode(self.namespace, self.backend, path, link),
                         max_message_size=MAX_MESSAGE_SIZE)

@@ -7,6 +7,8 @@
 - The wire forms of the project's records (``_convert``): a client's message as a
   :class:`replication.Message` (and the sections a queue keeps beside it), a received
   message or event as the service sends it.
+- Message sessions (``_message_sessions``): how a session receiver link asks for its
+  session and how its attach is answered.
 - Request/response nodes (``_management``): ``$cbs`` put-token, and the dispatch of
   ``$management`` requests to a back end's handler.
 
@@ -67,6 +69,16 @@ from gateway.amqp.server._management import (
     put_token,
     status,
 )
+from gateway.amqp.server._message_sessions import (
+    LOCKED_UNTIL,
+    SESSION_FILTER,
+    accept_session_link,
+    asked_session,
+    attach_timeout,
+    raw_session_filter,
+    session_filter,
+    ticks,
+)
 from gateway.amqp.server._session import LinkRouter, Session, SessionConnection, SessionNamespace
 from gateway.amqp.server._wait import stalled, wait_first
 
@@ -75,9 +87,11 @@ __all__ = [
     "DEFAULT_KEY",
     "DEFAULT_KEY_NAME",
     "DEFERRED",
+    "LOCKED_UNTIL",
     "MAX_FRAME_SIZE",
     "NO_BODY",
     "SCHEDULED_STATE",
+    "SESSION_FILTER",
     "AuthError",
     "Connection",
     "Delivery",
@@ -100,7 +114,10 @@ __all__ = [
     "SessionConnection",
     "SessionNamespace",
     "Terminus",
+    "accept_session_link",
     "app_property",
+    "asked_session",
+    "attach_timeout",
     "audience_entity",
     "authorize",
     "check_token",
@@ -114,10 +131,13 @@ __all__ = [
     "put_token",
     "queue_message",
     "queue_payload",
+    "raw_session_filter",
     "resource_path",
+    "session_filter",
     "stalled",
     "status",
     "tag_token",
+    "ticks",
     "to_local",
     "to_queued",
     "wait_first",

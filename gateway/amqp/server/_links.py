@@ -25,6 +25,7 @@ from gateway.amqp import (
     Transfer,
 )
 from gateway.amqp.server._interfaces import NodeConnection
+from gateway.amqp.server._wait import wait_first
 
 __all__ = ["Delivery", "IncomingLink", "Link", "LinkSession", "OutgoingLink", "Terminus"]
 
@@ -317,6 +318,17 @@ class OutgoingLink(Link):
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         return self.session.transfer(self, tag, payload, settled=settled,
                                      message_format=message_format, token=token)
+
+    async def wait_to_send(self, wake: asyncio.Event, *also: Any,
+                           timeout: float | None = None) -> None:
+        """Wait, once the link cannot send, until ``wake`` is set (the terminus sets it
+        on new credit or a detach; cleared here first), the session's window opens
+        when it is what is closed, one of ``also`` (coroutines) ends, or ``timeout``."""
+        wake.clear()
+        waits = [wake.wait(), *also]
+        if self.credit > 0:  # the credit is there: the session window is closed
+            waits.append(self.session.window_open.wait())
+        await wait_first(waits, timeout)
 
     def drained(self) -> None:
         """Nothing more to send: when the peer asked to drain, use up its credit and say so."""

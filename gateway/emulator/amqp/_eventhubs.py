@@ -191,11 +191,7 @@ class PartitionReader(Terminus):
                 return
             if not link.can_send():
                 link.drained()
-                self._wake.clear()
-                waits = [self._wake.wait()]
-                if link.credit > 0:
-                    waits.append(link.session.window_open.wait())
-                await wait_first(waits, _RENEW if self._leased else None)
+                await link.wait_to_send(self._wake, timeout=_RENEW if self._leased else None)
                 # No credit, so no reads: renew the lease, the link is still open.
                 due = self._leased and time.monotonic() - self._renewed >= _RENEW
                 if due and await self._fenced(link, 0) is None:

@@ -26,10 +26,18 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from typing import Any
 
-from gateway.amqp import Long
-from gateway.amqp.server import Link, NodeConnection, OutgoingLink, wait_first
+from gateway.amqp.server import (
+    SESSION_FILTER,
+    Link,
+    NodeConnection,
+    OutgoingLink,
+    accept_session_link,
+    asked_session,
+    attach_timeout,
+    session_filter,
+    wait_first,
+)
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.emulator.amqp._servicebus import QueueReader
 from gateway.transports.base import ReceivedMessage
@@ -38,22 +46,12 @@ from replication import GatewayError
 __all__ = ["SESSION_FILTER", "SessionLocks", "SessionReader", "attach_session_reader",
            "session_filter"]
 
-SESSION_FILTER = "com.microsoft:session-filter"
-_LOCKED_UNTIL = "com.microsoft:locked-until-utc"
 _TIMEOUT = "com.microsoft:timeout"
 _CANNOT_LOCK = "com.microsoft:session-cannot-be-locked"
-_ARGUMENT_ERROR = "com.microsoft:argument-error"
-#: .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
-_TICKS_AT_EPOCH = 621_355_968_000_000_000
 #: How long a next-available attach waits when the client gives no timeout.
 _DEFAULT_WAIT = 60.0
 #: How often a waiting attach looks again, besides when the queue changes.
 _POLL = 0.25
-
-
-def ticks(seconds: float) -> Long:
-    """A time (seconds since the epoch) in .NET ticks, as Service Bus sends lock expiries."""
-    return Long(_TICKS_AT_EPOCH + round(seconds * 10_000_000))
 
 
 class SessionLocks:
@@ -74,22 +72,6 @@ class SessionLocks:
     def token(self, connection: NodeConnection, entity: str, session_id: str) -> str | None:
         """The lock token ``connection`` holds on the session, if any."""
         return self._tokens.get((id(connection), entity.lower(), session_id))
-
-
-def _raw_filter(link: Link) -> tuple[bool, object]:
-    filters = link.source.filter if link.source is not None else None
-    for key, value in (filters or {}).items():
-        if str(key) == SESSION_FILTER:
-            return True, value
-    return False, None
-
-
-def session_filter(link: Link) -> tuple[bool, str | None]:
-    """Whether ``link`` asks for a session, and which one (``None``: the next available)."""
-    found, value = _raw_filter(link)
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return found, None if value is None else str(value)
 
 
 class SessionReader(QueueReader):
@@ -126,19 +108,11 @@ async def _release(namespace: NodeNamespace, entity: str, session_id: str, token
 async def attach_session_reader(namespace: NodeNamespace, link: OutgoingLink, entity: str,
                                 max_message_size: int, locks: SessionLocks) -> None:
     """Lock the session ``link`` asks for, then accept it; or refuse it (module docstring)."""
-    _, raw = _raw_filter(link)
-    if raw is not None and not isinstance(raw, str | bytes):
-        # A session id is a string. What the service answers is not documented; an
-        # argument error is how it answers other malformed requests (the SDK raises a
-        # ServiceBusError), and the filter is never matched against a string session id.
-        link.refuse(_ARGUMENT_ERROR, f"the session filter must be a string session id, not "
-                    f"{raw!r} ({type(raw).__name__})")
+    asked, wanted = asked_session(link)
+    if not asked:
         return
-    _, wanted = session_filter(link)
     token = uuid.uuid4().hex
-    timeout = link.properties.get(_TIMEOUT)
-    deadline = time.monotonic() + (int(timeout) / 1000 if isinstance(timeout, int)
-                                   else _DEFAULT_WAIT)
+    deadline = time.monotonic() + attach_timeout(link, _DEFAULT_WAIT)
     while True:
         changed = namespace.changed(entity)
         got = await namespace.run(namespace.store.sessions.accept, entity, wanted, token=token,
@@ -159,10 +133,7 @@ async def attach_session_reader(namespace: NodeNamespace, link: OutgoingLink, en
     if link.state != "attaching":  # the client gave up meanwhile
         await _release(namespace, entity, session_id, token)
         return
-    source = link.source
-    if source is not None:
-        source.filter = {SESSION_FILTER: session_id}
+    properties = accept_session_link(link, session_id, until)
     reader = SessionReader(namespace, entity, link, session_id=session_id, token=token,
                            locks=locks)
-    properties: dict[str, Any] = {_LOCKED_UNTIL: ticks(until)}
     link.accept(reader, max_message_size=max_message_size, properties=properties)

@@ -203,11 +203,7 @@ class QueueReader(Terminus):
                 return
             if not link.can_send():
                 link.drained()
-                self._wake.clear()
-                waits = [self._wake.wait()]
-                if link.credit > 0:  # the session window is closed
-                    waits.append(link.session.window_open.wait())
-                await wait_first(waits, None)
+                await link.wait_to_send(self._wake)
                 continue
             changed = ns.changed(self.entity)
             try:

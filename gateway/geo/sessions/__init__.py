@@ -6,6 +6,7 @@ from gateway._support.lazy import lazy_dir as _lazy_dir
 from gateway._support.lazy import lazy_exports as _lazy_exports
 
 if _TYPE_CHECKING:
+    from gateway.geo.sessions._handover import RunHandler
     from gateway.geo.sessions._receiver import AsyncGeoSessionReceiver, SessionReceiverStats
     from gateway.geo.sessions._stamp import SessionStamper, needs_stamp
     from gateway.geo.sessions._sync import GeoSessionReceiver
@@ -13,6 +14,7 @@ if _TYPE_CHECKING:
 _LAZY = {
     "AsyncGeoSessionReceiver": "gateway.geo.sessions._receiver",
     "GeoSessionReceiver": "gateway.geo.sessions._sync",
+    "RunHandler": "gateway.geo.sessions._handover",
     "needs_stamp": "gateway.geo.sessions._stamp",
     "SessionReceiverStats": "gateway.geo.sessions._receiver",
     "SessionStamper": "gateway.geo.sessions._stamp",
@@ -24,6 +26,7 @@ __dir__ = _lazy_dir(__name__, _LAZY)
 __all__ = [
     "AsyncGeoSessionReceiver",
     "GeoSessionReceiver",
+    "RunHandler",
     "SessionReceiverStats",
     "SessionStamper",
     "needs_stamp",

@@ -5,6 +5,10 @@ look at the dedup store, the handler called on each in turn, then the done marks
 the position reached written together (off the event loop), and every copy settled
 beside the next hand-over. A message without a position, or of a gap already given up
 on (late), is handed over on its own. A gap given up on is reported here.
+
+A :class:`RunHandler` (the proxy's session link) takes a whole run at once, so that
+its client holds many messages while it settles them; what it accepted after one it
+declined stays done (its copies are settled as duplicates when their turn comes).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Protocol, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -26,13 +31,23 @@ from gateway.stores import SqliteSessionStore
 from gateway.transports.base import ReceivedMessage
 from replication import Deduplicator, ReorderBuffer, SessionGap, Verdict, session_position
 
-__all__ = ["Copy", "HandOver", "call"]
+__all__ = ["Copy", "HandOver", "RunHandler", "call"]
 
 logger = logging.getLogger("geogateway")
 
 Copy = tuple[NamespaceSession, ReceivedMessage]
 #: Settlements let run beside the hand-overs at most.
 _MAX_SETTLING = 256
+
+
+@runtime_checkable
+class RunHandler(Protocol):
+    """A handler that takes a session's messages a run at a time."""
+
+    async def handle_run(self, messages: list[ReceivedMessage]) -> list[bool]:
+        """Handle ``messages`` (in order); for each, whether it was handled. A shorter
+        list: the messages after it were not handed over (they wait for the next run)."""
+        ...
 
 
 class HandOver:
@@ -68,7 +83,7 @@ class HandOver:
 
     # -- handing over ----------------------------------------------------------------
 
-    async def _hand_over_run(self, handler: Handler, run: list[Copy]) -> None:
+    async def _hand_over_run(self, handler: Handler | RunHandler, run: list[Copy]) -> None:
         """Hand over the heads of consecutive positions, one after the other: their ids
         checked in one look at the dedup store, and the done marks and the position
         reached written together once the run ends (a handler that fails ends it)."""
@@ -79,16 +94,26 @@ class HandOver:
         done: list[str] = []
         settle: list[Copy] = []
         unclaim: list[str] = []  # claimed but not handed over: released for later
+        results = await _run_results(handler, run, verdicts)
         for index, (copy, verdict) in enumerate(zip(run, verdicts, strict=True)):
             link, r = copy
             if verdict is Verdict.HOLD:  # another process handles this id right now
-                unclaim = [c[1].message_id for c, v in zip(run[index:], verdicts[index:],
-                                                            strict=True) if v is Verdict.DELIVER]
+                unclaim = _to_deliver(run[index:], verdicts[index:])
                 await anyio.sleep(self._poll_wait)
                 break
-            if verdict is Verdict.DELIVER and not await call(handler, r):
-                unclaim = [c[1].message_id for c, v in zip(run[index:], verdicts[index:],
-                                                            strict=True) if v is Verdict.DELIVER]
+            ok: bool | None = True
+            if verdict is Verdict.DELIVER:
+                ok = await call(handler, r) if results is None else next(results, None)
+                if ok is None:  # not handed over: it waits in the buffer for the next run
+                    unclaim = _to_deliver(run[index:], verdicts[index:])
+                    break
+            if not ok:
+                unclaim = [r.message_id]
+                for message_id in _to_deliver(run[index + 1:], verdicts[index + 1:]):
+                    # Handled after the one declined (a run handler's client settles
+                    # each on its own): done, its copies settled when their turn comes.
+                    (done if results is not None and next(results, None) else
+                     unclaim).append(message_id)
                 buffer.failed(self._clock())
                 self._counts["abandoned"] += 1
                 await link.settle(r, "abandon")
@@ -117,7 +142,7 @@ class HandOver:
         if self._buffer is not None and self.session_id is not None:
             self._cursors.advance(self.entity, self.session_id, self._buffer.next_position)
 
-    async def _hand_over(self, handler: Handler, copy: Copy, *, late: bool) -> None:
+    async def _hand_over(self, handler: Handler | RunHandler, copy: Copy, *, late: bool) -> None:
         """Run ``handler`` on a copy without a position, or of a gap given up on
         (``late``), unless its id is done."""
         link, r = copy
@@ -174,8 +199,30 @@ class HandOver:
              first=gap.first, last=gap.last, waited=gap.waited)
 
 
-async def call(handler: Handler, message: ReceivedMessage) -> bool:
+def _to_deliver(run: list[Copy], verdicts: list[Verdict]) -> list[str]:
+    return [c[1].message_id for c, v in zip(run, verdicts, strict=True)
+            if v is Verdict.DELIVER]
+
+
+async def _run_results(handler: Handler | RunHandler, run: list[Copy],
+                       verdicts: list[Verdict]) -> Iterator[bool] | None:
+    """A run handler's answers for the messages of ``run`` to deliver (up to the first
+    one another process holds); ``None`` for a plain handler (called one by one)."""
+    if not isinstance(handler, RunHandler):
+        return None
+    deliver: list[ReceivedMessage] = []
+    for (_, r), verdict in zip(run, verdicts, strict=True):
+        if verdict is Verdict.HOLD:
+            break
+        if verdict is Verdict.DELIVER:
+            deliver.append(r)
+    return iter(await handler.handle_run(deliver) if deliver else [])
+
+
+async def call(handler: Handler | RunHandler, message: ReceivedMessage) -> bool:
     """Run the handler; False (logged) when it raised."""
+    if isinstance(handler, RunHandler):
+        return bool((await handler.handle_run([message]) or [False])[0])
     try:
         if is_async_callable(handler):
             await handler(message)

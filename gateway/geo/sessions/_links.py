@@ -108,6 +108,11 @@ class NamespaceSession:
         return max(1.0, receiver.locked_until - time.time()) if receiver is not None else 1.0
 
     @property
+    def lock_duration(self) -> float:
+        """Seconds this namespace's lock on the session lasts (1 s before it is held)."""
+        return self._duration
+
+    @property
     def held(self) -> bool:
         return self.receiver is not None
 

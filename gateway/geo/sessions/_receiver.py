@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -34,7 +35,7 @@ from gateway.geo._hooks import GatewayHooks
 from gateway.geo._store_watch import STORE_THREADS
 from gateway.geo.receiver import Handler, StopFlag
 from gateway.geo.sessions._accept import accept_both
-from gateway.geo.sessions._handover import Copy, HandOver
+from gateway.geo.sessions._handover import Copy, HandOver, RunHandler
 from gateway.geo.sessions._links import NamespaceSession
 from gateway.geo.sessions._state import SessionState, newest
 from gateway.stores import SqliteDedupStore, SqliteSessionStore
@@ -324,7 +325,29 @@ class AsyncGeoSessionReceiver(HandOver):
                 await self._release()
             idle_since = time.monotonic()
 
-    async def _run_session(self, handler: Handler, stop: StopFlag | None,
+    async def receive_session(self, handler: Handler | RunHandler, *,
+                              stop: StopFlag) -> bool:
+        """Hand the held session's messages over, in the sender's order, until ``stop`` is
+        set; the session stays held (give it up with :meth:`release_session`).
+
+        ``handler`` is called as :meth:`run` calls it, or, a :class:`RunHandler`
+        (``handle_run``), with runs of consecutive messages.
+
+        Returns:
+            False when the session was lost first (another receiver holds it in the
+            primary, or everywhere); True when ``stop`` ended it.
+        """
+        self._require_session()
+        await self._run_session(handler, stop, math.inf)
+        return _stopped(stop)
+
+    @property
+    def lock_duration(self) -> float:
+        """How long the held session's locks last in its namespaces (the longest, in
+        seconds; they are renewed while it is held); 60 s before a lock is known."""
+        return max((link.lock_duration for link in self._links if link.held), default=60.0)
+
+    async def _run_session(self, handler: Handler | RunHandler, stop: StopFlag | None,
                            idle_after: float) -> None:
         buffer = self._buffer
         assert buffer is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -111,19 +112,30 @@ async def accept_session(store: SessionStore, entity: str, session_id: str | Non
     await enter()
     token = uuid.uuid4().hex
     taken: list[tuple[str, float]] = []
+    # A caller's cancel does not stop an attempt already in its worker thread: whichever
+    # of the two comes second (under ``guard``) gives back the lock the attempt took.
+    guard = threading.Lock()
+    abandoned = False
 
     def attempt() -> list[tuple[str, float]]:
         got = store.accept(entity, session_id, token=token, now=clock())
-        taken.extend([] if got is None else [got])
-        return taken
+        with guard:
+            if got is not None and abandoned:
+                with contextlib.suppress(GatewayError):
+                    store.release(entity, got[0], token, clock())
+                return []
+            taken.extend([] if got is None else [got])
+            return list(taken)
 
     try:
         found = await poll(max_wait, attempt)
     except BaseException:
-        # Cancelled as an attempt in its thread took a lock: give that lock back.
-        if taken:
+        with guard:
+            abandoned = True
+            held = list(taken)
+        if held:
             with anyio.CancelScope(shield=True), contextlib.suppress(GatewayError):
-                await run(store.release, entity, taken[0][0], token, clock())
+                await run(store.release, entity, held[0][0], token, clock())
         raise
     if not found:
         return None

@@ -18,14 +18,18 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-@pytest.fixture
-def config(tmp_path: Path, data_dir: Path) -> GatewayConfig:
+def local_config(tmp_path: Path, data_dir: Path, entity: str = QUEUE) -> GatewayConfig:
     """Two embedded local namespaces, passive, with a durable queue."""
     return GatewayConfig.load(env={}, overrides={
-        "primary": "local://primary", "secondary": "local://secondary", "entity": QUEUE,
+        "primary": "local://primary", "secondary": "local://secondary", "entity": entity,
         "data_dir": str(data_dir), "state_dir": str(tmp_path / "state"),
         "durable_queue": {"path": str(tmp_path / "buffer.db")},
     })
+
+
+@pytest.fixture
+def config(tmp_path: Path, data_dir: Path) -> GatewayConfig:
+    return local_config(tmp_path, data_dir)
 
 
 @pytest.fixture

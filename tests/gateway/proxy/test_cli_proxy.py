@@ -105,3 +105,11 @@ def test_a_malformed_policy_is_a_usage_error(dirs: dict[str, Path]) -> None:
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 2
     assert "bad policy" in err and out == ""
+
+
+def test_a_negative_session_gap_timeout_is_a_usage_error(dirs: dict[str, Path]) -> None:
+    proc = start("--config", str(write_config(dirs)), "--session-gap-timeout", "-1",
+                 cwd=dirs["tmp"])
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert "--session-gap-timeout" in err and "Traceback" not in err and out == ""

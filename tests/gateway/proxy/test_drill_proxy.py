@@ -24,9 +24,24 @@ async def test_the_primary_outage_drill_through_the_proxy_loses_nothing(tmp_path
     assert report.role_swaps >= 1 and report.failover_seconds
 
 
-async def test_the_proxy_carries_queue_scenarios_only(tmp_path: Path) -> None:
+async def test_the_proxy_does_not_carry_consumer_or_fleet_drills(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="proxy"):
-        await run_drill(scenario="sessions", transport="proxy", data_dir=tmp_path)
+        await run_drill(scenario="consumer-crash", transport="proxy", data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["passive", "active"])
+async def test_the_sessions_drill_through_the_proxy_keeps_each_sessions_order(
+        tmp_path: Path, mode: str) -> None:
+    # Given the sessions scenario (the primary down from 30% to 60% of the messages, the
+    # client's session receivers starting with the outage)
+    # When the client sends and receives its sessions through a proxy
+    report = await run_drill(scenario="sessions", mode=mode, messages=40, batch_size=4,
+                             data_dir=tmp_path, settle_timeout=20, transport="proxy")
+    # Then every session came whole, once, in the sender's order
+    assert report.transport == "proxy", report
+    assert (report.sent, report.lost, report.duplicates_delivered) == (40, 0, 0), report
+    assert report.out_of_order == 0 and report.per_session, report
+    assert report.passed
 
 
 QUEUE_SCENARIOS = ("primary-outage", "both-down", "flapping", "lost-replies", "hang")

@@ -206,3 +206,56 @@ async def test_a_schema_3_file_with_topics_is_upgraded_for_sessions(tmp_path: Pa
     ns.close()
     with sqlite3.connect(tmp_path / "old.db") as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+
+
+async def test_an_accept_cancelled_while_its_attempt_runs_gives_the_lock_back(
+        sessions: LocalNamespace, transport: LocalTransport, tmp_path: Path) -> None:
+    # Given an accept whose attempt runs in a worker thread that the caller's cancel does
+    # not wait for (a cancel can land while the thread runs), on a slow disk
+    import threading
+    import time
+
+    import anyio
+
+    from gateway.transports.local._session_receiver import accept_session
+
+    store = transport._store.sessions
+    started, finished = threading.Event(), threading.Event()
+
+    def slow_accept(*args: object, **kw: object) -> object:
+        started.set()
+        time.sleep(0.2)
+        try:
+            return store.accept(*args, **kw)  # type: ignore[arg-type]
+        finally:
+            finished.set()
+
+    slow = type("SlowStore", (), {"accept": staticmethod(slow_accept),
+                                  "release": staticmethod(store.release)})()
+
+    async def enter() -> None:
+        return None
+
+    async def run(fn: object, *args: object) -> object:
+        return await anyio.to_thread.run_sync(lambda: fn(*args))  # type: ignore[operator]
+
+    async def poll(max_wait: float, attempt: object) -> object:
+        return await anyio.to_thread.run_sync(attempt, abandon_on_cancel=True)  # type: ignore[arg-type]
+
+    # When the caller gives up while the attempt is in its thread
+    with anyio.move_on_after(5):
+        async with anyio.create_task_group() as tg:
+            async def accept() -> None:
+                await accept_session(slow, Q, "a", max_wait=0.0, enter=enter,  # type: ignore[arg-type]
+                                     run=run, poll=poll, clock=time.time)  # type: ignore[arg-type]
+
+            tg.start_soon(accept)
+            await anyio.to_thread.run_sync(started.wait, 5)
+            tg.cancel_scope.cancel()
+    await anyio.to_thread.run_sync(finished.wait, 5)
+    await anyio.sleep(0.05)
+    # Then the lock the attempt took once the caller had gone is given back
+    async with LocalTransport("primary", data_dir=tmp_path) as other:
+        held = await other.accept_session(Q, "a")
+        assert held is not None and held.session_id == "a"
+        await held.aclose()
