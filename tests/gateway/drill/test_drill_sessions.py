@@ -34,8 +34,8 @@ def _collect_here() -> Iterator[None]:
 
 
 @pytest.mark.parametrize(("transport", "mode", "messages"), [
-    ("local", "passive", 240), ("local", "active", 240),
-    ("servicebus", "passive", 80), ("servicebus", "active", 80),
+    ("local", "passive", 160), ("local", "active", 160),
+    ("servicebus", "passive", 48), ("servicebus", "active", 48),
 ])
 async def test_every_session_comes_out_in_order(transport: str, mode: str, messages: int,
                                                 tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ async def test_a_store_that_stays_away_is_waited_for(
     server = pg_server_factory()
     hooks = Recorder()
     receiver = await make_receiver(
-        dedup_store=PostgresDedupStore(server.dsn, connect_timeout=1), hooks=hooks)
+        dedup_store=PostgresDedupStore(server.dsn, connect_timeout=1, call_timeout=1.5),
+        hooks=hooks)
     await stop_server(server)
     await send_to_both(ns, ["m1"])
     delivered: list[str] = []
@@ -168,7 +169,8 @@ async def test_run_stops_when_told_while_the_store_is_away(
     server = pg_server_factory()
     hooks = Recorder()
     receiver = await make_receiver(
-        dedup_store=PostgresDedupStore(server.dsn, connect_timeout=1), hooks=hooks)
+        dedup_store=PostgresDedupStore(server.dsn, connect_timeout=1, call_timeout=1.5),
+        hooks=hooks)
     await send_to_both(ns, ["m1"])
     claimed = asyncio.Event()
 
