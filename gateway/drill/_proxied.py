@@ -38,7 +38,7 @@ __all__ = ["ProxiedQueueDrill", "ProxiedSessionsDrill", "ProxiedTopicDrill"]
 _RECEIVE_WAIT = 0.25
 #: How long a client session receiver waits for a session, and how many empty
 #: receives in a row make it give its session up.
-_SESSION_WAIT, _SESSION_IDLE = 0.5, 4
+_SESSION_WAIT, _SESSION_IDLE = 0.5, 2
 
 
 class _Sends(GatewayHooks):

@@ -328,7 +328,7 @@ def test_the_sdk_decodes_our_value_and_sequence_bodies():
 # -- hostile input ---------------------------------------------------------------------
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=200))
 def test_arbitrary_payloads_raise_only_decode_error(payload):
     try:
@@ -337,7 +337,7 @@ def test_arbitrary_payloads_raise_only_decode_error(payload):
         assert str(exc), "a DecodeError says what is wrong"
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.integers(0, 10_000), st.integers(0, 255), st.booleans())
 def test_corrupted_messages_raise_only_decode_error(index, octet, insert):
     data = bytearray(encode_message(FULL))

@@ -492,7 +492,7 @@ def test_any_value_round_trips(value):
     assert round_trip(value) == value
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_raise_nothing_but_decode_error(data):
     try:
@@ -501,7 +501,7 @@ def test_arbitrary_bytes_raise_nothing_but_decode_error(data):
         assert str(exc), "a DecodeError says what is wrong"
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(amqp_values(), st.data())
 def test_corrupted_encodings_raise_nothing_but_decode_error(value, data):
     raw = bytearray(encode(value))

@@ -578,7 +578,7 @@ def test_we_read_the_sasl_frames_the_sdk_writes():
 # -- hostile input ---------------------------------------------------------------------
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_after_the_header_raise_only_frame_error(data):
     reader = FrameReader(max_frame_size=4096)
@@ -597,7 +597,7 @@ SEEDS = [
 ]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     st.sampled_from(SEEDS),
     st.lists(
