@@ -75,7 +75,7 @@ def counts(store: CasStore, live: list[str]) -> list[int]:
 scenario = st.tuples(st.integers(1, 40), st.integers(1, 8), st.randoms(use_true_random=False))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(scenario, st.data())
 def test_decisions_applied_in_any_order_never_give_a_partition_two_owners(case, data):
     # Given a consistent store and instances that each read the same snapshot
@@ -101,7 +101,7 @@ def test_decisions_applied_in_any_order_never_give_a_partition_two_owners(case, 
         assert all(len(v) == 1 for v in won.values())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(scenario)
 def test_every_partition_owned_and_balanced_after_a_few_cycles(case):
     # Given instances that have all heartbeated, starting from nothing
@@ -124,7 +124,7 @@ def test_every_partition_owned_and_balanced_after_a_few_cycles(case):
         assert d.settled
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(scenario, st.integers(1, 4))
 def test_a_newcomer_is_served_by_releases_not_steals(case, newcomers):
     # Given a balanced group
@@ -278,7 +278,7 @@ def test_a_heartbeat_newer_than_the_leave_announcement_is_a_restart():
     assert d.live == ("a", "b") and d.targets == {"a": 2, "b": 2}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(scenario, st.data())
 def test_a_graceful_leave_moves_every_partition_once_without_two_owners(case, data):
     # Given a balanced group in which one instance starts leaving

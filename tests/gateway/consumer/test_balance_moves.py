@@ -37,7 +37,7 @@ def _members(n: int) -> list[str]:
     return [f"i{k}" for k in range(n)]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 6), st.randoms(use_true_random=False), st.data())
 def test_a_graceful_leave_moves_each_partition_once_to_the_instance_that_keeps_it(
     partitions, n, rng, data,
@@ -76,7 +76,7 @@ def test_a_graceful_leave_moves_each_partition_once_to_the_instance_that_keeps_i
     assert all(moves.moved(p) == (1 if p in theirs else 0) for p in store.pids), moves.owners
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 6), st.randoms(use_true_random=False), st.data())
 def test_a_crashed_instances_partitions_move_once_to_the_instances_that_keep_them(
     partitions, n, rng, data,
