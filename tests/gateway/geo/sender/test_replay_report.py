@@ -40,6 +40,11 @@ def buffer_in_another_process(queue: Path, data_dir: Path, state_dir: Path) -> N
         assert q.count("*/orders") == 2
 
 
+def waiting(queue: Path) -> int:
+    with DurableQueue(queue) as q:
+        return len(q)
+
+
 @pytest.mark.parametrize("background", [False, True])
 async def test_messages_another_process_buffered_after_start_are_replayed(
     ns: Namespaces, data_dir: Path, state_dir: Path, tmp_path: Path, background: bool,
@@ -59,8 +64,10 @@ async def test_messages_another_process_buffered_after_start_are_replayed(
         ns.primary.up()
         ns.secondary.up()
         if background:
-            # Then the background recovery replays them (it never did)
+            # Then the background recovery replays them (it never did), and takes them
+            # off the file once sent (just after they land)
             await wait_for(lambda: ns.count("primary") + ns.count("secondary") == 3)
+            await wait_for(lambda: waiting(queue) == 0)
         else:
             # Then replay() sends them (it returned 0 and left them waiting)
             report = await sender.replay()
