@@ -210,7 +210,7 @@ def test_report_rows_leave_out_what_the_drill_does_not_measure() -> None:
 ])
 async def test_failovers_count_the_failover_times(mode: str, scenario: Scenario,
                                                   tmp_path: Path) -> None:
-    report = await drill(mode, scenario, tmp_path, messages=120)
+    report = await drill(mode, scenario, tmp_path, messages=80)
     data = report.to_dict()
     assert data["failovers"] == len(data["failover_seconds"]), data
     if scenario is Scenario.FLAPPING:

@@ -49,9 +49,9 @@ def _check(report, messages: int) -> None:
 ])
 async def test_every_queue_scenario_over_a_topic_on_the_local_namespaces(
         scenario: Scenario, mode: str, tmp_path: Path) -> None:
-    report = await run_drill(scenario=scenario, mode=mode, messages=150, entity="topic",
+    report = await run_drill(scenario=scenario, mode=mode, messages=80, entity="topic",
                              data_dir=tmp_path, settle_timeout=30.0)
-    _check(report, 150)
+    _check(report, 80)
     if mode == "active":  # both namespaces had copies: the second one of each was dropped
         assert all(s["duplicates_suppressed"] > 0 for s in report.subscriptions.values())
 
@@ -61,10 +61,10 @@ async def test_every_queue_scenario_over_a_topic_on_the_local_namespaces(
 ])
 async def test_a_topic_drill_over_the_service_bus_sdk(scenario: Scenario, mode: str,
                                                       tmp_path: Path) -> None:
-    report = await run_drill(scenario=scenario, mode=mode, messages=120, entity="topic",
+    report = await run_drill(scenario=scenario, mode=mode, messages=80, entity="topic",
                              transport="servicebus", data_dir=tmp_path, settle_timeout=30.0)
     assert report.transport == "servicebus"
-    _check(report, 120)
+    _check(report, 80)
 
 
 def test_a_subscription_that_misses_a_message_fails_the_drill(tmp_path: Path) -> None:
