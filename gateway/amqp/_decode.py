@@ -285,15 +285,7 @@ def decode(data: Buffer, offset: int = 0) -> tuple[object, int]:
     Raises:
         DecodeError: the data is malformed or truncated.
     """
-    data = _as_octets(data)
-    if not 0 <= offset < len(data):
-        raise DecodeError(f"offset {offset} is outside {len(data)} bytes of data")
-    try:
-        return _READERS[data[offset]](data, offset + 1, 0)
-    except DecodeError:
-        raise
-    except _FAILURES as exc:
-        raise DecodeError(f"malformed AMQP data: {exc!r}") from exc
+    return _decode_one(data, offset, 0)
 
 
 def decode_described_value(data: Buffer, offset: int) -> tuple[object, int]:
@@ -310,11 +302,16 @@ def decode_described_value(data: Buffer, offset: int) -> tuple[object, int]:
     Raises:
         DecodeError: the data is malformed or truncated.
     """
+    return _decode_one(data, offset, 1)
+
+
+def _decode_one(data: Buffer, offset: int, depth: int) -> tuple[object, int]:
+    """One value whose constructor starts at ``offset``, ``depth`` levels of nesting down."""
     data = _as_octets(data)
     if not 0 <= offset < len(data):
         raise DecodeError(f"offset {offset} is outside {len(data)} bytes of data")
     try:
-        return _READERS[data[offset]](data, offset + 1, 1)
+        return _READERS[data[offset]](data, offset + 1, depth)
     except DecodeError:
         raise
     except _FAILURES as exc:
