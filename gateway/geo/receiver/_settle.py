@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 import anyio
 
@@ -107,7 +108,7 @@ class Settler:
             if len(work) == 1:
                 await self._settle(*work[0], cut=cut)
             else:
-                await asyncio.gather(*(self._settle(r, how, cut=cut) for r, how in work))
+                await asyncio.gather(*self._settlements(work, cut))
         if scope.cancelled_caught:
             for received, how in cut:
                 self._settle_timed_out(received, how, seconds)
@@ -125,6 +126,49 @@ class Settler:
         logger.log(level, "could not %s %s on %s: no answer within its deadline of %.3g s "
                    "(the namespace is not answering); its copy comes back when its lock "
                    "expires", how, received.message_id, namespace, seconds)
+
+    def _settlements(self, work: list[tuple[ReceivedMessage, str]],
+                     cut: list[tuple[ReceivedMessage, str]]) -> list[Awaitable[None]]:
+        # One per copy; the completions on a namespace whose transport completes many
+        # in one call (local namespaces: one transaction) go together.
+        groups: dict[str, list[ReceivedMessage]] = {}
+        calls: list[Awaitable[None]] = []
+        for received, how in work:
+            if how == "complete" and hasattr(self._transports[received.namespace],
+                                             "complete_many"):
+                groups.setdefault(received.namespace, []).append(received)
+            else:
+                calls.append(self._settle(received, how, cut=cut))
+        for namespace, group in groups.items():
+            if len(group) == 1:
+                calls.append(self._settle(group[0], "complete", cut=cut))
+            else:
+                calls.append(self._complete_group(namespace, group, cut=cut))
+        return calls
+
+    async def _complete_group(self, namespace: str, group: list[ReceivedMessage], *,
+                              cut: list[tuple[ReceivedMessage, str]]) -> None:
+        # As _settle, for copies completed on one namespace in one call.
+        transport: Any = self._transports[namespace]
+        estimator = self._estimator
+        began = estimator.clock()
+        try:
+            refusals = await transport.complete_many(group)
+        except (TransportError, MessageRejected) as exc:
+            self._counts["unsettled"] += len(group)
+            logger.info("could not complete %d messages on %s: %s", len(group), namespace,
+                        exc)
+            return
+        except asyncio.CancelledError:
+            cut.extend((received, "complete") for received in group)
+            raise
+        estimator.observe(namespace, Operation.SETTLE, estimator.clock() - began)
+        self._settle_hung.discard(namespace)
+        for received, refused in zip(group, refusals, strict=True):
+            if refused is not None:
+                self._counts["unsettled"] += 1
+                logger.info("could not complete %s on %s: %s", received.message_id,
+                            namespace, refused)
 
     async def _settle(self, received: ReceivedMessage, how: str, *,
                       cut: list[tuple[ReceivedMessage, str]]) -> None:

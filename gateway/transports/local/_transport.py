@@ -67,6 +67,7 @@ from gateway.transports.local._store import Store
 from replication import (
     ConfigError,
     Message,
+    MessageRejected,
     NamespaceRefused,
     OperationTimeout,
 )
@@ -260,6 +261,22 @@ class LocalTransport(Transport):
         """
         await self._enter()
         await self._run(self._store.settle, received, "complete", self._clock())
+
+    async def complete_many(self, received: Sequence[ReceivedMessage]
+                            ) -> list[MessageRejected | None]:
+        """Complete peek-locked messages in one transaction (one write, one worker hop).
+
+        Returns, for each message, None when it was completed, or the
+        ``MessageRejected`` that :meth:`complete` would have raised for it (its lock is
+        lost); the others are completed all the same.
+
+        Raises:
+            NamespaceUnavailable: the namespace is down (nothing is completed).
+        """
+        await self._enter()
+        if not received:
+            return []
+        return await self._run(self._store.complete_many, list(received), self._clock())
 
     async def abandon(self, received: ReceivedMessage) -> None:
         """Release the lock so the message is delivered again.

@@ -545,3 +545,46 @@ async def test_run_raises_when_both_namespaces_refuse(
             await receiver.run(lambda m: None, idle_timeout=5)
         assert set(receiver.refused) == {"primary", "secondary"}
         await receiver.aclose()
+
+
+class CountingLocal(LocalTransport):
+    """A local transport that counts its settlement calls."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.calls: list[tuple[str, int]] = []
+
+    async def complete(self, received: ReceivedMessage) -> None:
+        self.calls.append(("complete", 1))
+        await super().complete(received)
+
+    async def complete_many(self, received: Any) -> Any:
+        self.calls.append(("complete_many", len(received)))
+        return await super().complete_many(received)
+
+
+async def test_completions_held_together_are_one_call_on_a_local_namespace(
+    ns: Namespaces, make_receiver: ReceiverFactory, data_dir: Path
+) -> None:
+    # Given six messages in the primary, one of them completed behind the receiver's back
+    await ns.put("primary", *(Message("x", message_id=f"m{i}") for i in range(6)))
+    primary = CountingLocal("primary", data_dir=data_dir)
+    receiver = await make_receiver(primary=primary)
+    got: list[ReceivedMessage] = []
+    deadline = time.monotonic() + 10
+    while len(got) < 6 and time.monotonic() < deadline:
+        got += await receiver.receive(max_messages=6 - len(got), max_wait=0.1)
+    assert len(got) == 6
+    async with LocalTransport("primary", data_dir=data_dir) as other:
+        await other.complete(got[2])
+
+    # When the caller completes all six (the first five do not wait for their marks)
+    for received in got:
+        await receiver.complete(received)
+
+    # Then the namespace was asked once for the group (not once per message), the
+    # lost lock is counted as unsettled, and the queue is empty
+    assert primary.calls == [("complete_many", 6)]
+    assert receiver.stats.completed == 6 and receiver.stats.unsettled == 1
+    assert ns.count("primary") == 0
+    await primary.aclose()

@@ -401,3 +401,27 @@ CREATE TABLE readers (
     entity TEXT NOT NULL, consumer_group TEXT NOT NULL, partition INTEGER NOT NULL,
     owner_level INTEGER NOT NULL, PRIMARY KEY (entity, consumer_group, partition));
 """
+
+
+async def test_complete_many_completes_the_rest_and_names_each_lost_lock(
+    namespace: LocalNamespace, transport: LocalTransport, tmp_path: Path
+) -> None:
+    # Given five received messages, one of them completed already, and one received
+    # (and so removed) without a lock
+    await transport.send("orders", [Message(b"x", message_id=f"m{i}") for i in range(5)])
+    got = await transport.receive("orders", max_messages=4)
+    await transport.complete(got[1])
+    [unlocked] = await transport.receive("orders", mode=ReceiveMode.RECEIVE_AND_DELETE)
+
+    # When the four, and the unlocked one, are completed together
+    refusals = await transport.complete_many([*got, unlocked])
+
+    # Then the others are completed, and each refusal is what complete() raises for it
+    assert [r is None for r in refusals] == [True, False, True, True, False]
+    assert isinstance(refusals[1], MessageRejected) and "lock lost" in str(refusals[1])
+    assert isinstance(refusals[4], MessageRejected) and "holds no lock" in str(refusals[4])
+    with pytest.raises(MessageRejected, match="lock lost"):
+        await transport.complete(got[0])
+    [info] = namespace.entities()
+    assert info.active_count == 0
+    assert await transport.complete_many([]) == []
