@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.transports.base import ReceivedMessage, ReceiveMode
-from replication import Message
+from replication import Message, MessageRejected
 
 __all__ = [
     "COLUMNS",
@@ -42,6 +42,8 @@ __all__ = [
     "claim",
     "dead_letter",
     "insert",
+    "lock_lost",
+    "not_held",
     "peek",
     "received",
     "renew_locks",
@@ -318,3 +320,21 @@ def peek(conn: sqlite3.Connection, entity: str, *, namespace: str, from_sequence
     return [received(row, namespace=namespace, entity=entity,
                      lock_token=None, delivery_count=row[6], locked_until=None)
             for row in rows]
+
+
+def not_held(received: ReceivedMessage, namespace: str) -> MessageRejected | None:
+    """Why ``received`` cannot be settled in ``namespace`` (no lock held there), or None."""
+    if received.lock_token is None or received.namespace != namespace:
+        return MessageRejected(
+            f"message {received.message_id} holds no lock in local://{namespace}: "
+            "settle only messages received here in peek-lock mode"
+        )
+    return None
+
+
+def lock_lost(received: ReceivedMessage) -> MessageRejected:
+    """The refusal of a settlement whose lock expired or was settled already."""
+    return MessageRejected(
+        f"lock lost on message {received.message_id} of {received.entity!r}: it expired or "
+        "the message was settled; it will be delivered again, do not retry"
+    )

@@ -19,7 +19,7 @@ import itertools
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from gateway.transports.base import EventPosition, PartitionEvent, ReceivedMessage, ReceiveMode
 from gateway.transports.local import _events as events
@@ -233,7 +233,7 @@ class Store:
             MessageRejected: the lock is lost (expired, settled, or never held).
         """
         entity = received.entity
-        refused = self._unsettleable(received)
+        refused = queues.not_held(received, self.namespace)
         if refused is not None:
             raise refused
         if action == "dead_letter" and entity.endswith(DEAD_LETTER_SUFFIX):
@@ -246,46 +246,26 @@ class Store:
             if not queues.settle(conn, entity, received.lock_token, action, now,
                                  max_delivery_count=q.max_delivery_count, reason=reason,
                                  description=description):
-                raise _lock_lost(received)
+                raise queues.lock_lost(received)
         self.db.write(txn)
 
     def complete_many(self, received: Sequence[ReceivedMessage], now: float
                       ) -> list[MessageRejected | None]:
-        """Complete peek-locked deliveries in one transaction.
-
-        Returns, for each, None or the ``MessageRejected`` that :meth:`settle` would
-        have raised for it (no lock held here, or the lock is lost); the others are
-        completed all the same.
-        """
-        results: list[MessageRejected | None] = [self._unsettleable(r) for r in received]
-        todo = [i for i, refused in enumerate(results) if refused is None]
-        if not todo:
-            return results
+        """Complete peek-locked deliveries in one transaction: for each, None, or the
+        ``MessageRejected`` :meth:`settle` would raise for it (the others are completed)."""
+        results = [queues.not_held(r, self.namespace) for r in received]
+        todo = [r for r, refused in zip(received, results, strict=True) if refused is None]
 
         def txn(conn: sqlite3.Connection) -> list[bool]:
-            done: list[bool] = []
-            queue_of: dict[str, Any] = {}
-            for i in todo:
-                r = received[i]
-                assert r.lock_token is not None
-                q = queue_of.get(r.entity)
-                if q is None:
-                    q = queue_of[r.entity] = self._catalog.queue_of(conn, r.entity)
-                done.append(queues.settle(conn, r.entity, r.lock_token, "complete", now,
-                                          max_delivery_count=q.max_delivery_count))
-            return done
-        for i, ok in zip(todo, self.db.write(txn), strict=True):
-            if not ok:
-                results[i] = _lock_lost(received[i])
+            counts = {e: self._catalog.queue_of(conn, e).max_delivery_count
+                      for e in {r.entity for r in todo}}
+            return [queues.settle(conn, r.entity, r.lock_token or "", "complete", now,
+                                  max_delivery_count=counts[r.entity]) for r in todo]
+        done = iter(self.db.write(txn) if todo else [])
+        for i, r in enumerate(received):
+            if results[i] is None and not next(done):
+                results[i] = queues.lock_lost(r)
         return results
-
-    def _unsettleable(self, received: ReceivedMessage) -> MessageRejected | None:
-        if received.lock_token is None or received.namespace != self.namespace:
-            return MessageRejected(
-                f"message {received.message_id} holds no lock in local://{self.namespace}: "
-                "settle only messages received here in peek-lock mode"
-            )
-        return None
 
     # -- partitioned entities ---------------------------------------------------
 
@@ -466,9 +446,3 @@ class Store:
             return events.partition_state(conn, entity, p)
         return self.db.read(txn)
 
-
-def _lock_lost(received: ReceivedMessage) -> MessageRejected:
-    return MessageRejected(
-        f"lock lost on message {received.message_id} of {received.entity!r}: it expired or "
-        "the message was settled; it will be delivered again, do not retry"
-    )
