@@ -54,12 +54,17 @@ class Listener:
 
     async def send(self, message: p.ControlMessage, body: bytes | None = None, *,
                    sent: Callable[[], None] | None = None) -> None:
-        """Send ``message`` (and its body frame); ``sent()`` once the message is written."""
+        """Send ``message`` (and its body frame); ``sent()`` as its write begins.
+
+        From then on the listener may have it: a write can fail after its bytes reached
+        the listener, and the request must then count as delivered (outcome unknown),
+        never as not delivered (which a client may send again elsewhere).
+        """
         # A message and its body frame must not interleave with another request's.
         async with self.lock:
-            await self.ws.send_str(p.encode(message))
             if sent is not None:
                 sent()
+            await self.ws.send_str(p.encode(message))
             if body is not None:
                 await self.ws.send_bytes(body)
 

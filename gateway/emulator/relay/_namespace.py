@@ -309,8 +309,8 @@ class RelayNamespace:
         ws = await self._upgrade(request)
         try:
             if not pending.inline:
+                pending.mark_delivered()  # as the write begins (see Listener.send)
                 await ws.send_str(p.encode(pending.request))
-                pending.mark_delivered()
                 if pending.body:
                     await ws.send_bytes(pending.body)
             msg = await ws.receive()

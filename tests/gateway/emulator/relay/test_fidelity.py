@@ -261,3 +261,27 @@ async def test_a_listener_closing_between_a_response_and_its_body_is_gone_not_at
         r = await sending
     assert r.status_code == 504  # it had the request: the outcome is unknown
     assert not [rec for rec in caplog.records if rec.name == EMULATOR_LOG]
+
+
+async def test_a_request_counts_as_delivered_once_its_write_begins() -> None:
+    # A write to a listener can fail after its bytes reached the listener (it read the
+    # request and went away): the request must then count as delivered (504, outcome unknown), never as not delivered (502: a client may send
+    # a POST again to the other namespace, and it would run twice).
+    from gateway.emulator.relay._control import Listener
+
+    class GoneAfterReading:
+        def __init__(self) -> None:
+            self.written: list[str] = []
+
+        async def send_str(self, data: str) -> None:
+            self.written.append(data)
+            raise ConnectionResetError("the listener went away")
+
+    ws = GoneAfterReading()
+    listener = Listener(ws=ws, path="hc", host="h", expires=0.0)  # type: ignore[arg-type]
+    delivered: list[bool] = []
+    request = Request(address="sb://h/hc", id="1", request_target="/", method="POST",
+                      request_headers={}, remote_endpoint=None, body=False)
+    with pytest.raises(ConnectionResetError):
+        await listener.send(request, sent=lambda: delivered.append(True))
+    assert ws.written and delivered == [True]
