@@ -113,12 +113,15 @@ class Raw(Runner):
                 got = await t.receive(ENTITY, max_messages=self.batch, max_wait=0.0)
                 if not got:
                     break
-                for received in got:
-                    await t.complete(received)
+                await self.settle(t, got)
                 done += len(got)
         elapsed = time.perf_counter() - started
         assert done == n * self.copies, f"raw drained {done} of {n * self.copies}"
         return elapsed
+
+    async def settle(self, transport: LocalTransport, got: list[ReceivedMessage]) -> None:
+        for received in got:
+            await transport.complete(received)
 
     async def close(self) -> None:
         await super().close()
@@ -134,19 +137,8 @@ class Grouped(Raw):
     """The raw loop completing each received batch in one call
     (``LocalTransport.complete_many``, one transaction), as the gateway's receivers do."""
 
-    async def drain(self, n: int) -> float:
-        started = time.perf_counter()
-        done = 0
-        for t in self.transports:
-            while True:
-                got = await t.receive(ENTITY, max_messages=self.batch, max_wait=0.0)
-                if not got:
-                    break
-                assert not any(await t.complete_many(got)), "a lock was lost"
-                done += len(got)
-        elapsed = time.perf_counter() - started
-        assert done == n * self.copies, f"grouped raw drained {done} of {n * self.copies}"
-        return elapsed
+    async def settle(self, transport: LocalTransport, got: list[ReceivedMessage]) -> None:
+        assert not any(await transport.complete_many(got)), "a lock was lost"
 
 
 class GroupedTwo(Grouped):
