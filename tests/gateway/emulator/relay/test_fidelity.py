@@ -265,8 +265,9 @@ async def test_a_listener_closing_between_a_response_and_its_body_is_gone_not_at
 
 async def test_a_request_counts_as_delivered_once_its_write_begins() -> None:
     # A write to a listener can fail after its bytes reached the listener (it read the
-    # request and went away): the request must then count as delivered (504, outcome unknown), never as not delivered (502: a client may send
-    # a POST again to the other namespace, and it would run twice).
+    # request and went away): the request must then count as delivered (504, outcome
+    # unknown), never as not delivered (502: a client may send a POST again to the
+    # other namespace, and it would run twice).
     from gateway.emulator.relay._control import Listener
 
     class GoneAfterReading:
