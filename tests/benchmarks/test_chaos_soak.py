@@ -61,9 +61,9 @@ def test_a_send_that_never_returned_is_not_counted(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_short_soak_loses_nothing_and_duplicates_no_effect(tmp_path: Path) -> None:
-    # Given the soak for 15 s, a chaos action every 1-3 s (seed 3: PostgreSQL is
+    # Given the soak for 10 s, a chaos action every 1-3 s (seed 3: PostgreSQL is
     # restarted first, then a namespace hangs; senders and receivers are SIGKILLed)
-    command = [sys.executable, "benchmarks/chaos_soak.py", "--seconds", "15", "--seed", "3",
+    command = [sys.executable, "benchmarks/chaos_soak.py", "--seconds", "10", "--seed", "3",
                "--gaps", "1,3", "--drain-timeout", "30", "--json", "--keep", str(tmp_path)]
     # When it runs
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=85)
