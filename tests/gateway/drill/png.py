@@ -41,17 +41,25 @@ def read_png(path: Path) -> tuple[int, int, list[list[tuple[int, int, int]]]]:
 
 
 def _unfilter(kind: int, line: bytearray, prior: bytearray, bpp: int) -> None:
-    for i in range(len(line)):
-        left = line[i - bpp] if i >= bpp else 0
-        up = prior[i]
-        corner = prior[i - bpp] if i >= bpp else 0
-        if kind == 1:
-            line[i] = (line[i] + left) & 0xFF
-        elif kind == 2:
-            line[i] = (line[i] + up) & 0xFF
-        elif kind == 3:
-            line[i] = (line[i] + (left + up) // 2) & 0xFF
-        elif kind == 4:
+    # One loop per filter kind (a screenshot is millions of bytes; most rows are "none"
+    # or "up").
+    n = len(line)
+    if kind == 0:
+        return
+    if kind == 2:
+        line[:] = bytes((a + b) & 0xFF for a, b in zip(line, prior, strict=True))
+    elif kind == 1:
+        for i in range(bpp, n):
+            line[i] = (line[i] + line[i - bpp]) & 0xFF
+    elif kind == 3:
+        for i in range(n):
+            left = line[i - bpp] if i >= bpp else 0
+            line[i] = (line[i] + (left + prior[i]) // 2) & 0xFF
+    elif kind == 4:
+        for i in range(n):
+            left = line[i - bpp] if i >= bpp else 0
+            up = prior[i]
+            corner = prior[i - bpp] if i >= bpp else 0
             p = left + up - corner
             pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
             pred = left if pa <= pb and pa <= pc else up if pb <= pc else corner
@@ -62,10 +70,10 @@ def tallest_column_of(rows: list[list[tuple[int, int, int]]], colour: str,
                       tolerance: int = 30) -> int:
     """How many pixels of ``colour`` (``#rrggbb``) the column with most of them has: a
     vertical line of that colour makes a tall one, text or a legend swatch a short one."""
-    want = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    wr, wg, wb = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
     counts = [0] * len(rows[0])
     for row in rows:
-        for x, pixel in enumerate(row):
-            if all(abs(a - b) <= tolerance for a, b in zip(pixel, want, strict=True)):
+        for x, (r, g, b) in enumerate(row):
+            if abs(r - wr) <= tolerance and abs(g - wg) <= tolerance and abs(b - wb) <= tolerance:
                 counts[x] += 1
     return max(counts)
