@@ -445,4 +445,3 @@ class Store:
             _, p = self._catalog.partitioned(conn, entity, partition_id)
             return events.partition_state(conn, entity, p)
         return self.db.read(txn)
-
