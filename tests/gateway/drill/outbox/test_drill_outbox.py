@@ -21,7 +21,7 @@ ORDERS = 100
 
 
 def check(report: OutboxDrillReport, store: str) -> None:
-    assert report.passed, report
+    assert report.passed, (report.failures(), report.to_dict())
     assert report.store == store and report.orders == ORDERS
     assert report.committed + report.rolled_back == ORDERS and report.rolled_back > 0
     assert report.delivered == report.committed and report.lost == 0
