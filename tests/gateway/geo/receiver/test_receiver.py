@@ -335,11 +335,17 @@ async def test_run_settles_beside_the_next_handler_call_and_returns_settled(
         receiver = await make_receiver(primary=primary)
         # When run() handles them, each handler call taking a moment (the marks of
         # a batch are written before its first settlement starts)
+        # (the third call stops the run: an idle timeout short enough to keep the test
+        # quick ran out before the first batch on a loaded machine)
+        done = threading.Event()
+
         def handler(message: ReceivedMessage) -> None:
             time.sleep(0.02)
             seen_settling.append(SlowSettling.settling)
+            if len(seen_settling) == 3:
+                done.set()
 
-        await receiver.run(handler, idle_timeout=0.3)
+        await receiver.run(handler, stop=done, idle_timeout=30)
         # Then a handler call ran while an earlier message was still being settled
         assert len(seen_settling) == 3 and max(seen_settling) >= 1
         # And run() returned only once every settlement was done
