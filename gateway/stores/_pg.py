@@ -133,7 +133,7 @@ def pg_errors(where: str, what: str) -> Iterator[None]:
 
 
 class BrokenConnection(StoreUnavailable):
-    """The connection broke: worth one more try on a new one."""
+    """The connection broke: worth another try on another one."""
 
 
 @dataclass
@@ -203,7 +203,7 @@ class PgTarget:
     def checked(self, what: str, deadline: float, *, watch: bool = True
                 ) -> Iterator[psycopg.Connection[Any]]:
         """:meth:`connection` with its errors mapped: a broken connection is
-        :class:`BrokenConnection` (worth one more try on a new one, see
+        :class:`BrokenConnection` (worth another try on another one, see
         :meth:`retried`), none to be had in time or no answer in time (a statement or
         lock timeout, a frozen server) StoreUnavailable, another error on a sound
         connection (a deadlock) a GatewayError."""
@@ -228,16 +228,25 @@ class PgTarget:
                 raise BrokenConnection(f"{what}: PostgreSQL at {self.where} is unavailable "
                                        f"({_reason(exc)})") from exc
 
+    def _tries(self) -> int:
+        # After a restart every connection opened before it is broken, and one in use
+        # during the pool's check goes back to it unchecked: a call may meet each of
+        # them before a new one, at most the pool's size of them.
+        return self.pool.max_size + 1
+
     def retried(self, attempt: Callable[[float], T]) -> T:
-        """``attempt(deadline)``, once more if its connection was found broken (the
-        server restarted since it was last used): nothing of the failed one committed.
-        Both within one deadline; a pool that had no connection to give in time, or a
-        server that did not answer in time, is not tried again."""
+        """``attempt(deadline)``, again while its connection is found broken (the
+        server restarted since it was last used; at most once per pooled connection):
+        nothing of a failed one committed. All within one deadline; a pool that had no
+        connection to give in time, or a server that did not answer in time, is not
+        tried again."""
         deadline = self.deadline()
-        try:
-            return attempt(deadline)
-        except BrokenConnection:
-            return attempt(deadline)
+        for _ in range(self._tries() - 1):
+            try:
+                return attempt(deadline)
+            except BrokenConnection:
+                continue
+        return attempt(deadline)
 
     def drop_broken(self) -> None:
         """Test the pooled connections and replace the broken ones (quietly: the
@@ -251,20 +260,22 @@ class PgTarget:
         within one deadline (``timeout`` seconds from now, by default the call's).
 
         A connection found broken (the server restarted since it was last used) is
-        replaced and ``body`` tried once more on a new one, within what is left of the
-        deadline: nothing of the failed attempt was committed.
+        replaced and ``body`` tried again on another, within what is left of the
+        deadline (at most once per pooled connection): nothing of a failed attempt was
+        committed.
         """
         import psycopg
 
         deadline = self.deadline() if timeout is None else time.monotonic() + timeout
+        tries = self._tries()
         with pg_errors(self.where, what):
-            for attempt in (1, 2):
+            for attempt in range(1, tries + 1):
                 conn: psycopg.Connection[Any] | None = None
                 try:
                     with self.connection(what, deadline) as conn, conn.transaction():
                         return body(conn)
                 except psycopg.OperationalError:
-                    if attempt == 2 or conn is None or not conn.broken:
+                    if attempt == tries or conn is None or not conn.broken:
                         raise
                     self.drop_broken()
         raise AssertionError("unreachable")  # pragma: no cover

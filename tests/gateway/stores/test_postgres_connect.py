@@ -128,6 +128,47 @@ def test_a_restarted_server_is_unavailable_then_used_again(pg_server_factory):
         target.close()
 
 
+def test_each_connection_a_restart_broke_is_replaced_within_one_call(
+        pg_server_factory, monkeypatch):
+    # Given a pool of 3 connections, all opened before the server restarted, and a
+    # pool check that cannot see them (as when they were in use while it ran, and
+    # went back to the pool after it)
+    server: EmbeddedPostgres = pg_server_factory()
+    target = open_pool(server.dsn, what="test", max_size=3, connect_timeout=3)
+    try:
+        held = [target.pool.getconn(timeout=3) for _ in range(3)]
+        for conn in held:
+            conn.execute("SELECT 1")
+            conn.rollback()
+        server.stop(mode="fast")
+        server.start()
+        for conn in held:
+            target.pool.putconn(conn)
+        monkeypatch.setattr(target, "drop_broken", lambda: None)
+        # When a call runs after the restart
+        # Then it meets the three broken connections one after another, and answers
+        assert target.run("ping", lambda c: c.execute("SELECT 1").fetchone()) == (1,)
+        assert all(conn.broken or conn.closed for conn in held)
+        # And so does a retried attempt (the inbox's and the claims' way), after another
+        # restart with three connections held across it
+        fresh = [target.pool.getconn(timeout=3) for _ in range(3)]
+        for conn in fresh:
+            conn.execute("SELECT 1")
+            conn.rollback()
+        server.stop(mode="fast")
+        server.start()
+        for conn in fresh:
+            target.pool.putconn(conn)
+
+        def attempt(deadline: float) -> object:
+            with target.checked("ping", deadline) as conn:
+                return conn.execute("SELECT 1").fetchone()
+
+        assert target.retried(attempt) == (1,)
+    finally:
+        target.close()
+
+
 class socket_closed_port:
     """A port of 127.0.0.1 that nothing listens on (bound, then released)."""
 
