@@ -3,20 +3,11 @@ from __future__ import annotations
 import pytest
 
 from tests.azurite import azurite, azurite_port, container
-from tests.ordering import (
-    pytest_addoption,
-    pytest_collection_modifyitems,
-    pytest_runtest_logreport,
-    pytest_sessionfinish,
-)
 from tests.postgres import freeze, pg, pg_server_factory, pg_session_server
 
 # fixtures for every test
 __all__ = ["azurite", "azurite_port", "container", "freeze", "pg", "pg_server_factory",
-           "pg_session_server",
-           # the workers' order (tests/ordering.py)
-           "pytest_addoption", "pytest_collection_modifyitems", "pytest_runtest_logreport",
-           "pytest_sessionfinish"]
+           "pg_session_server"]
 
 
 @pytest.fixture
