@@ -353,6 +353,11 @@ class Soak:
                     self.hangs.append((began, time.monotonic()))
                 self.actions["namespaces hung"] += 1
 
+    def each_kind_happened(self) -> bool:
+        """Whether PostgreSQL restarted, a namespace hung and a process was killed."""
+        return (self.actions["PostgreSQL restarts"] > 0 and self.actions["namespaces hung"] > 0
+                and self.actions["senders killed"] + self.actions["receivers killed"] > 0)
+
     async def hang(self, name: str, hung: bool) -> None:
         """Hang the namespace (``LocalNamespace.hang()``; with the emulator, SIGSTOP of
         its process: its connections stay open and nothing answers), or let it go on."""
@@ -469,7 +474,9 @@ async def soak(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         run.note(f"{len(run.senders)} senders and {len(RECEIVERS)} receivers running")
         chaos = [asyncio.create_task(run.infrastructure_chaos()),
                  asyncio.create_task(run.process_chaos())]
-        while time.monotonic() - run.started < args.seconds:
+        while (time.monotonic() - run.started < args.seconds
+               or (args.each_once and not run.each_kind_happened()
+                   and time.monotonic() - run.started < 4 * args.seconds)):
             await asyncio.sleep(1.0)
             for task in chaos:
                 if task.done():
@@ -575,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
                              "spoken to through the Azure SDKs")
     parser.add_argument("--gaps", type=lambda s: tuple(float(x) for x in s.split(",")),
                         default=(2.0, 6.0), help="MIN,MAX seconds between chaos actions")
+    parser.add_argument("--each-once", action="store_true",
+                        help="go on past --seconds (up to 4 times as long) until PostgreSQL "
+                             "restarted, a namespace hung and a process was killed")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", type=Path, help="run in this directory and leave it")
     # A sender process (started by the soak itself):
