@@ -4,10 +4,12 @@ import pytest
 
 from tests.azurite import azurite, azurite_port, container
 from tests.postgres import freeze, pg, pg_server_factory, pg_session_server
+from tests.warm import pytest_sessionstart
 
 # fixtures for every test
 __all__ = ["azurite", "azurite_port", "container", "freeze", "pg", "pg_server_factory",
-           "pg_session_server"]
+           "pg_session_server",
+           "pytest_sessionstart"]  # the test modules compiled once (tests/warm.py)
 
 
 @pytest.fixture
