@@ -128,6 +128,20 @@ def test_a_restarted_server_is_unavailable_then_used_again(pg_server_factory):
         target.close()
 
 
+def held_across_a_restart(target, server: EmbeddedPostgres, n: int) -> list[psycopg.Connection]:
+    """``n`` pooled connections opened and in use while the server restarts, then given
+    back to the pool (broken, and not known to be)."""
+    held = [target.pool.getconn(timeout=3) for _ in range(n)]
+    for conn in held:
+        conn.execute("SELECT 1")
+        conn.rollback()
+    server.stop(mode="fast")
+    server.start()
+    for conn in held:
+        target.pool.putconn(conn)
+    return held
+
+
 def test_each_connection_a_restart_broke_is_replaced_within_one_call(
         pg_server_factory, monkeypatch):
     # Given a pool of 3 connections, all opened before the server restarted, and a
@@ -136,14 +150,7 @@ def test_each_connection_a_restart_broke_is_replaced_within_one_call(
     server: EmbeddedPostgres = pg_server_factory()
     target = open_pool(server.dsn, what="test", max_size=3, connect_timeout=3)
     try:
-        held = [target.pool.getconn(timeout=3) for _ in range(3)]
-        for conn in held:
-            conn.execute("SELECT 1")
-            conn.rollback()
-        server.stop(mode="fast")
-        server.start()
-        for conn in held:
-            target.pool.putconn(conn)
+        held = held_across_a_restart(target, server, 3)
         monkeypatch.setattr(target, "drop_broken", lambda: None)
         # When a call runs after the restart
         # Then it meets the three broken connections one after another, and answers
@@ -151,14 +158,7 @@ def test_each_connection_a_restart_broke_is_replaced_within_one_call(
         assert all(conn.broken or conn.closed for conn in held)
         # And so does a retried attempt (the inbox's and the claims' way), after another
         # restart with three connections held across it
-        fresh = [target.pool.getconn(timeout=3) for _ in range(3)]
-        for conn in fresh:
-            conn.execute("SELECT 1")
-            conn.rollback()
-        server.stop(mode="fast")
-        server.start()
-        for conn in fresh:
-            target.pool.putconn(conn)
+        held_across_a_restart(target, server, 3)
 
         def attempt(deadline: float) -> object:
             with target.checked("ping", deadline) as conn:
