@@ -87,12 +87,17 @@ def pair(emu: RelayEmulator) -> tuple[RelayEndpoint, RelayEndpoint]:
 
 async def test_primary_namespace_down_is_served_by_the_secondary_and_roles_swap(
         emulator: RelayEmulator, session: aiohttp.ClientSession, tmp_path: Path) -> None:
+    from gateway.relay import RelayClientPolicy
+
     primary_listener, secondary_listener = await listeners(emulator, session)
     hooks = Failovers()
     primary, secondary = pair(emulator)
     state = tmp_path / "state"
+    # (answers are waited for 5 s before a GET is hedged: on a loaded machine the first
+    # GET, opening its connection, took longer than the default 0.5 s and was hedged)
+    patient = RelayClientPolicy(answer_deadline=5.0)
     async with AsyncGeoRelayClient(primary, secondary, randomize=False, hooks=[hooks],
-                                   state_dir=state) as client:
+                                   state_dir=state, policy=patient) as client:
         before = await client.get("/status")
         await take_down(emulator, tmp_path, primary_listener)
         # Its pooled connection to the primary may be reset under this request: a GET
