@@ -21,7 +21,7 @@ from gateway.consumer import (
 )
 from gateway.transports import LocalNamespace, LocalTransport
 from gateway.transports.base import PartitionEvent
-from replication import ConfigError, Message
+from replication import ConfigError, Message, OperationTimeout
 from tests.gateway.conftest import wait_for_sync
 
 from .test_handler_errors import FlakyStore
@@ -229,6 +229,11 @@ def test_store_errors_reach_the_sync_on_error_with_no_context(tmp_path: Path,
                             on_error=on_error, settings=SETTINGS, balance=FAST):
         wait_for_sync(lambda: set(recorder.seen) == set(ids))
     # Then both failures reached on_error(None, err), and every event was handled after
-    assert contexts == [None, None]
-    assert all("claim failed" in str(e) for e in recorder.errors)
+    # (a partition's read given up past its deadline on a loaded machine is reported
+    # with the partition's context, and retried: nothing else reached on_error)
+    reported = list(zip(contexts, recorder.errors, strict=True))
+    assert [str(e) for ctx, e in reported if ctx is None] == [
+        "claim failed: the store is unavailable"] * 2
+    assert all(isinstance(e, OperationTimeout) for ctx, e in reported if ctx is not None), \
+        reported
     anyio.run(store.aclose)
