@@ -169,8 +169,10 @@ class Buffer:
                 raise BacklogCleared()
             await anyio.to_thread.run_sync(queue.put_many, dest, list(batch))
             self.pending.add(dest)
-        if self._hooks:
-            await self._count_put(queue, dest, len(batch))
+            if self._hooks:
+                # Within the gate: a drain's recount (below) sees a put whole or not
+                # at all, so the tally neither loses it nor counts it twice.
+                await self._count_put(queue, dest, len(batch))
         emit(self._hooks, "on_buffered", destination=dest, count=len(batch))
 
     async def _count_put(self, queue: DurableQueue, dest: str, added: int) -> None:
@@ -275,11 +277,11 @@ class Buffer:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(replayer.release)
         if self._hooks:
-            # The replayer counted what remains; the oldest of it is one index seek.
-            remaining = result.remaining
-            oldest = await anyio.to_thread.run_sync(queue.oldest, dest) if remaining else None
-            self._tally[dest] = (remaining, oldest)
-            self._report(dest)
+            # What remains, counted again with puts held back: the replayer's own
+            # count was taken before sends that buffered since (they are tallied).
+            async with self._gate(dest):
+                self._tally[dest] = await anyio.to_thread.run_sync(self._read, queue, dest)
+                self._report(dest)
         return replayed, seconds, result.stopped_by
 
     def _tallying(self, queue: DurableQueue, dest: str,

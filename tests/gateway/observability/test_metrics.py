@@ -4,12 +4,16 @@ test's own, over real local namespaces (FaultyTransport for the outages)."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from durable_queue import DurableQueue
 from gateway.aio import AsyncGeoPartitionReceiver
 from gateway.consumer import (
     BalanceSettings,
@@ -18,10 +22,11 @@ from gateway.consumer import (
     ProcessorSettings,
 )
 from gateway.errors import MessageRejected
+from gateway.geo.sender._buffering import Buffer
 from gateway.observability import PrometheusMetrics, render_metrics
 from gateway.relay import GeoRelayClient, RelayEndpoint
 from gateway.transports import FaultyTransport, LocalNamespace, LocalTransport
-from replication import Message, StoreUnavailable
+from replication import Message, NamespaceRefused, StoreUnavailable
 from tests.gateway.conftest import (
     ENTITY,
     Namespaces,
@@ -129,6 +134,59 @@ async def test_the_backlog_gauges_follow_the_durable_queue_through_an_outage(
     assert value(registry, "geogateway_messages_replayed_total", **dest) == 6
     assert value(registry, "geogateway_replay_duration_seconds_total", **dest) > 0
     assert value(registry, "geogateway_namespace_up", namespace="primary") == 1
+
+
+class CountThenPause(DurableQueue):
+    """A queue whose count, once armed, lets the test know it was taken and then
+    returns it late: what happens meanwhile is not in it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.armed: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def count(self, destination: str | None = None) -> int:
+        n = super().count(destination)
+        if self.armed is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.armed.set)
+            time.sleep(0.3)
+        return n
+
+
+async def test_the_backlog_gauge_counts_a_send_buffered_while_a_replay_stops(
+    registry: CollectorRegistry, data_dir: Path, tmp_path: Path,
+) -> None:
+    # Given a sender's buffer with two messages for both namespaces, counted by the gauge
+    transports = {n: LocalTransport(n, data_dir=data_dir) for n in ("primary", "secondary")}
+    queue = CountThenPause(tmp_path / "queue.db")
+    buffer = Buffer(queue, transports=transports, entity=ENTITY,
+                    hooks=[PrometheusMetrics(registry=registry)])
+    dest = f"*/{ENTITY}"
+    await buffer.put(dest, [Message("a"), Message("b")], cause=None)
+
+    async def refused(batch: Sequence[Message]) -> None:
+        raise NamespaceRefused("down", namespace="secondary")
+
+    async def buffer_one_more() -> None:
+        assert queue.armed is not None
+        await queue.armed.wait()
+        await buffer.put(dest, [Message("c")], cause=None)
+
+    # When a replay stops on its first send, and a send is buffered just after the
+    # replay counted what remains
+    queue.armed, queue.loop = asyncio.Event(), asyncio.get_running_loop()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(buffer_one_more)
+        replayed, _, stopped_by = await buffer.drain(dest, refused)
+    queue.armed = None
+    # Then the gauge holds what the file holds: the replay's count did not hide it
+    assert replayed == 0 and isinstance(stopped_by, NamespaceRefused)
+    assert queue.count(dest) == 3
+    assert value(registry, "geogateway_buffered_messages", destination=dest) == 3
+    buffer.close()
+    queue.close()
+    for t in transports.values():
+        await t.aclose()
 
 
 async def test_a_backlog_left_by_an_earlier_run_is_reported_by_the_next_sender(
