@@ -11,6 +11,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +50,56 @@ def _answers(port: int) -> bool:
         return False
 
 
+def _is_azurite(port: int) -> bool:
+    """Whether what answers on ``port`` is Azurite (its ``Server`` header says so)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+            server = str(response.headers.get("Server", ""))
+    except urllib.error.HTTPError as error:  # Azurite answers this path with an error
+        server = str(error.headers.get("Server", ""))
+    except OSError:
+        return False
+    return server.startswith("Azurite")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stderr:
+        process.stderr.close()
+
+
+def _start(location: Path) -> tuple[subprocess.Popen[bytes], int] | None:
+    """Start Azurite on a free port; ``None`` when another program took the port first
+    (the port is free when picked, and Azurite binds it a second or so later)."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+         "--location", str(location), "--silent", "--skipApiVersionCheck", "--loose"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not _answers(port) or process.poll() is not None:
+        if process.poll() is not None:
+            stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            _stop(process)
+            if "EADDRINUSE" in stderr:
+                return None
+            pytest.fail(f"Azurite exited with {process.returncode}: {stderr}", pytrace=False)
+        if time.monotonic() > deadline:
+            _stop(process)
+            pytest.fail("Azurite did not answer within 30 s", pytrace=False)
+        time.sleep(0.05)
+    if not _is_azurite(port):  # another program listens there, and Azurite will exit
+        _stop(process)
+        return None
+    return process, port
+
+
 @pytest.fixture(scope="session")
 def azurite_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """The port of an Azurite blob service running for this test session."""
@@ -57,32 +109,18 @@ def azurite_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             "README.md (## Running the tests), which installs it from npm into .azurite/",
             pytrace=False,
         )
-    port = _free_port()
     location = tmp_path_factory.mktemp("azurite")
-    process = subprocess.Popen(
-        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-         "--location", str(location), "--silent", "--skipApiVersionCheck", "--loose"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
+    for _ in range(5):
+        started = _start(location)
+        if started is not None:
+            break
+    else:
+        pytest.fail("Azurite found its port taken by another program 5 times", pytrace=False)
+    process, port = started
     try:
-        deadline = time.monotonic() + 30
-        while not _answers(port):
-            if process.poll() is not None:
-                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                pytest.fail(f"Azurite exited with {process.returncode}: {stderr}", pytrace=False)
-            if time.monotonic() > deadline:
-                pytest.fail("Azurite did not answer within 30 s", pytrace=False)
-            time.sleep(0.05)
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr:
-            process.stderr.close()
+        _stop(process)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,10 @@ waiting for messages wake when this emulator wrote, when the file changed on dis
 
 The namespace watches its control file: while it says ``down`` the listener is
 closed (clients get "connection refused") and every connection is closed with
-``amqp:connection:forced``; ``latency`` delays every reply; ``lost_replies`` drops
-the disposition of that share of stored sends.
+``amqp:connection:forced``; its port stays bound without listening, so that no other
+program picking a free port takes it meanwhile and "up" listens on it again;
+``latency`` delays every reply; ``lost_replies`` drops the disposition of that share
+of stored sends.
 
 ``hang`` is a frozen front end: connections are still accepted (TCP), but no frame
 is sent on any connection, old or new (no protocol header, open, attach, flow,
@@ -43,6 +45,7 @@ import dataclasses
 import logging
 import os
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
@@ -117,6 +120,8 @@ class Namespace:
         self._queues, self._event_hubs = tuple(queues), tuple(event_hubs)
         self._topics = tuple(topics)
         self._server: asyncio.Server | None = None
+        #: While down: the port's addresses, bound and not listening (see the docstring).
+        self._held: list[socket.socket] = []
         self._connections: set[Connection] = set()
         self._opening: set[asyncio.StreamWriter] = set()  # accepted, protocol not yet known
         self._tasks = OwnedTasks(_LOG, f"emulator task failed in namespace {self.name}")
@@ -147,7 +152,8 @@ class Namespace:
         self._file_stamp = self._stat()
         await self._listen()  # even when down: it fixes the port that "up" will use
         if self.state.down:
-            await self._stop_serving("amqp:connection:forced", f"namespace {self.name} is down")
+            await self._stop_serving("amqp:connection:forced", f"namespace {self.name} is down",
+                                     hold=True)
         self.spawn(self._watch_control())
         self.spawn(self._watch_file())
 
@@ -157,6 +163,7 @@ class Namespace:
                 topics=self._topics, kept=kept)
 
     async def _listen(self) -> None:
+        self._release()
         try:
             self._server = await asyncio.start_server(self._accept, self.host, self.port)
         except OSError as exc:
@@ -168,6 +175,7 @@ class Namespace:
     async def aclose(self) -> None:
         """Close the listener, every connection and the namespace file."""
         await self._stop_serving("amqp:connection:forced", "the emulator is shutting down")
+        self._release()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -186,8 +194,11 @@ class Namespace:
         """Whether the store declares the entity at lower-case path ``entity``."""
         return await self.run(self.store.find, entity) is not None
 
-    async def _stop_serving(self, condition: str, description: str) -> None:
+    async def _stop_serving(self, condition: str, description: str, *,
+                            hold: bool = False) -> None:
         server, self._server = self._server, None
+        addresses = [(sock.family, sock.getsockname()) for sock in server.sockets] if (
+            server is not None and hold) else []
         if server is not None:
             server.close()
         for conn in list(self._connections):
@@ -196,6 +207,27 @@ class Namespace:
             writer.close()
         if server is not None:
             await server.wait_closed()
+        for family, address in addresses:
+            self._hold(family, address)
+
+    def _hold(self, family: int, address: Any) -> None:
+        # Bound, not listening: a connection is refused, and a program that asks the
+        # system for a free port is not given this one.
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except OSError as exc:
+            sock.close()
+            _LOG.debug("namespace %s: could not hold port %s while down: %s",
+                       self.name, self.port, exc)
+            return
+        self._held.append(sock)
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        for sock in held:
+            sock.close()
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Run ``coro`` as a task owned by the namespace (cancelled when it closes)."""
@@ -252,7 +284,7 @@ class Namespace:
                 _LOG.info("namespace %s is down", self.name)
                 self.state = state
                 await self._stop_serving("amqp:connection:forced",
-                                         f"namespace {self.name} is down")
+                                         f"namespace {self.name} is down", hold=True)
             elif not state.down and self.state.down:
                 _LOG.info("namespace %s is up", self.name)
                 self.state = state

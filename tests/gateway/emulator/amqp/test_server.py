@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import time
 from pathlib import Path
 
@@ -197,3 +199,39 @@ async def test_a_namespace_down_at_start_keeps_its_port_for_up(data_dir: Path) -
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.close()
     namespace.close()
+
+
+def _bind(port: int) -> None:
+    """Bind ``port`` as a program asking for a free port would (no SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+async def test_a_port_is_kept_from_other_programs_while_its_namespace_is_down(
+        data_dir: Path) -> None:
+    # Given a namespace serving on a port the system picked
+    namespace = LocalNamespace("primary", data_dir=data_dir)
+    async with Emulator({"primary": 0}, data_dir=data_dir, queues=[QUEUE]) as emu:
+        port = emu.port("primary")
+        # When it goes down
+        namespace.down()
+        await asyncio.sleep(0.3)
+        # Then a connection is refused, and no other program can bind its port
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("127.0.0.1", port)
+        with pytest.raises(OSError) as bound:
+            _bind(port)
+        assert bound.value.errno == errno.EADDRINUSE
+        # When it comes back up, it serves on the same port
+        namespace.up()
+        await asyncio.sleep(0.3)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+    # and once the emulator is closed, the port is free again (to listen on, as a
+    # server does: its closed connections may linger in TIME_WAIT)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+    namespace.close()
+
