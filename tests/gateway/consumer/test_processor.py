@@ -19,14 +19,14 @@ from replication import ConfigError, Message, OwnershipLost
 pytestmark = pytest.mark.anyio
 
 HUB = "telemetry"
+#: Claims that expire within 0.6 s, for the tests of a crash (a survivor takes over).
 FAST = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
                        heartbeat_expiry=0.6, fence_margin=0.1, settle_cycles=2)
-#: FAST, but claims do not expire when a loaded machine holds a heartbeat back past
-#: 0.6 s, for tests where no claim may move but by a hand-over: a lone processor's claim
-#: taken again starts at the latest position (a loaded run never saw its 12 events), and
-#: a partition dropped by one of two is read again from its checkpoint by the other
-#: (at-least-once: events handled twice, where a test claims exactly once).
-ALONE = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
+#: FAST, but claims kept 10 s: no claim moves but by a hand-over, even when a loaded
+#: machine holds a heartbeat back past 0.6 s. (A lone processor's claim taken again
+#: starts at the latest position, and a partition one of two dropped is read again from
+#: its checkpoint by the other: at-least-once, where these tests claim exactly once.)
+STEADY = BalanceSettings(interval=0.05, idle_interval=0.2, heartbeat_interval=0.2,
                         heartbeat_expiry=10.0, fence_margin=0.1, settle_cycles=2)
 
 
@@ -70,7 +70,7 @@ def processor(hub: LocalTransport, store, recorder: Recorder, name: str,
               **kw) -> AsyncPartitionProcessor:
     kw.setdefault("settings", ProcessorSettings(poll_wait=0.05, checkpoint_every_events=5,
                                                 checkpoint_every_seconds=None))
-    kw.setdefault("balance", FAST)
+    kw.setdefault("balance", STEADY)
     return AsyncPartitionProcessor(
         transport=hub, entity=HUB, store=store, on_event=recorder.handler(name),
         on_partition_close=recorder.on_close, instance_id=name, **kw,
@@ -114,10 +114,8 @@ async def test_two_instances_share_partitions_and_a_restart_resumes_from_checkpo
     ids = await send(hub, 0, 40)
     store = SqliteCheckpointStore(tmp_path / "cp.db")
     recorder = Recorder()
-    # (their claims kept 10 s: one dropped for a heartbeat a loaded machine held back
-    # is read again from its last checkpoint by the other, as it should be)
-    a = processor(hub, store, recorder, "a", balance=ALONE)
-    b = processor(hub, store, recorder, "b", balance=ALONE)
+    a = processor(hub, store, recorder, "a")
+    b = processor(hub, store, recorder, "b")
     await a.start()
     await b.start()
     # When both run until everything is seen
@@ -142,12 +140,12 @@ async def test_graceful_hand_over_to_a_newcomer_processes_nothing_twice(
     # Given one instance that owns every partition and is processing
     store = InMemoryCheckpointStore()
     recorder = Recorder()
-    first = processor(hub, store, recorder, "a", balance=ALONE)
+    first = processor(hub, store, recorder, "a")
     await first.start()
     ids = await send(hub, 0, 40)
     await until(lambda: set(recorder.seen) == set(ids))
     # When a second instance joins while events keep coming
-    second = processor(hub, store, recorder, "b", balance=ALONE)
+    second = processor(hub, store, recorder, "b")
     await second.start()
     ids += await send(hub, 40, 40)
     await until(lambda: len(second.owned) == 2 and len(first.owned) == 2)
@@ -164,7 +162,7 @@ async def test_a_crashed_instance_loses_nothing(hub: LocalTransport) -> None:
     # Given an instance that processed some events and then dies without stopping
     store = InMemoryCheckpointStore()
     recorder = Recorder()
-    doomed = processor(hub, store, recorder, "a")
+    doomed = processor(hub, store, recorder, "a", balance=FAST)  # its claims expire
     await doomed.start()
     ids = await send(hub, 0, 30)
     await until(lambda: set(recorder.seen) == set(ids))
@@ -174,7 +172,7 @@ async def test_a_crashed_instance_loses_nothing(hub: LocalTransport) -> None:
         reader.stopping = True
     # When a survivor runs
     ids += await send(hub, 30, 20)
-    async with processor(hub, store, recorder, "b") as survivor:
+    async with processor(hub, store, recorder, "b", balance=FAST) as survivor:
         await until(lambda: set(recorder.seen) == set(ids))
         # Then it took over every partition and nothing was lost (at-least-once)
         assert survivor.owned == {"0", "1", "2", "3"}
@@ -238,7 +236,7 @@ async def test_idle_calls_batches_and_starting_position(hub: LocalTransport) -> 
 
     # When it starts at the latest position with batches and an idle timeout
     async with AsyncPartitionProcessor(
-        transport=hub, entity=HUB, store=store, on_event_batch=on_batch, balance=ALONE,
+        transport=hub, entity=HUB, store=store, on_event_batch=on_batch, balance=STEADY,
         starting_position=lambda pid: EventPosition(latest=True),
         settings=ProcessorSettings(max_batch_size=3, max_wait_time=0.1, poll_wait=0.05),
     ) as proc:
