@@ -133,6 +133,10 @@ class LocalTransport(Transport):
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._limiter: anyio.CapacityLimiter | None = None
+        # Where a "latest" read of each partition stands, per owner level: asked again,
+        # it goes on from there, as the Event Hubs transport's continuing receive does
+        # (resolved anew, events sent between two reads would be skipped).
+        self._latest: dict[tuple[str, str, str], tuple[int | None, EventPosition]] = {}
 
     @classmethod
     def from_url(cls, url: str, *, data_dir: str | os.PathLike[str] | None = None
@@ -361,7 +365,9 @@ class LocalTransport(Transport):
         """Read events of one partition after ``position``, polling up to ``max_wait``.
 
         ``EventPosition.earliest()`` reads from the first event; ``latest=True``
-        only events sent after this call starts; ``offset``, ``sequence_number``
+        only events sent after the first such call starts (asked again with the same
+        ``owner_level``, it goes on where that read stands: no event sent between
+        two reads is skipped); ``offset``, ``sequence_number``
         and ``enqueued_time`` read after that value (from it with ``inclusive``).
         ``owner_level=None`` reads without fencing. As on Event Hubs, a reader with
         an equal or higher owner level takes the partition over, and only open
@@ -378,13 +384,26 @@ class LocalTransport(Transport):
         if max_events < 1:
             raise ConfigError(f"max_events must be at least 1, got {max_events}")
         await self._enter()
-        if position.latest:
-            # Resolve "latest" once, so that events sent while we wait are returned.
-            latest = await self._run(self._store.latest, entity, partition_id)
-            position = EventPosition(sequence_number=latest, inclusive=True)
-        return await self._poll(max_wait, functools.partial(
+        key = (entity.lower(), consumer_group, str(partition_id))
+        asked_latest = position.latest
+        if asked_latest:
+            standing = self._latest.get(key)
+            if standing is not None and standing[0] == owner_level:
+                position = standing[1]
+            else:
+                # Resolve "latest" once, so that events sent while we wait are returned.
+                latest = await self._run(self._store.latest, entity, partition_id)
+                position = EventPosition(sequence_number=latest, inclusive=True)
+                self._latest[key] = (owner_level, position)
+        elif key in self._latest:
+            del self._latest[key]  # the reader moved on to a position of its own
+        events = await self._poll(max_wait, functools.partial(
             self._store.read, entity, partition_id, position=position, max_events=max_events,
             owner_level=owner_level, consumer_group=consumer_group))
+        if asked_latest and events:
+            self._latest[key] = (owner_level, EventPosition(
+                sequence_number=events[-1].sequence_number))
+        return events
 
     async def probe(self) -> None:
         """Return when the namespace answers.

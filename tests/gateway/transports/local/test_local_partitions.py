@@ -134,6 +134,27 @@ async def test_latest_returns_events_sent_while_waiting(hub: str, transport: Loc
     assert time.monotonic() - start < 2
 
 
+async def test_latest_asked_again_goes_on_from_where_the_last_read_stood(
+        hub: str, transport: LocalTransport) -> None:
+    # Given a reader that asked for the latest events and got none
+    await transport.send(hub, [Message(b"old", partition_key="k")])
+    pid = str(partition_for("k", 4))
+    latest = EventPosition(latest=True)
+    assert await transport.read_partition(hub, pid, position=latest, owner_level=7) == []
+    # When events are sent before it asks again
+    await transport.send(hub, [Message(f"new {i}".encode(), partition_key="k")
+                               for i in range(3)])
+    # Then the next "latest" read returns them, and the one after returns only what
+    # came after them
+    got = await transport.read_partition(hub, pid, position=latest, owner_level=7)
+    assert [e.message.body for e in got] == [b"new 0", b"new 1", b"new 2"]
+    await transport.send(hub, [Message(b"newer", partition_key="k")])
+    got = await transport.read_partition(hub, pid, position=latest, owner_level=7)
+    assert [e.message.body for e in got] == [b"newer"]
+    # while another owner level (a new claim of the partition) starts at the end
+    assert await transport.read_partition(hub, pid, position=latest, owner_level=8) == []
+
+
 async def test_owner_level_fencing(hub: str, transport: LocalTransport, tmp_path: Path) -> None:
     start = EventPosition.earliest()
     async with LocalTransport("primary", data_dir=tmp_path) as other:
