@@ -8,7 +8,8 @@ which entities exist behind it: a token and a link for any name are accepted, an
 send to an entity that does not exist is refused then, as the namespaces refuse it
 (``amqp:not-found``). A session receiver link (``com.microsoft:session-filter``) gets a
 geo session receiver of its session (``_sessions``), and ``$management`` answers the
-operations on the sessions a connection holds. What the proxy does not carry yet is
+operations on the sessions a connection holds, and settling by lock token
+(``update-disposition``, ``_receive``). What the proxy does not carry yet is
 refused at attach with ``amqp:not-implemented``: dead-letter sub-queues and sends to a
 subscription; the other ``$management`` operations are answered with status 501.
 Event Hubs consumers are refused, at their first ``$management`` request for the hub's
@@ -39,7 +40,7 @@ from gateway.amqp.server import (
     session_filter,
     status,
 )
-from gateway.proxy._receive import ReceiveNode
+from gateway.proxy._receive import LockTokens, ReceiveNode, dispose
 from gateway.proxy._send import SendNode
 from gateway.proxy._sessions import SESSION_OPERATIONS, SessionLinks, attach_session, manage_session
 
@@ -52,6 +53,7 @@ _LOG = logging.getLogger("gateway.proxy")
 #: The largest message a sender link takes: a standard tier Service Bus namespace's.
 MAX_MESSAGE_SIZE = 256 * 1024
 _MANAGEMENT = "$management"
+_UPDATE_DISPOSITION = "com.microsoft:update-disposition"
 _NOT_YET = ("$deadletterqueue",)
 _CONSUMER_GROUPS, _PARTITIONS = "/consumergroups/", "/partitions/"
 #: The ``type`` of Event Hubs' ``$management`` requests (hub and partition properties).
@@ -66,17 +68,22 @@ _SUBSCRIPTIONS = "/subscriptions/"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 
 
-def _management(links: SessionLinks, entity: str) -> Handler:
-    """The ``$management`` node of ``entity``: the operations on its sessions."""
+def _management(links: SessionLinks, locks: LockTokens, backend: GeoBackend,
+                entity: str) -> Handler:
+    """The ``$management`` node of ``entity``: the operations on its sessions, and
+    settling by lock token."""
 
     async def manage(requests: IncomingLink, request: AmqpMessage) -> Reply:
         if str(app_property(request, "type") or "").startswith(_EVENT_HUB_TYPES):
             return Reply(properties=status(501, _NO_EVENT_HUBS, NOT_IMPLEMENTED))
         operation = str(app_property(request, "operation") or "")
+        body = request.value if isinstance(request.value, dict) else {}
+        args = {str(k): v for k, v in body.items()}
+        if operation == _UPDATE_DISPOSITION and entity:
+            return await backend.track(dispose(locks, entity, args))
         if operation in SESSION_OPERATIONS and entity:
-            body = request.value if isinstance(request.value, dict) else {}
             return await manage_session(links, requests.session.connection, entity,
-                                        operation, {str(k): v for k, v in body.items()})
+                                        operation, args)
         return Reply(properties=status(501, f"the proxy does not carry the $management "
                                             f"operation {operation!r} yet", NOT_IMPLEMENTED))
 
@@ -90,6 +97,7 @@ class ProxyRouter:
         self.namespace = namespace
         self.backend = backend
         self.sessions = SessionLinks()
+        self.locks = LockTokens()
 
     def attach(self, link: Link) -> None:
         """Route ``link``."""
@@ -104,7 +112,8 @@ class ProxyRouter:
             self._node(link, put_token)
             return
         if path == _MANAGEMENT or path.endswith("/" + _MANAGEMENT):
-            self._node(link, _management(self.sessions, path[:-len(_MANAGEMENT)].rstrip("/")))
+            self._node(link, _management(self.sessions, self.locks, self.backend,
+                                         path[:-len(_MANAGEMENT)].rstrip("/")))
             return
         conn = link.session.connection
         if not conn.authorized(path):
@@ -134,7 +143,7 @@ class ProxyRouter:
                     self.namespace, self.backend, link, path, self.sessions,
                     max_message_size=MAX_MESSAGE_SIZE))
                 return
-            link.accept(ReceiveNode(self.namespace, self.backend, path, link),
+            link.accept(ReceiveNode(self.namespace, self.backend, path, link, self.locks),
                         max_message_size=MAX_MESSAGE_SIZE)
 
     def _node(self, link: Link, handler: Handler) -> None:
