@@ -14,8 +14,8 @@ from gateway.aio import AsyncGeoSender
 from gateway.amqp._message import decode_message
 from gateway.emulator import Emulator
 from gateway.emulator.amqp import _servicebus
-from gateway.geo._config import NamespaceConfig
 from gateway.transports import LocalNamespace, LocalTransport, ReceiveMode
+from gateway.transports.servicebus import ServiceBusTransport
 from replication import (
     DeadlinePolicy,
     Message,
@@ -48,17 +48,21 @@ async def emulator(data_dir: Path) -> AsyncIterator[Emulator]:
 async def make_sender(emulator: Emulator, data_dir: Path,
                       tmp_path: Path) -> AsyncIterator[Callable[[str], AsyncGeoSender]]:
     made: list[AsyncGeoSender] = []
+    opened: list[ServiceBusTransport] = []
 
     def make(mode: str) -> AsyncGeoSender:
-        def config(name: str) -> NamespaceConfig:
-            return NamespaceConfig(connection_string=emulator.connection_string(name),
-                                   name=name, kind="servicebus")
+        def transport(name: str) -> ServiceBusTransport:
+            opened.append(ServiceBusTransport.from_connection_string(
+                emulator.connection_string(name), name=name, operation_timeout=30.0))
+            return opened[-1]
 
         # These tests are about splitting, not deadlines: a loaded machine may take
-        # more than the default first-answer deadline to open a connection and take a
-        # 1 MiB batch, which would hedge (passive) or buffer (active) instead.
-        sender = AsyncGeoSender(primary=config("primary"), secondary=config("secondary"),
-                                entity=QUEUE, mode=mode, data_dir=data_dir, recovery=False,
+        # more than the default first-answer deadline (and the SDK's own 2 s) to open a
+        # connection and a link and take a 1 MiB batch, which would hedge (passive) or
+        # buffer (active) instead.
+        sender = AsyncGeoSender(primary=transport("primary"),
+                                secondary=transport("secondary"), entity=QUEUE, mode=mode,
+                                data_dir=data_dir, recovery=False,
                                 state_dir=tmp_path / "state", policy=PATIENT)
         made.append(sender)
         return sender
@@ -66,6 +70,8 @@ async def make_sender(emulator: Emulator, data_dir: Path,
     yield make
     for sender in made:
         await sender.aclose()
+    for t in opened:
+        await t.aclose()
 
 
 def kib_messages(n: int, make_id: Callable[[int], str]) -> list[Message]:
