@@ -101,18 +101,20 @@ async def test_an_abandoned_send_never_lands(namespace: LocalNamespace,
 
 async def test_a_waiting_receive_is_held_past_its_max_wait(
         namespace: LocalNamespace, transport: LocalTransport) -> None:
-    # Given a receive waiting on an empty queue for up to 0.1 s
+    # Given a receive waiting on an empty queue for up to 1 s (long enough that a
+    # loaded machine still hangs the namespace while it waits)
     returned: list[object] = []
 
     async def receive() -> None:
-        returned.append(await transport.receive("orders", max_wait=0.1))
+        returned.append(await transport.receive("orders", max_wait=1.0))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(receive)
         await anyio.sleep(0.02)
-        # When the namespace hangs meanwhile, the receive does not answer "no messages"
+        # When the namespace hangs meanwhile, the receive does not answer "no messages",
+        # even past its wait
         namespace.hang()
-        await anyio.sleep(HELD)
+        await anyio.sleep(1.0 + HELD)
         assert returned == []
         namespace.unhang()
     # Then, once cleared, it answers what the queue holds (nothing)
