@@ -7,7 +7,9 @@ method, called with the lock token it read from the delivery."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,17 @@ async def by_token(receiver: ServiceBusReceiver, disposition: str,
         disposition, [token], dead_letter_details=extra)
 
 
+@contextlib.asynccontextmanager
+async def first_message(proxy: Proxy) -> AsyncIterator[
+        tuple[ServiceBusReceiver, ServiceBusReceivedMessage, uuid.UUID]]:
+    """A receiver through the proxy, the first message it gets, and its lock token."""
+    async with client(proxy.connection_string()) as c, \
+            c.get_queue_receiver(QUEUE, max_wait_time=1) as receiver:
+        [m] = await receiver.receive_messages(max_message_count=1, max_wait_time=2)
+        assert isinstance(m.lock_token, uuid.UUID)
+        yield receiver, m, m.lock_token
+
+
 async def test_complete_and_dead_letter_by_lock_token_reach_the_copys_namespace(
         proxy: Proxy, data_dir: Path) -> None:
     # Given two messages in the secondary namespace only
@@ -70,9 +83,7 @@ async def test_complete_and_dead_letter_by_lock_token_reach_the_copys_namespace(
 async def test_an_abandon_by_lock_token_delivers_the_message_again(
         proxy: Proxy, data_dir: Path) -> None:
     await put(data_dir, "primary", "a")
-    async with client(proxy.connection_string()) as c, \
-            c.get_queue_receiver(QUEUE, max_wait_time=1) as receiver:
-        [first] = await receiver.receive_messages(max_message_count=1, max_wait_time=2)
+    async with first_message(proxy) as (receiver, first, _):
         await by_token(receiver, "abandoned", first)
         [again] = await receiver.receive_messages(max_message_count=1, max_wait_time=2)
         assert again.message_id == "a" and again.delivery_count == 1
@@ -84,11 +95,7 @@ async def test_a_settlement_asked_on_the_link_and_again_by_token_is_done_once(
         proxy: Proxy, data_dir: Path) -> None:
     # Given a message in the primary namespace only
     await put(data_dir, "primary", "poison")
-    async with client(proxy.connection_string()) as c, \
-            c.get_queue_receiver(QUEUE, max_wait_time=1) as receiver:
-        [m] = await receiver.receive_messages(max_message_count=1, max_wait_time=2)
-        token = m.lock_token
-        assert isinstance(token, uuid.UUID)
+    async with first_message(proxy) as (receiver, m, token):
         # When the client dead-letters it on the link and asks again by lock token,
         # while the first is on its way or once it is done (what the SDK does when it
         # stopped waiting for the first answer)
@@ -108,14 +115,10 @@ async def test_a_settlement_asked_on_the_link_and_again_by_token_is_done_once(
 async def test_unknown_tokens_and_dispositions_are_refused_with_what_to_know(
         proxy: Proxy, data_dir: Path) -> None:
     await put(data_dir, "primary", "d")
-    async with client(proxy.connection_string()) as c, \
-            c.get_queue_receiver(QUEUE, max_wait_time=1) as receiver:
-        [m] = await receiver.receive_messages(max_message_count=1, max_wait_time=2)
+    async with first_message(proxy) as (receiver, m, token):
         # A deferral by token is not carried: said so, and the message stays locked
         with pytest.raises(ServiceBusError, match="does not carry the disposition 'defered'"):
             await by_token(receiver, "defered", m)
-        token = m.lock_token
-        assert isinstance(token, uuid.UUID)
         await receiver.complete_message(m)
         # A token settled otherwise already, or one the proxy never gave, has lost its lock
         with pytest.raises(MessageLockLostError):
