@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import (
     Accepted,
-    Array,
     DeliveryState,
     Error,
     Modified,
@@ -52,6 +51,7 @@ from gateway.amqp.server import (
     Reply,
     ServerNamespace,
     Terminus,
+    listed,
     queue_message,
     status,
     tag_token,
@@ -165,9 +165,7 @@ async def dispose(locks: LockTokens, entity: str, args: dict[str, Any]) -> Reply
     else:
         return Reply(properties=status(501, f"the proxy does not carry the disposition "
                                             f"{disposition!r} yet", NOT_IMPLEMENTED))
-    value = args.get("lock-tokens")
-    tokens = list(value.items) if isinstance(value, Array) else (
-        list(value) if isinstance(value, list) else [])
+    tokens = listed(args.get("lock-tokens"))
     if not tokens:
         return Reply(properties=status(400, "update-disposition: no lock-tokens",
                                        ARGUMENT_ERROR))

@@ -66,6 +66,7 @@ from gateway.amqp.server._management import (
     Requests,
     app_property,
     audience_entity,
+    listed,
     put_token,
     status,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "client_host",
     "entity_path",
     "event_message",
+    "listed",
     "lock_tag",
     "parse_policy",
     "parse_rights",

@@ -19,6 +19,7 @@ from gateway.amqp import (
     NO_VALUE,
     Accepted,
     AmqpMessage,
+    Array,
     DecodeError,
     Error,
     Properties,
@@ -110,6 +111,14 @@ class Requests(Terminus):
         else:
             self.namespace.log.info("no response link for a request on %r", link.address)
         asyncio.get_running_loop().call_later(_LATER, link.settle, delivery, Accepted())
+
+
+def listed(value: object) -> list[Any]:
+    """The items of a request's list argument (``lock-tokens``, ``sequence-numbers``):
+    an AMQP array or a list; anything else is no items."""
+    if isinstance(value, Array):
+        return list(value.items)
+    return list(value) if isinstance(value, list) else []
 
 
 def status(code: int, description: str, condition: str | None = None) -> dict[str, Any]:

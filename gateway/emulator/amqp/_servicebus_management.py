@@ -21,6 +21,7 @@ from gateway.amqp.server import (
     SCHEDULED_STATE,
     Reply,
     app_property,
+    listed,
     queue_payload,
     status,
     tag_token,
@@ -74,7 +75,7 @@ async def manage_queue(namespace: NodeNamespace, entity: str, request: AmqpMessa
 
 
 async def _renew(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
-    tokens = [tag_token(t) for t in _items(args.get("lock-tokens"))]
+    tokens = [tag_token(t) for t in listed(args.get("lock-tokens"))]
     until = await namespace.run(namespace.store.renew_locks, entity, tokens, time.time())
     if any(u is None for u in until):
         return Reply(properties=status(410, "the lock on the message was lost", LOCK_LOST))
@@ -112,7 +113,7 @@ async def _dispose(namespace: NodeNamespace, entity: str, args: dict[str, Any]) 
                                        "emulated by the geogateway emulator", NOT_IMPLEMENTED))
     items = [(tag_token(t), action, str(args.get("deadletter-reason") or ""),
               str(args.get("deadletter-description") or ""))
-             for t in _items(args.get("lock-tokens"))]
+             for t in listed(args.get("lock-tokens"))]
     results = await namespace.run(namespace.store.settle_tokens, entity, items, time.time())
     namespace.wrote([entity])
     if not all(results):
@@ -123,7 +124,7 @@ async def _dispose(namespace: NodeNamespace, entity: str, args: dict[str, Any]) 
 async def _schedule(namespace: NodeNamespace, entity: str, args: dict[str, Any],
                     max_message_size: int | None) -> Reply:
     queued: list[Queued] = []
-    for item in _items(args.get("messages")):
+    for item in listed(args.get("messages")):
         encoded = {str(k): v for k, v in item.items()}.get("message") if isinstance(
             item, dict) else None
         if not isinstance(encoded, bytes):
@@ -144,7 +145,7 @@ async def _schedule(namespace: NodeNamespace, entity: str, args: dict[str, Any],
 
 
 async def _cancel(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -> Reply:
-    seqs = [int(s) for s in _items(args.get("sequence-numbers"))]
+    seqs = [int(s) for s in listed(args.get("sequence-numbers"))]
     missing = await namespace.run(namespace.store.cancel_scheduled, entity, seqs, time.time())
     if missing:
         return Reply(properties=status(
@@ -153,9 +154,3 @@ async def _cancel(namespace: NodeNamespace, entity: str, args: dict[str, Any]) -
             NOT_FOUND))
     namespace.wrote([entity])
     return Reply(properties=status(200, "OK"), value={})
-
-
-def _items(value: object) -> list[Any]:
-    if isinstance(value, Array):
-        return list(value.items)
-    return list(value) if isinstance(value, list) else []

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from gateway.amqp import Array, Timestamp
-from gateway.amqp.server import DEFERRED, Reply, queue_payload, status
+from gateway.amqp import Timestamp
+from gateway.amqp.server import DEFERRED, Reply, listed, queue_payload, status
 from gateway.emulator.amqp._interfaces import NodeNamespace
 from gateway.transports.base import ReceiveMode
 from replication import MessageRejected, SessionLockLost
@@ -81,8 +81,7 @@ async def manage_session(namespace: NodeNamespace, entity: str, operation: str,
 
 async def _by_sequence(namespace: NodeNamespace, entity: str, args: dict[str, Any],
                        session: tuple[str, str] | None) -> Reply:
-    numbers = args.get("sequence-numbers")
-    seqs = [int(s) for s in (numbers.items if isinstance(numbers, Array) else numbers or [])]
+    seqs = [int(s) for s in listed(args.get("sequence-numbers"))]
     mode = (ReceiveMode.RECEIVE_AND_DELETE if args.get("receiver-settle-mode") ==
             _RECEIVE_AND_DELETE else ReceiveMode.PEEK_LOCK)
     try:
